@@ -1,0 +1,1 @@
+"""Tool-using agents built on the PaCoRe operator (installed as ``pacore_agents``)."""

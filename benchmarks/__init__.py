@@ -1,0 +1,1 @@
+"""Evaluation runners and performance benchmarks (installed as ``pacore_benchmarks``)."""

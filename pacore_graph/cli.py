@@ -1,0 +1,158 @@
+"""The ``pacore`` command: solve a problem, serve models; plugins add ``swe`` and ``bench``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+from pacore_graph.config import PRESETS, PaCoReConfig, parse_rounds
+
+
+def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
+    """--preset / --rounds, shared by every command that runs PaCoRe."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--preset", choices=list(PRESETS), help="low [4], medium [16], high [32,4]")
+    group.add_argument("--rounds", help="trajectories per round, e.g. 32,4 (0: one plain call)")
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """--base-url (repeatable: one per vLLM replica) and --model; none: the embedded model."""
+    parser.add_argument(
+        "--base-url",
+        action="append",
+        dest="base_urls",
+        metavar="URL",
+        help="OpenAI-compatible server, e.g. http://localhost:8000/v1; repeat for replicas",
+    )
+    parser.add_argument("--model", help="model name (default: the server's first model)")
+    parser.add_argument("--api-key", help="API key (default: $OPENAI_API_KEY)")
+
+
+def config_from_args(args: argparse.Namespace, **overrides: Any) -> PaCoReConfig:
+    """A PaCoReConfig from --preset / --rounds and the optional sampling flags."""
+    fields: dict[str, Any] = {}
+    if getattr(args, "rounds", None) is not None:
+        fields["rounds"] = parse_rounds(args.rounds)
+    elif getattr(args, "preset", None):
+        fields["rounds"] = list(PRESETS[args.preset])
+    for name in ("max_concurrency", "max_tokens", "temperature", "top_p", "seed", "context_window"):
+        if getattr(args, name, None) is not None:
+            fields[name] = getattr(args, name)
+    fields.update(overrides)
+    return PaCoReConfig(**fields)
+
+
+def _solve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from pacore_graph.models import serving
+    from pacore_graph.progress import RunProgress
+    from pacore_graph.run import asolve
+
+    config = config_from_args(args)
+    if args.messages_file:
+        messages = json.loads(Path(args.messages_file).read_text())
+        if args.problem:
+            messages.append({"role": "user", "content": args.problem})
+    elif args.problem:
+        messages = args.problem
+    else:
+        raise ValueError("give a PROBLEM or --messages-file")
+    async def run(model, progress):
+        try:
+            return await asolve(model, messages, config, on_event=progress)
+        finally:
+            await model.aclose()
+
+    with serving(args.base_urls, args.model, args.api_key) as model:
+        with RunProgress() as progress:
+            result = asyncio.run(run(model, progress))
+    if args.output:
+        Path(args.output).write_text(json.dumps(result.summary(), indent=2, ensure_ascii=False))
+    print(result.answer)
+    approx = " (approximate)" if result.ttc_approximate else ""
+    print(f"effective TTC: {result.ttc} tokens{approx}; failed trajectories: {len(result.failures)}", file=sys.stderr)
+    return 0
+
+
+def _serve_local(args: argparse.Namespace) -> int:
+    import time
+
+    from pacore_graph.models.embedded import EmbeddedServer
+
+    with EmbeddedServer(port=args.port, n_ctx=args.n_ctx) as server:
+        print(f"serving {server.model} at {server.base_url} (Ctrl-C stops)", file=sys.stderr, flush=True)
+        try:
+            while server.process is not None and server.process.poll() is None:
+                time.sleep(1)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+def _serve_vllm(args: argparse.Namespace) -> int:
+    from pacore_graph.models.vllm_server import serve_vllm
+
+    return serve_vllm(args.model, port=args.port, host=args.host, extra=args.vllm_args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pacore", description="PaCoRe: parallel coordinated reasoning")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    solve = commands.add_parser("solve", help="answer one problem with PaCoRe")
+    solve.add_argument("problem", nargs="?", help="the problem (a user message)")
+    solve.add_argument("--messages-file", help="JSON list of OpenAI-style messages (a conversation)")
+    add_schedule_arguments(solve)
+    add_model_arguments(solve)
+    solve.add_argument("--max-concurrency", type=int, help="in-flight trajectories at most")
+    solve.add_argument("--max-tokens", type=int, help="cap on each generated message (default: none)")
+    solve.add_argument("--output", help="write answer, rounds, usage, TTC and failures as JSON")
+    solve.set_defaults(func=_solve)
+
+    local = commands.add_parser("serve-local", help="run the embedded SmolLM2 server alone")
+    local.add_argument("--port", type=int, default=8080)
+    local.add_argument("--n-ctx", type=int, default=8192)
+    local.set_defaults(func=_serve_local)
+
+    vllm = commands.add_parser("serve-vllm", help="run `vllm serve` with the flags PaCoRe-8B needs")
+    vllm.add_argument("model", help="e.g. stepfun-ai/PaCoRe-8B")
+    vllm.add_argument("--port", type=int, default=8000)
+    vllm.add_argument("--host", default="127.0.0.1")
+    vllm.add_argument("vllm_args", nargs=argparse.REMAINDER, help="further flags passed to vllm serve")
+    vllm.set_defaults(func=_serve_vllm)
+
+    for plugin in entry_points(group="pacore.commands"):
+        try:
+            register = plugin.load()
+        except ImportError:
+            continue  # an optional extra is missing; its commands are not offered
+        register(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from pydantic import ValidationError
+
+    from pacore_graph.errors import PaCoReError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        print(f"pacore: invalid {'.'.join(map(str, first['loc']))}: {first['msg']}", file=sys.stderr)
+    except (PaCoReError, ValueError, OSError) as exc:
+        print(f"pacore: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("pacore: interrupted", file=sys.stderr)
+        return 130
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""Compaction: a trajectory keeps only its conclusion; its reasoning never reaches the next round."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+
+
+@dataclass(frozen=True, slots=True)
+class Compacted:
+    conclusion: str
+    reasoning: str
+    truncated: bool
+
+
+def compact(content: str, reasoning: str | None = None, finish_reason: str | None = None) -> Compacted:
+    """Split one final message into reasoning and conclusion.
+
+    With a server-side reasoning parser (vLLM), the reasoning arrives in its own field and ``content`` is
+    the conclusion. Without one, the conclusion is what follows the last ``</think>``; an opened
+    ``<think>`` that never closes is all reasoning (no conclusion). ``truncated`` marks a generation cut
+    by the length limit.
+    """
+    truncated = finish_reason == "length"
+    content = content or ""
+    reasoning = reasoning or ""
+    if THINK_CLOSE in content:
+        head, _, conclusion = content.rpartition(THINK_CLOSE)
+        head = head.replace(THINK_OPEN, "", 1) if head.lstrip().startswith(THINK_OPEN) else head
+        reasoning = f"{reasoning}{head}" if reasoning else head
+        return Compacted(conclusion, reasoning.strip(), truncated)
+    if content.lstrip().startswith(THINK_OPEN):
+        return Compacted("", (reasoning + content.lstrip()[len(THINK_OPEN) :]).strip(), truncated)
+    return Compacted(content, reasoning, truncated)

@@ -1,0 +1,116 @@
+"""Configuration of one PaCoRe run: the schedule, sampling, references, retries and limits."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import jinja2
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from pacore_graph.prompt import DEFAULT_TEMPLATE
+
+PRESETS: dict[str, list[int]] = {"low": [4], "medium": [16], "high": [32, 4]}
+
+
+class RetryPolicy(BaseModel):
+    """Retries of transient failures (HTTP 5xx / 408 / 429, timeouts, dropped connections).
+
+    Other 4xx answers are the caller's mistake and are never retried.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_attempts: int = Field(5, ge=1, description="attempts per trajectory, the first included")
+    initial_delay: float = Field(1.0, ge=0, description="seconds before the first retry")
+    max_delay: float = Field(30.0, ge=0, description="cap on one backoff sleep, in seconds")
+    backoff: float = Field(2.0, ge=1.0, description="multiplier of the delay after each retry")
+    jitter: float = Field(0.5, ge=0, le=1, description="fraction of the delay drawn at random")
+
+
+class PaCoReConfig(BaseModel):
+    """Everything that decides what a PaCoRe run sends. Invalid values fail at construction."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rounds: list[int] = Field(
+        default_factory=lambda: list(PRESETS["low"]),
+        description="trajectories per round; the final round of 1 is implicit. [] = one plain call",
+    )
+    temperature: float = Field(1.0, ge=0, description="sampling temperature (paper: 1.0)")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling (paper: 1.0)")
+    max_tokens: int | None = Field(
+        None, ge=1, description="cap on each generated message; None lets the model think to its context"
+    )
+    max_concurrency: int = Field(256, ge=1, description="run-wide bound on in-flight trajectories")
+    seed: int = Field(42, description="seed of the reference shuffle (reference pipeline: 42)")
+    reference_order: Literal["length_shuffle", "index"] = Field(
+        "length_shuffle", description="sort by length then seeded shuffle (reference), or trajectory order"
+    )
+    template: str = Field(DEFAULT_TEMPLATE, description="jinja2 synthesis template (paper Table 6)")
+    reference_token_cap: int | None = Field(
+        None, ge=1, description="cap on the tokens of each reference in the template (None: no cap)"
+    )
+    context_window: int | None = Field(
+        None, ge=256, description="model context in tokens; references are capped to fit before synthesis"
+    )
+    truncated_policy: Literal["drop", "keep"] = Field(
+        "drop",
+        description="a trajectory cut off with no conclusion: left out of the references (drop) or its "
+        "raw text passed on, as the reference pipeline does (keep)",
+    )
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    request_timeout: float | None = Field(
+        7200.0, gt=0, description="seconds one generation may take (None: no limit); hour-long is normal"
+    )
+    stream: bool = Field(False, description="stream tokens from the server (progress per token)")
+    model_kwargs: dict = Field(default_factory=dict, description="extra request fields, e.g. chat_template_kwargs")
+
+    @field_validator("rounds")
+    @classmethod
+    def _positive_rounds(cls, rounds: list[int]) -> list[int]:
+        for position, k in enumerate(rounds):
+            if k < 1:
+                raise ValueError(f"rounds[{position}] is {k}: every round needs at least 1 trajectory")
+        return rounds
+
+    @field_validator("template")
+    @classmethod
+    def _valid_template(cls, template: str) -> str:
+        try:
+            jinja2.Template(template)
+        except jinja2.TemplateSyntaxError as exc:
+            raise ValueError(f"template is not valid jinja2: {exc}") from exc
+        if "ref_responses" not in template:
+            raise ValueError("template never uses ref_responses: the references would be lost")
+        return template
+
+    @model_validator(mode="after")
+    def _cap_fits_window(self) -> PaCoReConfig:
+        if self.context_window and self.max_tokens and self.max_tokens >= self.context_window:
+            raise ValueError(
+                f"max_tokens ({self.max_tokens}) must be smaller than context_window ({self.context_window})"
+            )
+        return self
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> PaCoReConfig:
+        """low [4], medium [16], high [32, 4] (paper)."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}: choose one of {', '.join(PRESETS)}")
+        return cls(rounds=list(PRESETS[name]), **overrides)
+
+    @property
+    def schedule(self) -> list[int]:
+        """All rounds including the implicit final round of 1."""
+        return [*self.rounds, 1]
+
+
+def parse_rounds(text: str) -> list[int]:
+    """'32,4' -> [32, 4]; '0' or '' -> [] (a single plain call)."""
+    text = text.strip()
+    if text in ("", "0"):
+        return []
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--rounds takes comma-separated integers such as 32,4, not {text!r}") from None

@@ -1,0 +1,56 @@
+"""Keep the synthesis prompt inside the model's context: the documented reference-capping policy.
+
+1. ``reference_token_cap``: every reference longer than the cap keeps its head and tail (the final
+   answer is usually at the end) around a marker saying how much was cut.
+2. ``context_window``: the synthesis prompt is measured before the call. The budget is the window minus
+   ``max_tokens`` (or a quarter of the window when generation is uncapped). If the references do not
+   fit, all are capped to an equal share; if a share would fall under ``MIN_SHARE`` tokens, the longest
+   references are left out (one at least is kept) until the rest fit.
+Token counts use the project's counter (exact with tiktoken, else about 4 characters a token).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from langchain_core.messages import BaseMessage
+
+from pacore_graph.accounting import count_tokens
+from pacore_graph.config import PaCoReConfig
+from pacore_graph.prompt import last_user_index, message_text, render_synthesis_prompt
+
+MIN_SHARE = 256
+CHARS_PER_TOKEN = 4
+MESSAGE_OVERHEAD = 8  # role markers of a chat template, per message
+
+
+def cap_text(text: str, max_tokens: int) -> str:
+    """Keep the head and the tail of ``text`` within about ``max_tokens`` tokens."""
+    tokens, _ = count_tokens(text)
+    if tokens <= max_tokens:
+        return text
+    keep_chars = max(2, max_tokens * len(text) // tokens)
+    head, tail = text[: keep_chars // 3], text[len(text) - (keep_chars - keep_chars // 3) :]
+    return f"{head}\n[... about {tokens - max_tokens} tokens cut to fit the context ...]\n{tail}"
+
+
+def fit_references(references: Sequence[str], messages: Sequence[BaseMessage], config: PaCoReConfig) -> list[str]:
+    references = list(references)
+    if config.reference_token_cap:
+        references = [cap_text(reference, config.reference_token_cap) for reference in references]
+    if not config.context_window:
+        return references
+    reserve = config.max_tokens or config.context_window // 4
+    budget = config.context_window - reserve
+    position = last_user_index(messages)
+    others = sum(count_tokens(message_text(m))[0] + MESSAGE_OVERHEAD for i, m in enumerate(messages) if i != position)
+    base = others + count_tokens(render_synthesis_prompt(message_text(messages[position]), [], config.template))[0]
+    available = budget - base
+    sizes = [count_tokens(reference)[0] + MESSAGE_OVERHEAD for reference in references]
+    if sum(sizes) <= available:
+        return references
+    kept = list(range(len(references)))
+    while len(kept) > 1 and available // len(kept) < MIN_SHARE:
+        kept.remove(max(kept, key=lambda i: sizes[i]))
+    share = max(1, available // len(kept) - MESSAGE_OVERHEAD)
+    return [cap_text(references[i], share) for i in kept]

