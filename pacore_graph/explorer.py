@@ -13,6 +13,7 @@ from langchain_core.messages import AIMessage, BaseMessage, convert_to_openai_me
 from langchain_core.runnables import Runnable, RunnableConfig
 
 from pacore_graph.config import PaCoReConfig
+from pacore_graph.models.chat_openai import keep_reasoning
 from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel, reasoning_of
 from pacore_graph.prompt import message_text
 from pacore_graph.records import Trajectory
@@ -55,6 +56,7 @@ class ChatExplorer:
     """
 
     def __init__(self, model: BaseChatModel, config: PaCoReConfig | None = None):
+        model = keep_reasoning(model) if _takes_openai_params(model) else model
         self.model = model
         self.config = config or PaCoReConfig()
         self._params = _sampling(self.config)

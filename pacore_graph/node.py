@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig
+from langgraph.config import get_stream_writer
 
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.run import PaCoReRunner
@@ -40,8 +41,18 @@ class PaCoReNode(Runnable[dict[str, Any], dict[str, Any]]):
     async def ainvoke(self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any):
         if self.messages_key not in input:
             raise KeyError(f"PaCoReNode reads state[{self.messages_key!r}], which this state does not have")
-        result = await self.runner.arun(input[self.messages_key], config, trace=self.trace)
+        result = await self.runner.arun(
+            input[self.messages_key], config, trace=self.trace, on_event=_outer_stream_writer()
+        )
         return {self.messages_key: [result.message]}
 
     def invoke(self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any):
         return run_sync(self.ainvoke(input, config, **kwargs))
+
+
+def _outer_stream_writer():
+    """The enclosing graph's custom-stream writer, so progress events reach its ``stream_mode="custom"``."""
+    try:
+        return get_stream_writer()
+    except RuntimeError:  # not inside a graph run
+        return None

@@ -1,0 +1,26 @@
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from mock_openai import MockOpenAIServer  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture
+def mock_server():
+    """Factory: ``with mock_server(handler) as server: ...``."""
+    return MockOpenAIServer
+
+
+@pytest.fixture(scope="session")
+def embedded_server():
+    """The real embedded SmolLM2 server, shared by the whole session (starting it takes seconds)."""
+    from pacore_graph.models.embedded import EmbeddedServer
+
+    with EmbeddedServer() as server:
+        yield server

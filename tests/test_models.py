@@ -1,0 +1,99 @@
+"""The chat model layer: our lean client, ChatOpenAI with reasoning recovered, errors, streaming."""
+
+from __future__ import annotations
+
+import pytest
+from langchain_core.messages import HumanMessage
+from langchain_openai import ChatOpenAI
+
+from pacore_graph import ModelRequestError, PaCoReConfig, PaCoReError, asolve, chat_model
+from pacore_graph.errors import is_transient
+from pacore_graph.models.chat_openai import ReasoningChatOpenAI, keep_reasoning
+
+
+def reasoning_reply(body, attempt):
+    return {"content": "the conclusion", "reasoning": "long private reasoning", "finish_reason": "stop"}
+
+
+async def test_our_client_keeps_reasoning_and_usage(mock_server):
+    with mock_server(reasoning_reply) as server:
+        model = chat_model(server.base_url)
+        message = await model.ainvoke([HumanMessage("hi")])
+        await model.aclose()
+    assert message.content == "the conclusion"
+    assert message.additional_kwargs["reasoning_content"] == "long private reasoning"
+    assert message.usage_metadata["output_tokens"] == 5
+    assert message.response_metadata["finish_reason"] == "stop"
+
+
+async def test_streaming_assembles_the_same_message(mock_server):
+    with mock_server(reasoning_reply) as server:
+        model = chat_model(server.base_url)
+        chunks = [chunk async for chunk in model.astream([HumanMessage("hi")])]
+        whole = chunks[0]
+        for chunk in chunks[1:]:
+            whole += chunk
+        streamed = await model.acomplete([{"role": "user", "content": "hi"}], stream=True)
+        await model.aclose()
+        assert server.requests[0]["stream"] is True
+        assert server.requests[0]["stream_options"] == {"include_usage": True}
+    assert len(chunks) > 5  # really streamed, not one blob
+    assert whole.content == "the conclusion"
+    assert whole.additional_kwargs["reasoning_content"] == "long private reasoning"
+    assert whole.usage_metadata["output_tokens"] == 5
+    assert streamed["content"] == "the conclusion" and streamed["reasoning_content"] == "long private reasoning"
+
+
+async def test_pacore_with_streaming_on(mock_server):
+    with mock_server(reasoning_reply) as server:
+        model = chat_model(server.base_url)
+        result = await asolve(model, "q", PaCoReConfig(rounds=[2], stream=True))
+        await model.aclose()
+    assert result.answer == "the conclusion" and result.ttc == 15
+    assert all(body["stream"] for body in server.requests)
+
+
+async def test_chatopenai_passed_in_works_and_its_reasoning_is_recovered(mock_server):
+    with mock_server(reasoning_reply) as server:
+        user_model = ChatOpenAI(base_url=server.base_url, api_key="none", model="mock-model")
+        assert isinstance(keep_reasoning(user_model), ReasoningChatOpenAI)
+        result = await asolve(user_model, "q", PaCoReConfig(rounds=[2]), trace=True)
+    assert result.answer == "the conclusion"
+    assert all(t.reasoning == "long private reasoning" for t in result.trajectories)
+    assert server.requests[0]["temperature"] == 1.0 and server.requests[0]["top_p"] == 1.0
+
+
+def test_unreachable_server_is_named():
+    with pytest.raises(PaCoReError, match=r"cannot reach the model server at http://127.0.0.1:9/v1"):
+        chat_model("http://127.0.0.1:9/v1")
+
+
+async def test_wrong_model_name_gets_a_hint(mock_server):
+    with mock_server(lambda body, attempt: 404) as server:
+        model = chat_model(server.base_url, model="no-such-model")
+        with pytest.raises(ModelRequestError, match="wrong model name") as caught:
+            await model.acomplete([{"role": "user", "content": "x"}])
+        await model.aclose()
+    assert caught.value.status == 404 and not is_transient(caught.value)
+
+
+async def test_malformed_json_is_retried_then_recorded(mock_server):
+    with mock_server(lambda body, attempt: b"{not json" if attempt <= 2 else {"content": "recovered"}) as server:
+        model = chat_model(server.base_url)
+        with pytest.raises(ModelRequestError, match="malformed response") as caught:
+            await model.acomplete([{"role": "user", "content": "x"}])
+        assert is_transient(caught.value)
+        result = await asolve(model, "y", PaCoReConfig(rounds=[1], retry={"initial_delay": 0.01}))
+        await model.aclose()
+    assert result.rounds[0].trajectories[0].attempts == 3 and result.answer == "recovered"
+
+
+def test_base_url_must_be_http():
+    with pytest.raises(ValueError, match="must start with http"):
+        chat_model("localhost:8000/v1", model="m")
+
+
+def test_sync_invoke_works(mock_server):
+    with mock_server(reasoning_reply) as server:
+        model = chat_model(server.base_url)
+        assert model.invoke("hi").content == "the conclusion"

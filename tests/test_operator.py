@@ -1,0 +1,254 @@
+"""The operator with deterministic fake models: config, compaction, message surgery, graph, node."""
+
+from __future__ import annotations
+
+import pytest
+from fakes import PromptFunctionChatModel, digest, think_reply
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from pydantic import ValidationError
+
+from pacore_graph import (
+    AgentExplorer,
+    PaCoReConfig,
+    PaCoReNode,
+    RoundFailedError,
+    asolve,
+    build_pacore_graph,
+    solve,
+    synthesis_messages,
+)
+from pacore_graph.compaction import compact
+from pacore_graph.config import parse_rounds
+from pacore_graph.context import cap_text, fit_references
+from pacore_graph.prompt import order_references
+
+# ---- config ---------------------------------------------------------------------------------------
+
+
+def test_presets_match_the_paper():
+    assert PaCoReConfig.preset("low").schedule == [4, 1]
+    assert PaCoReConfig.preset("medium").schedule == [16, 1]
+    assert PaCoReConfig.preset("high").schedule == [32, 4, 1]
+    default = PaCoReConfig()
+    assert (default.temperature, default.top_p, default.max_tokens, default.seed) == (1.0, 1.0, None, 42)
+    assert default.request_timeout >= 3600  # hour-long generations are normal
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"rounds": [4, 0]}, "rounds"),
+        ({"temperature": -1}, "temperature"),
+        ({"top_p": 0}, "top_p"),
+        ({"max_concurrency": 0}, "max_concurrency"),
+        ({"template": "no references here"}, "template"),
+        ({"template": "{% for %}"}, "template"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"retry": {"max_attempts": 0}}, "retry.max_attempts"),
+        ({"unknown_field": 1}, "unknown_field"),
+    ],
+)
+def test_invalid_config_fails_at_construction_naming_the_field(fields, named):
+    with pytest.raises(ValidationError) as caught:
+        PaCoReConfig(**fields)
+    assert named in {".".join(map(str, error["loc"])) for error in caught.value.errors()}
+
+
+def test_unknown_preset_and_bad_rounds_text():
+    with pytest.raises(ValueError, match="unknown preset 'huge'"):
+        PaCoReConfig.preset("huge")
+    assert parse_rounds("32,4") == [32, 4] and parse_rounds("0") == []
+    with pytest.raises(ValueError, match="comma-separated"):
+        parse_rounds("32;4")
+
+
+# ---- compaction -----------------------------------------------------------------------------------
+
+
+def test_compaction_of_reasoning_field_and_think_tags():
+    assert compact("conclusion", reasoning="thinking").conclusion == "conclusion"
+    tagged = compact("<think>a</think>b</think>final", finish_reason="stop")
+    assert tagged.conclusion == "final" and "a" in tagged.reasoning and not tagged.truncated
+    unclosed = compact("<think>never ends", finish_reason="length")
+    assert unclosed.conclusion == "" and unclosed.truncated and unclosed.reasoning == "never ends"
+    plain = compact("no tags at all")
+    assert plain.conclusion == "no tags at all" and plain.reasoning == ""
+
+
+# ---- message surgery ------------------------------------------------------------------------------
+
+
+def test_only_the_last_user_message_is_replaced():
+    messages = [
+        SystemMessage("sys"),
+        HumanMessage("first"),
+        AIMessage("", tool_calls=[{"name": "t", "args": {}, "id": "1"}]),
+        ToolMessage("tool out", tool_call_id="1"),
+        HumanMessage("second"),
+        AIMessage("trailing assistant turn"),
+    ]
+    out = synthesis_messages(messages, ["r1", "r2"])
+    assert out[:4] == messages[:4] and out[5] == messages[5]
+    assert out[4].content.startswith("You are given a problem") and "Original Problem:\nsecond" in out[4].content
+    assert messages[4].content == "second"  # the caller's list is not mutated
+
+
+def test_no_user_message_is_a_clear_error():
+    with pytest.raises(ValueError, match="at least one user"):
+        synthesis_messages([SystemMessage("only system")], ["r"])
+
+
+def test_reference_order_is_sort_by_length_then_seeded_shuffle():
+    import random
+
+    lengths = [5, 1, 9, 3]
+    expected = sorted(range(4), key=lambda i: lengths[i])
+    random.Random(42).shuffle(expected)
+    assert order_references(lengths, 42, "length_shuffle") == expected
+    assert order_references(lengths, 42, "index") == [0, 1, 2, 3]
+
+
+def test_reference_caps_keep_head_and_tail():
+    long_text = "HEAD " + "word " * 4000 + " TAIL"
+    capped = cap_text(long_text, 100)
+    assert capped.startswith("HEAD") and capped.endswith("TAIL") and "tokens cut" in capped
+    assert len(capped) < len(long_text) / 5
+    config = PaCoReConfig(context_window=2048, max_tokens=512)
+    fitted = fit_references([long_text] * 8, [HumanMessage("q")], config)
+    total_chars = sum(len(ref) for ref in fitted)
+    assert 1 <= len(fitted) <= 8 and total_chars < (2048 - 512) * 4
+
+
+# ---- graph ----------------------------------------------------------------------------------------
+
+
+async def test_graph_runs_the_schedule_and_keeps_only_compacted_state():
+    model = PromptFunctionChatModel(reply=think_reply, seen=[])
+    graph = build_pacore_graph(model, PaCoReConfig(rounds=[3, 2])).compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t"}}
+    state = await graph.ainvoke({"messages": [HumanMessage("What is 2+2?")]}, config)
+    assert [r.k for r in state["rounds"]] == [3, 2, 1]
+    assert state["results"] == []  # the per-round buffer is reset
+    assert len(model.seen) == 6
+    checkpoint = (await graph.aget_state(config)).values
+    assert "reasoning about" not in repr(checkpoint)  # reasoning never enters graph state
+    assert state["answer"].content.startswith("answer-")
+
+
+async def test_progress_events_stream_in_custom_mode():
+    model = PromptFunctionChatModel(reply=think_reply, seen=[])
+    graph = build_pacore_graph(model, PaCoReConfig(rounds=[2])).compile()
+    events = [e async for e in graph.astream({"messages": [HumanMessage("q")]}, stream_mode="custom")]
+    kinds = [e["event"] for e in events]
+    assert kinds.count("round_started") == 2 and kinds.count("round_finished") == 2
+    assert kinds.count("trajectory_finished") == 3
+    assert all(e["completion_tokens"] == 7 for e in events if e["event"] == "trajectory_finished")
+
+
+async def test_rounds_zero_is_a_single_plain_call():
+    model = PromptFunctionChatModel(reply=think_reply, seen=[])
+    result = await asolve(model, "plain", PaCoReConfig(rounds=[]))
+    assert len(model.seen) == 1 and result.answer == f"answer-{digest('plain')}"
+
+
+async def test_empty_conclusions_never_reach_the_template():
+    model = PromptFunctionChatModel(reply=lambda m: AIMessage(content="<think>only thinking</think>"), seen=[])
+    with pytest.raises(RoundFailedError, match="empty conclusion"):
+        await asolve(model, "q", PaCoReConfig(rounds=[2]))
+    assert len(model.seen) == 2  # no synthesis call with an empty template
+
+
+def test_tokens_are_counted_when_usage_is_missing():
+    model = PromptFunctionChatModel(reply=lambda m: AIMessage(content="<think>abc def</think>ghi"), seen=[])
+    result = solve(model, "q", PaCoReConfig(rounds=[1]))
+    assert result.ttc > 0
+    assert all(t.completion_tokens > 0 for r in result.rounds for t in r.trajectories)
+
+
+# ---- PaCoReNode -----------------------------------------------------------------------------------
+
+
+def _graph_with_node(model, **kwargs):
+    builder = StateGraph(MessagesState)
+    builder.add_node("pacore", PaCoReNode(model, PaCoReConfig(rounds=[2]), **kwargs))
+    builder.add_edge(START, "pacore")
+    builder.add_edge("pacore", END)
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+async def test_node_appends_one_answer_with_metadata_in_a_multi_turn_graph():
+    model = PromptFunctionChatModel(reply=think_reply, seen=[])
+    graph = _graph_with_node(model)
+    conversation = [("system", "be brief"), ("user", "hi"), ("assistant", "hello"), ("user", "2+2?")]
+    config = {"configurable": {"thread_id": "a"}}
+    out = await graph.ainvoke({"messages": conversation}, config)
+    assert len(out["messages"]) == 5
+    answer = out["messages"][-1]
+    meta = answer.response_metadata["pacore"]
+    assert answer.content == meta["answer"] and meta["ttc"] == 21
+    assert [r["k"] for r in meta["rounds"]] == [2, 1] and meta["failures"] == []
+    assert all("completion_tokens" in t for r in meta["rounds"] for t in r["trajectories"])
+    assert answer.usage_metadata["output_tokens"] == 21
+    # every trajectory saw the whole history; the synthesis wrapped only the last user turn
+    assert all([type(m).__name__ for m in seen][:3] == ["SystemMessage", "HumanMessage", "AIMessage"]
+               for seen in model.seen)  # fmt: skip
+    # a second turn on the same thread: PaCoRe again over the longer history
+    out = await graph.ainvoke({"messages": [("user", "and 3+3?")]}, config)
+    assert len(out["messages"]) == 7
+
+
+def test_node_sync_invoke_and_custom_stream():
+    model = PromptFunctionChatModel(reply=think_reply, seen=[])
+    graph = _graph_with_node(model)
+    events = list(graph.stream({"messages": [("user", "q")]}, {"configurable": {"thread_id": "s"}},
+                               stream_mode="custom"))  # fmt: skip
+    assert [e["event"] for e in events].count("trajectory_finished") == 3
+    direct = PaCoReNode(model, PaCoReConfig(rounds=[1])).invoke({"messages": [HumanMessage("x")]})
+    assert direct["messages"][0].content.startswith("answer-")
+
+
+def test_node_names_a_missing_channel():
+    node = PaCoReNode(PromptFunctionChatModel(reply=think_reply), messages_key="history")
+    with pytest.raises(KeyError, match="history"):
+        node.invoke({"messages": []})
+
+
+# ---- agent explorer -------------------------------------------------------------------------------
+
+
+async def test_agent_explorer_runs_whole_episodes_through_the_same_fan_out():
+    calls = []
+
+    def agent_step(state: MessagesState):
+        last = state["messages"][-1].content
+        calls.append(last)
+        usage = {"input_tokens": 3, "output_tokens": 4, "total_tokens": 7}
+        return {"messages": [AIMessage(f"patch for {digest(last)}", usage_metadata=usage)]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent_step)
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", END)
+    agent = builder.compile()
+    explorer = AgentExplorer(agent, output=lambda state: state["messages"][-1])
+    result = await asolve(explorer, "fix the bug", PaCoReConfig(rounds=[2]), trace=True)
+    assert len(calls) == 3 and result.ttc == 12
+    assert calls[-1].count(f"patch for {digest('fix the bug')}") == 2  # synthesis saw both episodes' output
+    assert len(result.trajectories) == 3 and "state" in result.trajectories[0].extra
+
+
+async def test_a_crashing_episode_is_recorded_and_left_out():
+    def agent_step(state: MessagesState):
+        if "Reference" not in state["messages"][-1].content and len(state["messages"]) == 1:
+            raise RuntimeError("sandbox exploded")
+        return {"messages": [AIMessage("never")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent_step)
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", END)
+    explorer = AgentExplorer(builder.compile(), output=lambda state: state["messages"][-1])
+    with pytest.raises(RoundFailedError, match="sandbox exploded"):
+        await asolve(explorer, "fix", PaCoReConfig(rounds=[2]))
