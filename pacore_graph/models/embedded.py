@@ -63,6 +63,17 @@ def wait_until_ready(base_url: str, timeout: float, process: subprocess.Popen | 
     raise PaCoReError(f"the model server at {base_url} did not become ready within {timeout:.0f} s")
 
 
+def _die_with_parent() -> None:
+    """Linux: the server gets SIGTERM when the process that started it dies (even by SIGKILL)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class EmbeddedServer:
     """Start and stop llama-cpp-python's server for the SmolLM2 GGUF; a context manager."""
 
@@ -100,7 +111,11 @@ class EmbeddedServer:
             return self
         self._log = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
-            self.command(), stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+            self.command(),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
         )
         try:
             wait_until_ready(self.base_url, self.ready_timeout, self.process)
