@@ -1,0 +1,20 @@
+"""``pacore swe ...``: the SWE-bench repair agent's sub-commands (``run`` and ``eval``)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from pacore_agents.swe.run_cli import register_run
+
+    swe = subparsers.add_parser("swe", help="SWE-bench repair episodes in sandboxes, and their evaluation")
+    inner = swe.add_subparsers(dest="swe_command", required=True, metavar="COMMAND")
+    register_run(inner)
+    try:
+        from pacore_agents.swe.eval_cli import register_eval
+    except ModuleNotFoundError as exc:
+        if exc.name != "pacore_agents.swe.eval_cli":
+            raise
+    else:
+        register_eval(inner)

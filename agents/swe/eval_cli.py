@@ -1,0 +1,68 @@
+"""``pacore swe eval``: grade predictions offline on local images, or through swebench's own harness."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register_eval(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "eval",
+        help="grade predictions (swebench's graders; offline on local images, or swebench's harness)",
+        description=(
+            "Grade predictions.jsonl (or the rows' gold patches) with swebench's log parsers and report "
+            "functions. --harness offline (default) runs each instance in a fresh container from an image "
+            "this Docker host has (local tasks build theirs). --harness swebench hands the run to "
+            "swebench.harness.run_evaluation, which pulls the real SWE-bench images: use it on a Docker host "
+            "with internet, e.g. `pacore swe eval --dataset SWE-bench/SWE-bench_Verified --predictions "
+            "out/predictions.jsonl --run-id my-run --harness swebench`."
+        ),
+    )
+    parser.add_argument("--dataset", required=True,
+                        help="a .parquet/.jsonl/.json file, a folder of tasks, a hub name, or 'local'")
+    parser.add_argument("--predictions", required=True, help="predictions .jsonl/.json, or 'gold'")
+    parser.add_argument("--run-id", required=True, help="names the log folder OUTPUT/RUN_ID")
+    parser.add_argument("--output", default="logs/run_evaluation", help="log and report folder")
+    parser.add_argument("--instances", nargs="+", metavar="ID", help="only these instances (commas or spaces)")
+    parser.add_argument("--harness", choices=["offline", "swebench"], default="offline")
+    parser.add_argument("--workers", type=int, default=2, help="instances graded in parallel")
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds for one instance's tests")
+    parser.add_argument("--memory", default="4g", help="memory limit of an evaluation container")
+    parser.add_argument("--split", default="test", help="split of a hub dataset")
+    parser.set_defaults(func=run_eval)
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from pacore_agents.swe.evaluation import PredictionError, evaluate, load_predictions, run_swebench_harness
+    from pacore_agents.swe.images import ImageBuildError
+    from pacore_agents.swe.tasks import TaskLoadError, load_tasks, parse_instances
+
+    console = Console(stderr=True)
+    try:
+        rows = load_tasks(args.dataset, instances=parse_instances(args.instances), split=args.split)
+        predictions = load_predictions(args.predictions, rows)
+        if args.harness == "swebench":
+            wanted = [row for row in rows if row["instance_id"] in predictions]
+            report = run_swebench_harness(args.dataset, wanted, args.predictions, run_id=args.run_id,
+                                          output_dir=args.output, workers=args.workers, timeout=args.timeout)
+            console.print(f"swebench report: {report}")
+            return 0
+        summary = evaluate(rows, predictions, run_id=args.run_id, output_dir=Path(args.output),
+                           timeout=args.timeout, workers=args.workers, memory=args.memory)
+    except (TaskLoadError, PredictionError, ImageBuildError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    console.print(
+        f"run {summary.run_id}: {summary.resolved_instances}/{summary.submitted_instances} resolved "
+        f"(dataset {summary.total_instances}, empty patches {summary.empty_patch_instances}, "
+        f"errors {summary.error_instances}); summary: {Path(args.output) / args.run_id / 'summary.json'}"
+    )
+    for instance_id, error in summary.errors.items():
+        console.print(f"[yellow]{instance_id}[/yellow]: {error}")
+    print(summary.model_dump_json(include={"resolved_ids", "unresolved_ids", "error_ids"}), file=sys.stdout)
+    return 1 if summary.error_instances else 0

@@ -1,0 +1,299 @@
+"""Docker images for the local task suite, built without any registry.
+
+There is no Docker Hub here: the base image is a Debian root file system made by ``debootstrap`` and
+turned into an image with an import; each task image is a thin layer on top (the task's repository,
+committed with a fixed author and date so that the commit hash is the row's ``base_commit``). Images
+are cached by name and rebuilt only when the task's files change (a content-hash label).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import io
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+BASE_IMAGE = "pacore-swe.base:bookworm"
+BASE_PACKAGES = ("python3", "python3-pytest", "git", "patch", "ca-certificates")
+CONTAINER_WORKDIR = "/testbed"
+TASK_HASH_LABEL = "pacore.task_hash"
+LOCK_FILE = Path(tempfile.gettempdir()) / "pacore-swe-images.lock"
+
+# A fixed identity and date make `git commit` reproducible: the same files give the same hash on the
+# host (to write the row) and in the image (to check it).
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "pacore",
+    "GIT_AUTHOR_EMAIL": "pacore@localhost",
+    "GIT_COMMITTER_NAME": "pacore",
+    "GIT_COMMITTER_EMAIL": "pacore@localhost",
+    "GIT_AUTHOR_DATE": "2025-01-01T00:00:00+0000",
+    "GIT_COMMITTER_DATE": "2025-01-01T00:00:00+0000",
+}
+_IGNORED_PARTS = {"__pycache__", ".pytest_cache", ".git"}
+# Kept out of `git status` / the episode's diff; written to .git/info/exclude, so it is not part of the
+# commit (and the task folders need no dot-files, which package data would drop).
+GIT_EXCLUDES = ("__pycache__/", "*.pyc", ".pytest_cache/")
+
+Log = Callable[[str], None]
+
+
+class ImageBuildError(RuntimeError):
+    """An image could not be built; the message says which and why."""
+
+
+def docker_client():
+    """A docker-py client from the environment (honours DOCKER_HOST), with a clear error if none."""
+    import docker
+
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+    except Exception as exc:  # docker raises several unrelated types here
+        where = os.environ.get("DOCKER_HOST", "the local socket")
+        raise ImageBuildError(
+            f"cannot reach a Docker daemon at {where} ({exc}). Start one (scripts/docker-setup.sh) "
+            "or point DOCKER_HOST at a daemon."
+        ) from exc
+    return client
+
+
+def image_exists(client, name: str) -> bool:
+    import docker
+
+    try:
+        client.images.get(name)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _build_lock() -> Iterator[None]:
+    """Serialise builds across threads and processes so parallel episodes build each image once."""
+    with open(LOCK_FILE, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# ---------------------------------------------------------------------------------------------- base
+
+
+def debian_mirror() -> str:
+    """The Debian mirror this machine's apt uses (the one reachable here), else deb.debian.org."""
+    if os.environ.get("PACORE_DEBIAN_MIRROR"):
+        return os.environ["PACORE_DEBIAN_MIRROR"]
+    sources = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
+    for path in sources:
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            words = line.split()
+            urls = [w for w in words if w.startswith(("http://", "https://"))]
+            for url in urls:
+                if "debian" in url and "security" not in url and not line.lstrip().startswith("#"):
+                    return url.rstrip("/")
+    return "http://deb.debian.org/debian"
+
+
+def ensure_base_image(client=None, *, log: Log = print, rebuild: bool = False) -> str:
+    """Build the base image once (about 2 minutes): debootstrap, then import the tree."""
+    client = client or docker_client()
+    with _build_lock():
+        if image_exists(client, BASE_IMAGE) and not rebuild:
+            return BASE_IMAGE
+        if shutil.which("debootstrap") is None:
+            raise ImageBuildError(
+                f"image {BASE_IMAGE} is missing and debootstrap is not installed: run scripts/docker-setup.sh"
+            )
+        if os.geteuid() != 0:
+            raise ImageBuildError(f"building {BASE_IMAGE} needs root (debootstrap): run it once as root")
+        mirror = debian_mirror()
+        log(f"building {BASE_IMAGE} with debootstrap from {mirror} (about 2 minutes, once)")
+        with tempfile.TemporaryDirectory(prefix="pacore-rootfs-") as tmp:
+            rootfs = Path(tmp) / "rootfs"
+            command = [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(BASE_PACKAGES)}",
+                "bookworm",
+                str(rootfs),
+                mirror,
+            ]
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise ImageBuildError(f"debootstrap failed ({done.returncode}):\n{done.stdout[-3000:]}"
+                                      f"\n{done.stderr[-3000:]}")
+            for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
+                for entry in (rootfs / junk).glob("*"):
+                    if entry.is_file():
+                        entry.unlink()
+            archive = Path(tmp) / "rootfs.tar"
+            subprocess.run(["tar", "-C", str(rootfs), "-cf", str(archive), "."], check=True)
+            repository, tag = BASE_IMAGE.split(":")
+            changes = [
+                "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "ENV LANG=C.UTF-8",
+                "ENV PYTHONDONTWRITEBYTECODE=1",
+                'CMD ["/bin/bash"]',
+            ]
+            client.api.import_image_from_file(str(archive), repository=repository, tag=tag, changes=changes)
+        if not image_exists(client, BASE_IMAGE):
+            raise ImageBuildError(f"docker import did not produce {BASE_IMAGE}")
+        log(f"built {BASE_IMAGE}")
+        return BASE_IMAGE
+
+
+# ---------------------------------------------------------------------------------------------- tasks
+
+
+def repo_files(repo_dir: Path) -> list[Path]:
+    """The task repository's files, relative, sorted; caches and VCS folders left out."""
+    files = []
+    for path in sorted(repo_dir.rglob("*")):
+        relative = path.relative_to(repo_dir)
+        if path.is_file() and not (set(relative.parts) & _IGNORED_PARTS) and path.suffix != ".pyc":
+            files.append(relative)
+    return files
+
+
+def task_hash(repo_dir: Path) -> str:
+    digest = hashlib.sha256(_dockerfile().encode())
+    for relative in repo_files(repo_dir):
+        digest.update(str(relative).encode() + b"\0" + (repo_dir / relative).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def commit_repo(directory: Path) -> str:
+    """`git init` + one reproducible commit of everything in ``directory``; returns the hash."""
+    env = {**os.environ, **GIT_ENV}
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=directory, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise ImageBuildError(f"git {' '.join(args)} failed in {directory}: {done.stderr.strip()}")
+        return done.stdout.strip()
+
+    git("init", "-q")
+    (directory / ".git" / "info").mkdir(parents=True, exist_ok=True)
+    (directory / ".git" / "info" / "exclude").write_text("".join(f"{rule}\n" for rule in GIT_EXCLUDES))
+    git("add", "-A")
+    git("-c", "commit.gpgsign=false", "commit", "-q", "-m", "base")
+    return git("rev-parse", "HEAD")
+
+
+def copy_repo(repo_dir: Path, destination: Path) -> None:
+    """Copy the repository with normalised modes (0644 files), as the image receives it."""
+    for relative in repo_files(repo_dir):
+        target = destination / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes((repo_dir / relative).read_bytes())
+        target.chmod(0o644)
+
+
+def compute_base_commit(repo_dir: Path) -> str:
+    """The commit hash the task image will have, computed on the host with the same recipe."""
+    with tempfile.TemporaryDirectory(prefix="pacore-commit-") as tmp:
+        copy_repo(repo_dir, Path(tmp))
+        return commit_repo(Path(tmp))
+
+
+def _dockerfile() -> str:
+    env = " ".join(f'{key}="{value}"' for key, value in GIT_ENV.items())
+    excludes = "\\n".join(GIT_EXCLUDES)
+    return (
+        f"FROM {BASE_IMAGE}\n"
+        f"COPY repo {CONTAINER_WORKDIR}\n"
+        f"WORKDIR {CONTAINER_WORKDIR}\n"
+        f"RUN export {env} && git init -q && mkdir -p .git/info && printf '{excludes}\\n' > .git/info/exclude"
+        " && git add -A && git -c commit.gpgsign=false commit -q -m base"
+        " && git config --global --add safe.directory '*'\n"
+    )
+
+
+def _build_context(repo_dir: Path) -> io.BytesIO:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        dockerfile = _dockerfile().encode()
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(dockerfile)
+        archive.addfile(info, io.BytesIO(dockerfile))
+        for relative in repo_files(repo_dir):
+            data = (repo_dir / relative).read_bytes()
+            info = tarfile.TarInfo(f"repo/{relative.as_posix()}")
+            info.size, info.mode = len(data), 0o644
+            archive.addfile(info, io.BytesIO(data))
+    buffer.seek(0)
+    return buffer
+
+
+def ensure_task_image(row: dict, client=None, *, log: Log = print, rebuild: bool = False) -> str:
+    """Build the row's image from its task folder (``pacore_task_dir``) unless an up-to-date one exists."""
+    image = row["image"]
+    task_dir = row.get("pacore_task_dir")
+    if not task_dir:
+        raise ImageBuildError(f"row {row.get('instance_id')!r} has no task folder to build {image!r} from")
+    repo_dir = Path(task_dir) / "repo"
+    client = client or docker_client()
+    wanted = task_hash(repo_dir)
+    if not rebuild and _image_label(client, image) == wanted:
+        return image
+    ensure_base_image(client, log=log)
+    with _build_lock():
+        if not rebuild and _image_label(client, image) == wanted:
+            return image
+        log(f"building {image}")
+        try:
+            client.images.build(
+                fileobj=_build_context(repo_dir),
+                custom_context=True,
+                tag=image,
+                labels={TASK_HASH_LABEL: wanted},
+                network_mode="none",
+                rm=True,
+                forcerm=True,
+            )
+        except Exception as exc:
+            raise ImageBuildError(f"building {image} for {row['instance_id']} failed: {exc}") from exc
+    head = _image_head(client, image)
+    if head != row["base_commit"]:
+        raise ImageBuildError(
+            f"{image}: the repository commits to {head}, but the row says base_commit {row['base_commit']}"
+            " (task files changed without updating task.json?)"
+        )
+    return image
+
+
+def _image_label(client, image: str) -> str | None:
+    import docker
+
+    try:
+        return (client.images.get(image).labels or {}).get(TASK_HASH_LABEL)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def _image_head(client, image: str) -> str:
+    output = client.containers.run(
+        image, ["git", "rev-parse", "HEAD"], network_mode="none", remove=True, working_dir=CONTAINER_WORKDIR
+    )
+    return output.decode().strip()
+
+
+def ensure_images(rows: list[dict], client=None, *, log: Log = print) -> None:
+    """Build every buildable row's image (local tasks); rows from SWE-bench are left to their registry."""
+    client = client or docker_client()
+    for row in rows:
+        if row.get("pacore_task_dir"):
+            ensure_task_image(row, client, log=log)

@@ -1,0 +1,5 @@
+"""Gregorian calendar rules."""
+
+
+def is_leap_year(year):
+    return year % 4 == 0

@@ -1,0 +1,3 @@
+from durations.parse import parse_duration
+
+__all__ = ["parse_duration"]

@@ -1,0 +1,3 @@
+from intervals.merge import merge, total_length
+
+__all__ = ["merge", "total_length"]

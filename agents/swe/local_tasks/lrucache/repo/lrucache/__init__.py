@@ -1,0 +1,3 @@
+from lrucache.cache import LRUCache
+
+__all__ = ["LRUCache"]

@@ -1,0 +1,137 @@
+"""``pacore swe run``: PaCoRe repair episodes over SWE-bench rows, into a resumable output folder."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pacore_graph.cli import add_model_arguments, add_schedule_arguments
+
+
+def register_run(subparsers: argparse._SubParsersAction) -> None:
+    run = subparsers.add_parser(
+        "run",
+        help="repair SWE-bench instances with PaCoRe over agent episodes",
+        description="Each round runs K repair episodes in fresh sandboxes; later rounds see the candidate "
+        "patches as reference responses; the final episode's patch is the prediction.",
+    )
+    run.add_argument("--dataset", required=True, help="a .parquet/.jsonl file, a hub name, a task folder, or 'local'")
+    run.add_argument("--instances", action="append", help="only these instance ids (comma-separated, repeatable)")
+    run.add_argument("--output", required=True, help="folder for predictions.jsonl and trajectories/")
+    add_schedule_arguments(run)
+    add_model_arguments(run)
+    run.add_argument(
+        "--runtime",
+        choices=["docker", "local"],
+        default="docker",
+        help="docker (isolated, default) or local (UNSAFE: commands run on this host)",
+    )
+    run.add_argument("--workers", type=int, default=1, help="instances solved at the same time (default 1)")
+    run.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=8,
+        help="episodes (sandboxes) running at once over the whole run (default 8)",
+    )
+    run.add_argument("--step-limit", type=int, default=30, help="model calls per episode (default 30)")
+    run.add_argument("--command-timeout", type=float, default=120.0, help="seconds per shell command (default 120)")
+    run.add_argument("--max-tokens", type=int, help="cap on each model reply (default: none)")
+    run.add_argument("--temperature", type=float, help="sampling temperature (default 1.0)")
+    run.add_argument(
+        "--tool-calling",
+        choices=["auto", "always", "never"],
+        default="auto",
+        help="OpenAI tool calls (auto: when the model supports them) or fenced bash blocks",
+    )
+    run.set_defaults(func=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    import asyncio
+    from pathlib import Path
+
+    from pacore_agents.swe.episodes import SweSolver
+    from pacore_agents.swe.repair_agent import RepairSettings
+    from pacore_agents.swe.run import run_instances
+    from pacore_agents.swe.tasks import load_tasks, parse_instances
+    from pacore_graph.cli import config_from_args
+    from pacore_graph.models import serving
+
+    if args.workers < 1:
+        raise ValueError(f"--workers must be at least 1, not {args.workers}")
+    config = config_from_args(args)
+    rows = load_tasks(args.dataset, instances=parse_instances(args.instances))
+    if args.runtime == "local":
+        import warnings
+
+        from pacore_agents.swe.local_sandbox import UnsafeRuntimeWarning
+
+        print(
+            "pacore: WARNING: --runtime local runs the model's commands on this host, without isolation",
+            file=sys.stderr,
+        )
+        warnings.simplefilter("ignore", UnsafeRuntimeWarning)  # said once above, not once per episode
+    if args.runtime == "docker":
+        problem = check_images(rows)
+        if problem:
+            print(f"pacore: {problem}", file=sys.stderr)
+            return 2
+    sampling = {"temperature": config.temperature, "top_p": config.top_p}
+    if config.max_tokens is not None:
+        sampling["max_tokens"] = config.max_tokens
+    settings = RepairSettings(
+        step_limit=args.step_limit,
+        command_timeout=args.command_timeout,
+        tool_calling=args.tool_calling,
+        sampling=sampling,
+        retry=config.retry,
+        runtime=args.runtime,
+        threads=max(8, config.max_concurrency),  # one blocking sandbox call per running episode at most
+    )
+    output = Path(args.output)
+
+    with serving(args.base_urls, args.model, args.api_key) as model:
+        model_name = args.model or model.model
+        recorded = {
+            "dataset": args.dataset,
+            "model": model_name,
+            "rounds": config.rounds,
+            "runtime": args.runtime,
+            "repair": settings.model_dump(mode="json"),
+        }
+
+        async def main():
+            solver = SweSolver(model, config, settings)
+            try:
+                return await run_instances(
+                    rows, solver, output, model_name=model_name, workers=args.workers, settings=recorded
+                )
+            finally:
+                solver.close()
+                await model.aclose()
+
+        summary = asyncio.run(main())
+    print(
+        f"{summary.total} instances: {summary.skipped} already done, {summary.predicted} with a patch, "
+        f"{summary.empty} without, {summary.failed} failed (retried on the next run); "
+        f"effective TTC {summary.ttc} tokens; predictions in {output / 'predictions.jsonl'}",
+        file=sys.stderr,
+    )
+    return 1 if summary.failed else 0
+
+
+def check_images(rows: list[dict]) -> str | None:
+    """Build the local tasks' images; say which other rows' images this Docker host lacks (None: all there)."""
+    from pacore_agents.swe.docker_sandbox import missing_image_message
+    from pacore_agents.swe.images import ImageBuildError, docker_client, ensure_images, image_exists
+
+    try:
+        client = docker_client()
+        ensure_images(rows, client, log=lambda line: print(line, file=sys.stderr))
+    except ImageBuildError as exc:
+        return str(exc)
+    missing = [row for row in rows if not row.get("pacore_task_dir") and not image_exists(client, row["image"])]
+    if not missing:
+        return None
+    more = f" ({len(missing) - 1} more rows lack their images too)" if len(missing) > 1 else ""
+    return missing_image_message(missing[0]) + more

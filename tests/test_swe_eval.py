@@ -1,0 +1,166 @@
+"""Offline grading for real: Docker containers, the local suite's images, swebench's own graders."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from pacore_agents.swe.docker_sandbox import leftover_sandboxes
+from pacore_agents.swe.eval_cli import register_eval
+from pacore_agents.swe.evaluation import PredictionError, evaluate, load_predictions, run_swebench_harness
+from pacore_agents.swe.images import ImageBuildError, docker_client, ensure_images
+from pacore_agents.swe.sandbox import open_sandbox
+from pacore_agents.swe.tasks import listed_tests, load_tasks
+
+pytestmark = pytest.mark.docker
+VERIFIED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "swebench" / "verified.parquet"
+
+
+@pytest.fixture(scope="module")
+def client():
+    try:
+        return docker_client()
+    except ImageBuildError as exc:
+        pytest.fail(f"{exc} (deselect with -m 'not docker' on machines without Docker)")
+
+
+@pytest.fixture(scope="module")
+def rows(client) -> list[dict]:
+    tasks = load_tasks("local")
+    ensure_images(tasks, client)
+    return tasks
+
+
+def _report(summary_dir: Path, model: str, instance_id: str) -> dict:
+    return json.loads((summary_dir / model / instance_id / "report.json").read_text())[instance_id]
+
+
+def test_gold_patches_resolve_every_local_task(rows, tmp_path):
+    summary = evaluate(rows, load_predictions("gold", rows), run_id="gold", output_dir=tmp_path, progress=False)
+    assert summary.resolved_ids == [row["instance_id"] for row in rows]
+    assert summary.error_ids == [] and summary.unresolved_ids == []
+    for row in rows:
+        report = _report(tmp_path / "gold", "gold", row["instance_id"])
+        status = report["tests_status"]
+        assert sorted(status["FAIL_TO_PASS"]["success"]) == sorted(listed_tests(row, "FAIL_TO_PASS"))
+        assert sorted(status["PASS_TO_PASS"]["success"]) == sorted(listed_tests(row, "PASS_TO_PASS"))
+    written = json.loads((tmp_path / "gold" / "summary.json").read_text())
+    assert written["resolved_instances"] == len(rows)
+
+
+def test_empty_patches_resolve_none_because_the_bug_is_real(rows, tmp_path):
+    predictions = {row["instance_id"]: {"instance_id": row["instance_id"], "model_name_or_path": "empty",
+                                        "model_patch": ""} for row in rows}
+    summary = evaluate(rows, predictions, run_id="empty", output_dir=tmp_path, progress=False)
+    assert summary.resolved_ids == [] and summary.error_ids == []
+    assert summary.empty_patch_ids == [row["instance_id"] for row in rows]
+    for row in rows:
+        status = _report(tmp_path / "empty", "empty", row["instance_id"])["tests_status"]
+        assert sorted(status["FAIL_TO_PASS"]["failure"]) == sorted(listed_tests(row, "FAIL_TO_PASS"))
+        assert sorted(status["PASS_TO_PASS"]["success"]) == sorted(listed_tests(row, "PASS_TO_PASS"))
+
+
+def test_an_empty_predictions_file_resolves_none(rows, tmp_path):
+    empty_file = tmp_path / "predictions.jsonl"
+    empty_file.write_text("")
+    summary = evaluate(rows, load_predictions(str(empty_file), rows), run_id="nothing", output_dir=tmp_path,
+                       progress=False)
+    assert summary.resolved_instances == 0 and summary.submitted_instances == 0
+    assert summary.total_instances == len(rows)
+
+
+def test_a_patch_made_in_an_episode_sandbox_grades_as_resolved(rows, tmp_path):
+    """The sandbox's diff() is a valid prediction: edit like an agent would, then grade it."""
+    row = next(r for r in rows if r["instance_id"] == "pacore__durations-1")
+    with open_sandbox(row) as box:
+        edit = ("python3 - <<'EOF'\nimport pathlib\np = pathlib.Path('durations/parse.py')\ns = p.read_text()\n"
+                "s = s.replace('    match = _PART.match(text)\\n    return int(match.group(1)) * "
+                "UNITS[match.group(2)]', '    return sum(int(a) * UNITS[u] for a, u in _PART.findall(text))')\n"
+                "p.write_text(s)\nEOF")
+        assert box.run(edit).exit_code == 0
+        patch = box.diff()
+    assert "findall" in patch
+    prediction = {row["instance_id"]: {"instance_id": row["instance_id"], "model_name_or_path": "episode",
+                                       "model_patch": patch}}
+    summary = evaluate([row], prediction, run_id="episode", output_dir=tmp_path, progress=False)
+    assert summary.resolved_ids == [row["instance_id"]]
+
+
+def test_a_wrong_or_broken_patch_is_graded_unresolved(rows, tmp_path):
+    row = next(r for r in rows if r["instance_id"] == "pacore__semver-1")
+    broken = "diff --git a/semver/core.py b/semver/core.py\n--- a/semver/core.py\n+++ b/semver/core.py\n" \
+             "@@ -1,3 +1,3 @@\n-this line is not there\n+nor this\n"
+    wrong = row["patch"].replace("int(p) for p in parts", "p for p in parts")
+    predictions = {"broken": broken, "wrong": wrong}
+    for model, patch in predictions.items():
+        summary = evaluate([row], {row["instance_id"]: {"instance_id": row["instance_id"],
+                                                         "model_name_or_path": model, "model_patch": patch}},
+                           run_id=f"bad-{model}", output_dir=tmp_path, progress=False)
+        assert summary.unresolved_ids == [row["instance_id"]], model
+    assert not _report(tmp_path / "bad-broken", "broken", row["instance_id"])["patch_successfully_applied"]
+    assert _report(tmp_path / "bad-wrong", "wrong", row["instance_id"])["patch_successfully_applied"]
+
+
+def test_rerun_skips_finished_instances(rows, tmp_path):
+    row = rows[0]
+    predictions = load_predictions("gold", [row])
+    evaluate([row], predictions, run_id="again", output_dir=tmp_path, progress=False)
+    report = tmp_path / "again" / "gold" / row["instance_id"] / "report.json"
+    first = report.stat().st_mtime_ns
+    summary = evaluate([row], predictions, run_id="again", output_dir=tmp_path, progress=False)
+    assert summary.resolved_ids == [row["instance_id"]] and report.stat().st_mtime_ns == first
+
+
+def test_missing_swebench_image_is_an_error_entry_not_a_crash(client, tmp_path):
+    [row] = load_tasks(str(VERIFIED), instances=["astropy__astropy-12907"])
+    summary = evaluate([row], load_predictions("gold", [row]), run_id="real", output_dir=tmp_path, progress=False)
+    assert summary.error_ids == [row["instance_id"]]
+    assert row["image"] in summary.errors[row["instance_id"]] and "docker pull" in summary.errors[row["instance_id"]]
+
+
+def test_bad_predictions_get_one_clear_error(rows, tmp_path):
+    unknown = tmp_path / "unknown.jsonl"
+    unknown.write_text(json.dumps({"instance_id": "nope__nope-1", "model_patch": ""}) + "\n")
+    with pytest.raises(PredictionError, match="nope__nope-1"):
+        load_predictions(str(unknown), rows)
+    shapeless = tmp_path / "shapeless.jsonl"
+    shapeless.write_text(json.dumps({"instance_id": rows[0]["instance_id"]}) + "\n")
+    with pytest.raises(PredictionError, match="model_patch"):
+        load_predictions(str(shapeless), rows)
+
+
+def _cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="pacore swe")
+    register_eval(parser.add_subparsers(required=True))
+    args = parser.parse_args(list(argv))
+    return args.func(args)
+
+
+def test_cli_eval_gold_and_instances(rows, tmp_path, capsys):
+    ids = f"{rows[0]['instance_id']},{rows[1]['instance_id']}"
+    code = _cli("eval", "--dataset", "local", "--predictions", "gold", "--run-id", "cli", "--output",
+                str(tmp_path), "--instances", ids)
+    assert code == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed["resolved_ids"] == ids.split(",")
+    assert json.loads((tmp_path / "cli" / "summary.json").read_text())["resolved_instances"] == 2
+    assert _cli("eval", "--dataset", "local", "--predictions", str(tmp_path / "missing.jsonl"), "--run-id",
+                "x", "--output", str(tmp_path)) == 2
+
+
+def test_swebench_own_harness_resolves_a_local_task(rows, client, tmp_path, monkeypatch):
+    """swebench.harness.run_evaluation itself accepts the local rows and images (format compatibility)."""
+    monkeypatch.chdir(tmp_path)  # swebench writes logs/ under the working directory
+    row = next(r for r in rows if r["instance_id"] == "pacore__roman-1")
+    report_file = run_swebench_harness("local", [row], "gold", run_id="harness", output_dir=tmp_path / "out")
+    report = json.loads(Path(report_file).read_text())
+    assert report["resolved_ids"] == [row["instance_id"]]
+    names = [c.name for c in client.containers.list(all=True)]
+    assert not [name for name in names if name.startswith("sweb.eval.") and name.endswith(".harness")]
+
+
+def test_no_containers_are_left_behind(client):
+    assert leftover_sandboxes(client) == []  # this process's sandboxes (other runs may share the daemon)
