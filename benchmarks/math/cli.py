@@ -1,0 +1,257 @@
+"""``pacore bench math``: the scaling curve; ``pacore bench math grade``: grade a predictions file.
+
+pacore bench math --data PATH [--limit N] [--base-url URL] [--model M] [--methods single,vote,pacore]
+                  [--preset low,medium,high | --rounds 32,4 ...] [--samples N] [--pool N] --output DIR
+pacore bench math grade --data PATH --predictions FILE [--verdicts FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_LOCAL_DATA = Path("../shared/data/math/aime_2025.jsonl")
+DEFAULT_HUB_DATA = "MathArena/aime_2025"
+# The embedded SmolLM2 runs at about 110 tokens/s on two cores: without these a --limit 3 run of the
+# paper's presets would take hours. Passing --preset/--rounds/--max-tokens overrides them.
+EMBEDDED_MAX_TOKENS = 512
+EMBEDDED_CONTEXT = 8192
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "math",
+        help="math (AIME/HMMT): accuracy vs effective TTC for single, majority vote and PaCoRe",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "action", nargs="?", choices=["run", "grade"], default="run",
+        help="run the benchmark (default) or grade a predictions file",
+    )  # fmt: skip
+    parser.add_argument(
+        "--data",
+        help=f"a .jsonl of id/problem/answer rows or a hub name such as {DEFAULT_HUB_DATA} "
+        f"(default: {DEFAULT_LOCAL_DATA} when it exists, else {DEFAULT_HUB_DATA})",
+    )
+    parser.add_argument("--limit", type=int, help="first N problems only")
+    parser.add_argument(
+        "--base-url", action="append", dest="base_urls", metavar="URL",
+        help="OpenAI-compatible server (vLLM), repeat for replicas; none: the embedded SmolLM2",
+    )  # fmt: skip
+    parser.add_argument("--model", help="model name (default: the server's first model)")
+    parser.add_argument("--api-key", help="API key (default: $OPENAI_API_KEY)")
+    parser.add_argument("--methods", default="single,vote,pacore", help="comma list of single, vote, pacore")
+    schedule = parser.add_mutually_exclusive_group()
+    schedule.add_argument(
+        "--preset", action="append", metavar="NAME[,NAME]",
+        help="PaCoRe presets low [4], medium [16], high [32,4] (default: all three; embedded model: low)",
+    )  # fmt: skip
+    schedule.add_argument(
+        "--rounds", action="append", metavar="K1[,K2...]",
+        help="a PaCoRe schedule such as 32,4; repeat the flag for several schedules",
+    )  # fmt: skip
+    parser.add_argument("--vote-k", help="comma list of vote sizes (default: the first round of each schedule)")
+    parser.add_argument("--samples", type=int, default=1, help="samples per problem; pass@1 is their mean")
+    parser.add_argument(
+        "--pool",
+        type=int,
+        help="pooled first-round trajectories per problem (default: the largest first round / vote size)",
+    )
+    parser.add_argument("--pool-file", help="pool JSONL to create or reuse across runs (default: OUTPUT/pool.jsonl)")
+    parser.add_argument("--max-tokens", type=int, help="cap per generated message (default: none; embedded: 512)")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--context-window", type=int, help="model context in tokens (references are capped to fit)")
+    parser.add_argument("--max-inflight", type=int, default=256, help="model calls in flight at most")
+    parser.add_argument("--seed", type=int, default=0, help="seed of pool draws and reference shuffles")
+    parser.add_argument("--output", help="results folder (resumable; default: runs/math-<data name>)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--predictions", help="grade: JSONL (or JSON list) of {id, response} rows")
+    parser.add_argument(
+        "--verdicts", help="grade: where to write one verdict per row (default: PREDICTIONS with .verdicts.jsonl)"
+    )
+    parser.set_defaults(func=main)
+
+
+def _data_source(args: argparse.Namespace) -> str:
+    if args.data:
+        return args.data
+    return str(DEFAULT_LOCAL_DATA) if DEFAULT_LOCAL_DATA.exists() else DEFAULT_HUB_DATA
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        if args.action == "grade":
+            return grade_command(args)
+        return run_command(args)
+    except RuntimeError as exc:  # math-verify missing, grading off the main thread, a server that died
+        print(f"pacore bench math: {exc}", file=sys.stderr)
+        return 2
+
+
+# -- grade -------------------------------------------------------------------------------------------------
+def read_predictions(path: Path) -> list[dict[str, Any]]:
+    """Rows of {id, response} from JSONL or a JSON list; the first bad row is named."""
+    from pacore_benchmarks.math.data import DataError  # noqa: PLC0415
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"cannot read predictions {path}: {exc}") from exc
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        try:
+            rows = list(enumerate(json.loads(text), start=1))
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}: not valid JSON ({exc.msg})") from None
+        where = "item"
+    else:
+        rows = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append((number, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+        where = "line"
+    predictions = []
+    for number, row in rows:
+        if not isinstance(row, dict) or "id" not in row or "response" not in row:
+            raise DataError(f"{path} {where} {number}: expected an object with fields 'id' and 'response'")
+        if not isinstance(row["response"], str):
+            raise DataError(f"{path} {where} {number}: 'response' must be a string")
+        predictions.append({"id": str(row["id"]), "response": row["response"]})
+    if not predictions:
+        raise DataError(f"{path}: no predictions in it")
+    return predictions
+
+
+def grade_command(args: argparse.Namespace) -> int:
+    from pacore_benchmarks.math.data import DataError, load_problems  # noqa: PLC0415
+    from pacore_benchmarks.math.runner import grade_predictions  # noqa: PLC0415
+
+    if not args.predictions:
+        raise DataError("grade needs --predictions FILE (rows of {id, response})")
+    problems = load_problems(_data_source(args), args.limit)
+    predictions_path = Path(args.predictions)
+    predictions = read_predictions(predictions_path)
+    known = {p.id for p in problems}
+    unknown = sorted({p["id"] for p in predictions} - known)
+    if unknown:
+        shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        raise DataError(f"{len(unknown)} prediction id(s) are not in {_data_source(args)}: {shown}")
+    verdicts = grade_predictions(problems, predictions)
+    verdicts_path = Path(args.verdicts) if args.verdicts else predictions_path.with_suffix(".verdicts.jsonl")
+    verdicts_path.parent.mkdir(parents=True, exist_ok=True)
+    verdicts_path.write_text("".join(json.dumps(v, ensure_ascii=False) + "\n" for v in verdicts))
+    correct = sum(v["correct"] for v in verdicts)
+    flags: dict[str, int] = {}
+    for verdict in verdicts:
+        if verdict["flag"]:
+            flags[verdict["flag"]] = flags.get(verdict["flag"], 0) + 1
+    answered = {v["id"] for v in verdicts}
+    missing = len(known - answered)
+    flagged = ", ".join(f"{count} {flag}" for flag, count in sorted(flags.items())) or "none"
+    print(f"graded {len(verdicts)} prediction(s) for {len(answered)} of {len(known)} problems; flags: {flagged}")
+    if missing:
+        print(f"{missing} problem(s) have no prediction (not counted)")
+    print(f"verdicts: {verdicts_path}")
+    print(f"accuracy: {correct}/{len(verdicts)} = {100 * correct / len(verdicts):.2f}%")
+    return 0
+
+
+# -- run ---------------------------------------------------------------------------------------------------
+def _schedules(args: argparse.Namespace, embedded: bool) -> list[list[int]]:
+    from pacore_graph.config import PRESETS, parse_rounds  # noqa: PLC0415
+
+    if args.rounds:
+        return [parse_rounds(text) for text in args.rounds]
+    names = [name for text in (args.preset or []) for name in _csv(text)]
+    if not names:
+        names = ["low"] if embedded else list(PRESETS)
+    unknown = [name for name in names if name not in PRESETS]
+    if unknown:
+        raise ValueError(f"unknown preset {unknown[0]!r}: choose from {', '.join(PRESETS)}")
+    return [list(PRESETS[name]) for name in names]
+
+
+def run_command(args: argparse.Namespace) -> int:
+    import asyncio  # noqa: PLC0415
+
+    from pacore_benchmarks.math.runner import MathBenchmark, MathRunSettings  # noqa: PLC0415
+    from pacore_graph.explorer import ChatExplorer  # noqa: PLC0415
+    from pacore_graph.models import serving  # noqa: PLC0415
+
+    embedded = not args.base_urls and not os.environ.get("OPENAI_BASE_URL")
+    data = _data_source(args)
+    methods = _csv(args.methods)
+    unknown = [m for m in methods if m not in ("single", "vote", "pacore")]
+    if unknown:
+        raise ValueError(f"unknown method {unknown[0]!r} in --methods: choose from single, vote, pacore")
+    overrides: dict[str, Any] = {}
+    if args.context_window or embedded:
+        overrides["context_window"] = args.context_window or EMBEDDED_CONTEXT
+    max_tokens = args.max_tokens
+    if embedded and max_tokens is None:
+        max_tokens = EMBEDDED_MAX_TOKENS
+    settings = MathRunSettings(
+        data=data,
+        output=Path(args.output or f"runs/math-{Path(data).stem}"),
+        limit=args.limit,
+        methods=methods,
+        schedules=_schedules(args, embedded),
+        vote_ks=[int(k) for k in _csv(args.vote_k)] if args.vote_k else None,
+        samples=args.samples,
+        pool=args.pool,
+        pool_file=Path(args.pool_file) if args.pool_file else None,
+        seed=args.seed,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_tokens=max_tokens,
+        max_inflight=args.max_inflight,
+        pacore_overrides=overrides,
+    )
+    from pacore_benchmarks.math.data import load_problems  # noqa: PLC0415
+
+    load_problems(settings.data, settings.limit)  # bad data fails before any server starts
+    if embedded:
+        print(
+            f"no --base-url: using the embedded SmolLM2 with max_tokens {max_tokens}, schedules "
+            f"{settings.schedules} (pass --base-url/--preset/--max-tokens to change)",
+            file=sys.stderr,
+        )
+
+    async def run(model: Any):
+        try:
+            config = settings.pacore_config([1], 0)
+            return await MathBenchmark(settings, ChatExplorer(model, config), progress=not args.no_progress).arun()
+        finally:
+            close = getattr(model, "aclose", None)
+            if close is not None:
+                await close()
+
+    with serving(args.base_urls, args.model, args.api_key) as model:
+        report = asyncio.run(run(model))
+    if report.table is not None:
+        print(report.table.read_text())
+    print(f"results: {report.output / 'results.jsonl'}")
+    if report.png is not None:
+        print(f"curve:   {report.png}")
+        print(f"table:   {report.table}")
+    if report.failures:
+        print(
+            f"{len(report.failures)} unit(s) failed; rerun the same command to retry them (finished work is kept)",
+            file=sys.stderr,
+        )
+        return 1
+    return 0

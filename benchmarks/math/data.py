@@ -1,0 +1,140 @@
+"""Competition math problems (AIME, HMMT) from a local .jsonl file or a MathArena hub name.
+
+The prompt is MathArena's: the competition's instruction, a blank line, then the problem. MathArena's
+configs (eth-sri/matharena, ``configs/competitions``) give every final-answer competition the same
+"reason step by step ... \\boxed{}" instruction and add the integer range for AIME.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+AIME_RANGE = "The answer is an integer between 0 and 999 inclusive."
+
+
+class DataError(ValueError):
+    """The dataset cannot be used; the message names the file, row and field."""
+
+
+class Problem(BaseModel):
+    """One problem with its gold answer (kept as text: AIME golds keep leading zeros, HMMT's are LaTeX)."""
+
+    id: str
+    problem: str
+    answer: str
+    competition: str = ""
+    problem_idx: int | None = None
+    extra: dict = Field(default_factory=dict)
+
+    @property
+    def is_aime(self) -> bool:
+        return (self.competition or self.id).lower().startswith("aime")
+
+    def instruction(self) -> str:
+        return f"{BOXED_INSTRUCTION}\n{AIME_RANGE}" if self.is_aime else BOXED_INSTRUCTION
+
+    def prompt(self) -> str:
+        """The user message, exactly as MathArena builds it: instruction, blank line, problem."""
+        return f"{self.instruction()}\n\n{self.problem}"
+
+
+def _problem_from_row(row: object, where: str, default_competition: str) -> Problem:
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    missing = [name for name in ("problem", "answer") if name not in row]
+    if "id" not in row and "problem_idx" not in row:
+        missing.append("id (or problem_idx)")
+    if missing:
+        raise DataError(f"{where}: row is missing field(s) {', '.join(missing)}")
+    problem = row["problem"]
+    if not isinstance(problem, str) or not problem.strip():
+        raise DataError(f"{where}: field 'problem' is empty")
+    answer = row["answer"]
+    if answer is None or not str(answer).strip():
+        raise DataError(f"{where}: field 'answer' is empty")
+    competition = str(row.get("competition") or default_competition)
+    problem_idx = row.get("problem_idx")
+    problem_id = str(row["id"]) if "id" in row else f"{competition}_{problem_idx}"
+    known = {"id", "problem", "answer", "competition", "problem_idx"}
+    return Problem(
+        id=problem_id,
+        problem=problem,
+        answer=str(answer).strip(),
+        competition=competition,
+        problem_idx=int(problem_idx) if isinstance(problem_idx, int | str) and str(problem_idx).isdigit() else None,
+        extra={k: v for k, v in row.items() if k not in known and _jsonable(v)},
+    )
+
+
+def _jsonable(value: object) -> bool:
+    return isinstance(value, str | int | float | bool | list | dict) or value is None
+
+
+def _check_unique(problems: list[Problem], source: str) -> list[Problem]:
+    seen: set[str] = set()
+    for problem in problems:
+        if problem.id in seen:
+            raise DataError(f"{source}: id {problem.id!r} appears more than once")
+        seen.add(problem.id)
+    if not problems:
+        raise DataError(f"{source}: no problems in it")
+    return problems
+
+
+def read_jsonl(path: Path) -> list[Problem]:
+    """Read and validate every row; the first bad row stops the load with its line number."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"cannot read dataset {path}: {exc}") from exc
+    default_competition = path.stem
+    problems = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+        problems.append(_problem_from_row(row, f"{path}:{number}", default_competition))
+    return _check_unique(problems, str(path))
+
+
+def read_hub(name: str) -> list[Problem]:
+    """A MathArena dataset from the Hugging Face hub (needs `datasets` and a network)."""
+    try:
+        import datasets  # noqa: PLC0415 - optional, heavy
+    except ModuleNotFoundError:
+        raise DataError(
+            f"{name!r} is not a local file, and loading it from the hub needs the `datasets` package "
+            "(pip install datasets); offline, pass a .jsonl path such as ../shared/data/math/aime_2025.jsonl"
+        ) from None
+    try:
+        rows = datasets.load_dataset(name, split="train").to_list()
+    except Exception as exc:  # the hub raises many types: offline, missing repo, auth
+        raise DataError(
+            f"cannot load {name!r} from the hub ({type(exc).__name__}: {exc}); offline, pass a .jsonl path"
+        ) from exc
+    competition = name.rsplit("/", 1)[-1]
+    problems = [_problem_from_row(row, f"{name} row {i}", competition) for i, row in enumerate(rows)]
+    return _check_unique(sorted(problems, key=lambda p: (p.problem_idx is None, p.problem_idx or 0)), name)
+
+
+def load_problems(source: str | Path, limit: int | None = None) -> list[Problem]:
+    """Problems from a .jsonl path, or a hub name such as ``MathArena/aime_2025`` when no such file exists."""
+    if limit is not None and limit < 1:
+        raise DataError(f"--limit must be at least 1, got {limit}")
+    path = Path(source)
+    if path.exists():
+        if path.is_dir():
+            raise DataError(f"{path} is a directory; pass one .jsonl file")
+        problems = read_jsonl(path)
+    elif "/" in str(source) and not str(source).endswith((".jsonl", ".json")) and str(source).count("/") == 1:
+        problems = read_hub(str(source))
+    else:
+        raise DataError(f"dataset file {path} does not exist")
+    return problems[:limit] if limit else problems

@@ -1,0 +1,104 @@
+"""``pacore bench math grade``: gold answers written as responses grade all correct, altered ones all wrong;
+one verdict per row; bad input gets one clear message."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from pacore_graph.cli import main
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "math"
+
+
+def _rows(competition: str) -> list[dict]:
+    return [json.loads(line) for line in (DATA / f"{competition}.jsonl").read_text().splitlines()]
+
+
+def _alter(answer: str) -> str:
+    return re.sub(r"\d", lambda m: str((int(m.group()) + 1) % 10), answer, count=1)
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+@pytest.mark.parametrize("competition", ["hmmt_feb_2024", "aime_2024"])
+def test_grade_gold_all_correct_and_altered_all_wrong(tmp_path: Path, capsys, competition: str) -> None:
+    rows = _rows(competition)
+    data = str(DATA / f"{competition}.jsonl")
+    gold = _write(tmp_path / "gold.jsonl", [{"id": r["id"], "response": f"\\boxed{{{r['answer']}}}"} for r in rows])
+    assert main(["bench", "math", "grade", "--data", data, "--predictions", str(gold)]) == 0
+    out = capsys.readouterr().out
+    assert "accuracy: 30/30 = 100.00%" in out
+    verdicts = [json.loads(line) for line in (tmp_path / "gold.verdicts.jsonl").read_text().splitlines()]
+    assert [v["id"] for v in verdicts] == [r["id"] for r in rows]
+    assert all(v["correct"] and v["flag"] is None for v in verdicts)
+
+    altered = _write(
+        tmp_path / "altered.jsonl",
+        [{"id": r["id"], "response": f"The answer is $\\boxed{{{_alter(r['answer'])}}}$."} for r in rows],
+    )
+    verdict_path = tmp_path / "out" / "v.jsonl"
+    args = ["bench", "math", "grade", "--data", data, "--predictions", str(altered), "--verdicts", str(verdict_path)]
+    assert main(args) == 0
+    assert "accuracy: 0/30 = 0.00%" in capsys.readouterr().out
+    assert not any(json.loads(line)["correct"] for line in verdict_path.read_text().splitlines())
+
+
+def test_grade_counts_partial_predictions_and_flags(tmp_path: Path, capsys) -> None:
+    rows = _rows("aime_2025")[:3]
+    predictions = _write(
+        tmp_path / "p.jsonl",
+        [
+            {"id": rows[0]["id"], "response": f"<think>...</think>\\boxed{{{rows[0]['answer']}}}"},
+            {"id": rows[1]["id"], "response": "I could not finish."},
+            {"id": rows[1]["id"], "response": rows[1]["answer"]},  # a second sample, written bare
+        ],
+    )
+    assert (
+        main(["bench", "math", "grade", "--data", str(DATA / "aime_2025.jsonl"), "--predictions", str(predictions)])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "graded 3 prediction(s) for 2 of 30 problems; flags: 1 no_boxed, 1 unboxed" in out
+    assert "28 problem(s) have no prediction" in out
+    assert "accuracy: 2/3 = 66.67%" in out
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"id": "aime_2025_I_1"}\n', "line 1: expected an object with fields 'id' and 'response'"),
+        ('{"id": "nope", "response": "1"}\n', "1 prediction id(s) are not in"),
+        ("not json\n", ":1: not valid JSON"),
+        ("", "no predictions"),
+    ],
+)
+def test_grade_bad_predictions(tmp_path: Path, capsys, content: str, message: str) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_text(content)
+    assert main(["bench", "math", "grade", "--data", str(DATA / "aime_2025.jsonl"), "--predictions", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1  # one clear message, no traceback
+
+
+def test_run_rejects_bad_input_before_starting_a_model(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "x", "problem": "", "answer": "1"}\n')
+    assert main(["bench", "math", "--data", str(bad), "--output", str(tmp_path / "o")]) == 1
+    assert "field 'problem' is empty" in capsys.readouterr().err
+    args = ["bench", "math", "--data", str(DATA / "aime_2025.jsonl"), "--output", str(tmp_path / "o")]
+    assert main([*args, "--rounds", "4,x"]) == 1
+    assert "comma-separated integers" in capsys.readouterr().err
+    assert main([*args, "--methods", "single,best"]) == 1
+    assert "unknown method 'best'" in capsys.readouterr().err
+    assert main([*args, "--rounds", "8", "--pool", "4"]) == 1
+    assert "--pool 4 is too small" in capsys.readouterr().err
+    assert main([*args, "--preset", "huge"]) == 1
+    assert "unknown preset 'huge'" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
