@@ -1,0 +1,321 @@
+"""``pacore bench multichallenge``: PaCoRe (or a plain call) on MultiChallenge, judged by an LLM.
+
+Both the responder and the judge default to the embedded SmolLM2 server, so the command runs on a
+fresh machine; on the embedded model responses are capped at 512 tokens unless ``--max-tokens`` says
+otherwise (a 135M model left uncapped tends to ramble to the end of its context).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+EMBEDDED_MAX_TOKENS = 512
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "multichallenge",
+        help="MultiChallenge multi-turn chat benchmark (responses via PaCoReNode, LLM judge)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
+    parser.set_defaults(func=main)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data",
+        help="benchmark_questions.jsonl path or hub dataset name "
+        "(default: ../shared/data/multichallenge/benchmark_questions.jsonl when present, "
+        "else ScaleAI/MultiChallenge)",
+    )
+    parser.add_argument("--limit", type=int, help="first N conversations (after --axis)")
+    parser.add_argument("--axis", help="only this axis, e.g. INFERENCE_MEMORY")
+    parser.add_argument(
+        "--base-url",
+        action="append",
+        default=[],
+        dest="base_urls",
+        metavar="URL",
+        help="responder server (repeat for replicas; default: embedded SmolLM2)",
+    )
+    parser.add_argument("--model", help="responder model name (default: the server's first model)")
+    parser.add_argument(
+        "--judge-base-url",
+        action="append",
+        default=[],
+        dest="judge_base_urls",
+        metavar="URL",
+        help="judge server (default: the responder's, i.e. embedded SmolLM2 when none is given)",
+    )
+    parser.add_argument(
+        "--judge-model",
+        help="judge model name (default: --model on the responder's server, else the judge server's first model)",
+    )
+    schedule = parser.add_mutually_exclusive_group()
+    schedule.add_argument(
+        "--preset",
+        choices=["low", "medium", "high"],
+        help="PaCoRe preset: low [4], medium [16], high [32,4] (default: low)",
+    )
+    schedule.add_argument("--rounds", help="schedule such as 32,4; 0 = plain single-call baseline")
+    parser.add_argument("--samples", type=int, default=1, help="samples per conversation (paper: 8)")
+    parser.add_argument("--concurrency", type=int, default=4, help="conversations in flight at once")
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        help=f"cap per generated message; 0 = none (default: none, {EMBEDDED_MAX_TOKENS} on the embedded model)",
+    )
+    parser.add_argument("--judge-max-tokens", type=int, default=512, help="cap on a judge reply")
+    parser.add_argument(
+        "--context-window",
+        type=int,
+        help="responder context in tokens, for capping references (default: the embedded server's, else unknown)",
+    )
+    parser.add_argument("--temperature", type=float, default=1.0, help="responder sampling temperature")
+    parser.add_argument("--seed", type=int, default=42, help="seed of the reference shuffle")
+    parser.add_argument(
+        "--output", help="results folder; rerun into it to resume (default: runs/multichallenge-<schedule>)"
+    )
+
+
+def _fail(message: str) -> int:
+    from rich.console import Console
+
+    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return 2
+
+
+def _schedule(args: argparse.Namespace) -> tuple[list[int], str | None]:
+    from pacore_graph.config import PRESETS, parse_rounds
+
+    if args.rounds is not None:
+        return parse_rounds(args.rounds), None
+    preset = args.preset or "low"
+    return list(PRESETS[preset]), preset
+
+
+def _default_output(rounds: list[int], preset: str | None) -> str:
+    label = preset or ("baseline" if not rounds else "rounds-" + "-".join(map(str, rounds)))
+    return str(Path("runs") / f"multichallenge-{label}")
+
+
+def main(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from pacore_benchmarks.multichallenge.data import DataError, default_source, load_dataset, select
+    from pacore_benchmarks.multichallenge.settings import RunSettings, SettingsMismatch, check_or_save
+    from pacore_graph.config import PaCoReConfig
+    from pacore_graph.models.embedded import DEFAULT_CONTEXT
+
+    try:
+        rounds, preset = _schedule(args)
+        PaCoReConfig(rounds=rounds)  # one clear message for a bad schedule, before anything runs
+    except ValidationError as exc:
+        return _fail("invalid schedule: " + "; ".join(err["msg"] for err in exc.errors()))
+    except ValueError as exc:
+        return _fail(f"invalid schedule: {exc}")
+    for name in ("samples", "concurrency"):
+        if getattr(args, name) < 1:
+            return _fail(f"--{name} must be at least 1")
+
+    base_urls = args.base_urls or ([os.environ["OPENAI_BASE_URL"]] if os.environ.get("OPENAI_BASE_URL") else [])
+    # The judge defaults to the responder's endpoint and model: the embedded model when none is given.
+    judge_urls = args.judge_base_urls or base_urls
+    embedded = not base_urls
+    max_tokens = args.max_tokens if args.max_tokens is not None else (EMBEDDED_MAX_TOKENS if embedded else None)
+    settings = RunSettings(
+        data=args.data or default_source(),
+        output=args.output or _default_output(rounds, preset),
+        limit=args.limit,
+        axis=args.axis.upper() if args.axis else None,
+        base_urls=base_urls,
+        model=args.model,
+        judge_base_urls=judge_urls,
+        judge_model=args.judge_model or (None if args.judge_base_urls else args.model),
+        rounds=rounds,
+        preset=preset,
+        samples=args.samples,
+        concurrency=args.concurrency,
+        max_tokens=max_tokens or None,
+        judge_max_tokens=args.judge_max_tokens or None,
+        temperature=args.temperature,
+        seed=args.seed,
+        context_window=args.context_window or (DEFAULT_CONTEXT if embedded else None),
+    )
+
+    try:
+        dataset = load_dataset(settings.data)
+        conversations = select(dataset.conversations, axis=settings.axis, limit=settings.limit)
+    except DataError as exc:
+        return _fail(str(exc))
+    try:
+        check_or_save(settings)
+    except SettingsMismatch as exc:
+        return _fail(str(exc))
+    return asyncio.run(_run(settings, dataset, conversations))
+
+
+async def _run(settings, dataset, conversations) -> int:
+    from rich.console import Console
+
+    from pacore_benchmarks.multichallenge.runner import RunOutcome, open_results
+
+    console = Console()
+    output = Path(settings.output)
+    for skipped in dataset.skipped:
+        console.print(f"[yellow]skipped malformed row {skipped.where}:[/] {skipped.reason}", highlight=False)
+    results = open_results(output)
+    if results.torn_lines:
+        console.print(f"[yellow]dropped {results.torn_lines} torn line(s) from {results.path}[/]")
+    wanted = {(c.question_id, s) for c in conversations for s in range(settings.samples)}
+    pending = len(wanted - results.done())
+    console.print(
+        f"MultiChallenge: {len(conversations)} conversations x {settings.samples} sample(s), "
+        f"{settings.schedule_label()}; {len(wanted) - pending} done, {pending} to run -> {output}",
+        soft_wrap=True,
+    )
+    outcome = RunOutcome()
+    if pending:
+        try:
+            outcome = await _respond_and_judge(settings, conversations, results, console)
+        except _Fatal as exc:
+            _fail(str(exc))
+            _write_reports(settings, dataset, conversations, results, console, unfinished=pending)
+            return 2
+    unfinished = len(wanted - results.done())
+    for line in outcome.unfinished[:20]:
+        console.print(f"[yellow]unfinished {line}[/]", highlight=False)
+    _write_reports(settings, dataset, conversations, results, console, unfinished=unfinished)
+    if unfinished:
+        console.print(f"[yellow]{unfinished} row(s) unfinished: rerun the same command to finish them[/]")
+        return 1
+    return 0
+
+
+class _Fatal(Exception):
+    """A server cannot be used at all (unreachable, unknown model): stop, keep what is written."""
+
+
+def _check_server(urls: list[str], model: str | None) -> None:
+    """Fail fast with one clear message instead of 273 rows of connection errors."""
+    from pacore_graph.errors import PaCoReError
+    from pacore_graph.models import discover_model
+
+    for url in urls:
+        try:
+            first = discover_model(url)
+        except PaCoReError as exc:
+            raise _Fatal(str(exc)) from None
+        if model is not None and model != first:
+            served = _served_models(url)
+            if served and model not in served:
+                raise _Fatal(f"model {model!r} is not served at {url} (it serves: {', '.join(served)})")
+
+
+def _served_models(url: str) -> list[str]:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/models", timeout=10) as response:
+            return [m.get("id") for m in json.load(response).get("data") or []]
+    except Exception:  # noqa: BLE001 - only used to improve a message
+        return []
+
+
+async def _respond_and_judge(settings, conversations, results, console):
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from pacore_benchmarks.multichallenge.runner import CHECKPOINTS_NAME, MultiChallengeRunner
+    from pacore_graph.errors import PaCoReError
+    from pacore_graph.models import serving
+
+    _check_server(settings.base_urls, settings.model)
+    _check_server(settings.judge_base_urls, settings.judge_model)
+    same_side = (settings.judge_base_urls, settings.judge_model) == (settings.base_urls, settings.model)
+    with ExitStack() as stack:
+        try:
+            if not settings.base_urls or not settings.judge_base_urls:
+                console.print("starting the embedded SmolLM2 server ...")
+            responder = stack.enter_context(serving(settings.base_urls or None, settings.model))
+            judge = (
+                responder
+                if same_side
+                else stack.enter_context(serving(settings.judge_base_urls or None, settings.judge_model))
+            )
+        except PaCoReError as exc:
+            raise _Fatal(str(exc)) from None
+        async with AsyncSqliteSaver.from_conn_string(str(Path(settings.output) / CHECKPOINTS_NAME)) as saver:
+            runner = MultiChallengeRunner(
+                settings,
+                responder=responder,
+                judge_model=judge,
+                results=results,
+                checkpointer=saver,
+                context_window=settings.context_window,
+            )
+            todo = runner.pending(conversations)
+            passed = {"n": 0}
+            columns = (
+                TextColumn("[bold]MultiChallenge"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("passed {task.fields[passed]}"),
+                TimeElapsedColumn(),
+            )
+            with Progress(*columns, console=console) as progress:
+                task = progress.add_task("rows", total=len(todo), passed=0)
+
+                def on_done(row: dict[str, Any] | None) -> None:
+                    passed["n"] += bool(row and row.get("passed"))
+                    progress.update(task, advance=1, passed=passed["n"])
+
+                outcome = await runner.arun(conversations, on_done=on_done)
+            await _close(responder, judge)
+            return outcome
+
+
+async def _close(*models: Any) -> None:
+    for model in {id(m): m for m in models}.values():
+        close = getattr(model, "aclose", None)
+        if close is not None:
+            await close()
+
+
+def _write_reports(settings, dataset, conversations, results, console, *, unfinished: int) -> None:
+    from pacore_benchmarks.multichallenge.report import markdown_report, plot_scores, print_summary
+    from pacore_benchmarks.multichallenge.scoring import score_rows
+
+    output = Path(settings.output)
+    wanted = {c.question_id for c in conversations}
+    rows = [r for r in results.rows if r["question_id"] in wanted and int(r["sample"]) < settings.samples]
+    scores = score_rows(rows)
+    print_summary(scores, settings, console)
+    plot = output / "axis_scores.png"
+    has_plot = bool(rows) and plot_scores(scores, plot)
+    report = markdown_report(
+        scores, settings, skipped=dataset.skipped, unfinished=unfinished, plot_name=plot.name if has_plot else None
+    )
+    (output / "report.md").write_text(report, encoding="utf-8")
+    (output / "scores.json").write_text(scores.model_dump_json(indent=2), encoding="utf-8")
+    console.print(f"rows: {results.path}\nreport: {output / 'report.md'}", soft_wrap=True)
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """Stand-alone entry (``python -m pacore_benchmarks.multichallenge.cli``), same as ``pacore bench``."""
+    parser = argparse.ArgumentParser(prog="pacore bench multichallenge", description=__doc__)
+    add_arguments(parser)
+    return main(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -1,0 +1,153 @@
+"""Show MultiChallenge scores: a rich table for the terminal, a markdown report, a bar chart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from pacore_benchmarks.multichallenge.data import SkippedRow
+from pacore_benchmarks.multichallenge.scoring import Scores
+from pacore_benchmarks.multichallenge.settings import PAPER_REFERENCE, RunSettings
+from pacore_graph.models.embedded import MODEL_ALIAS as EMBEDDED_MODEL
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"
+
+
+def _ttc(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def _columns(scores: Scores) -> list[str]:
+    n = max(scores.max_samples, 1)
+    return ["axis", "conv", "pass@1 %", f"any@{n} %", "mean TTC", "resp err", "judge err"]
+
+
+def _table_rows(scores: Scores) -> list[list[str]]:
+    rows = [
+        [
+            a.axis,
+            str(a.conversations),
+            _pct(a.pass_at_1),
+            _pct(a.any_pass),
+            _ttc(a.mean_ttc),
+            str(a.response_errors),
+            str(a.judge_errors),
+        ]
+        for a in scores.axes
+    ]
+    rows.append(
+        [
+            "OVERALL",
+            str(scores.conversations),
+            _pct(scores.overall_pass_at_1),
+            _pct(scores.overall_any_pass),
+            _ttc(scores.mean_ttc),
+            str(scores.response_errors),
+            str(scores.judge_errors),
+        ]
+    )
+    return rows
+
+
+def summary_table(scores: Scores, settings: RunSettings) -> Table:
+    table = Table(title=f"MultiChallenge · {settings.schedule_label()}")
+    for index, column in enumerate(_columns(scores)):
+        if index == 0:
+            table.add_column(column, no_wrap=True, min_width=len("RELIABLE_VERSION_EDITING"))
+        else:
+            table.add_column(column, justify="right")
+    rows = _table_rows(scores)
+    for row in rows[:-1]:
+        table.add_row(*row)
+    table.add_section()
+    table.add_row(*rows[-1], style="bold")
+    return table
+
+
+def print_summary(scores: Scores, settings: RunSettings, console: Console | None = None) -> None:
+    (console or Console()).print(summary_table(scores, settings))
+
+
+def _endpoint(urls: list[str], model: str | None) -> str:
+    if not urls:
+        return f"`{model or EMBEDDED_MODEL}` (embedded SmolLM2 server)"
+    return f"`{model or 'first listed model'}` at {', '.join(urls)}"
+
+
+def markdown_report(
+    scores: Scores,
+    settings: RunSettings,
+    *,
+    skipped: list[SkippedRow] | None = None,
+    unfinished: int = 0,
+    plot_name: str | None = None,
+) -> str:
+    lines = [
+        "# MultiChallenge results",
+        "",
+        f"- Data: `{settings.data}`"
+        + (f", axis {settings.axis}" if settings.axis else "")
+        + (f", first {settings.limit} conversations" if settings.limit is not None else ""),
+        f"- Responses: {_endpoint(settings.base_urls, settings.model)}, {settings.schedule_label()}, "
+        f"temperature {settings.temperature}, max_tokens {settings.max_tokens or 'unlimited'}",
+        f"- Judge: {_endpoint(settings.judge_base_urls, settings.judge_model)}, temperature 0, "
+        "sees only the final response and TARGET_QUESTION; pass = verdict equals PASS_CRITERIA",
+        f"- Samples per conversation: {settings.samples}",
+        f"- Rows scored: {scores.rows} over {scores.conversations} conversations",
+        "",
+        "| " + " | ".join(_columns(scores)) + " |",
+        "|" + "---|" * len(_columns(scores)),
+    ]
+    for row in _table_rows(scores):
+        lines.append("| " + " | ".join(row) + " |")
+    lines += [
+        "",
+        "Scores are percentages; conv = conversations, any@N = any-pass@N (at least one of N samples "
+        "passed), resp err / judge err = rows whose response / judgement failed. OVERALL is the mean of "
+        "the axis scores. TTC is the effective test-time "
+        "compute: completion tokens summed over every trajectory of every round. Rows with a response "
+        "or judge error count as not passed.",
+        "",
+    ]
+    if unfinished:
+        lines += [
+            f"**Incomplete:** {unfinished} (conversation, sample) rows are not finished; rerun the same "
+            "command with the same `--output` to finish them.",
+            "",
+        ]
+    if plot_name:
+        lines += [f"![pass@1 per axis]({plot_name})", ""]
+    lines += ["## Paper reference (PaCoRe-8B, overall)", "", "| setting | score |", "|---|---|"]
+    lines += [f"| {name} | {value} |" for name, value in PAPER_REFERENCE.items()]
+    if skipped:
+        lines += ["", f"## Skipped malformed rows ({len(skipped)})", ""]
+        lines += [f"- `{s.where}`: {s.reason}" for s in skipped]
+    return "\n".join(lines) + "\n"
+
+
+def plot_scores(scores: Scores, path: Path) -> bool:
+    """Bar chart of pass@1 per axis; False (and no file) when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    labels = [a.axis.replace("_", "\n") for a in scores.axes] + ["OVERALL"]
+    values = [100 * a.pass_at_1 for a in scores.axes] + [100 * (scores.overall_pass_at_1 or 0.0)]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    bars = ax.bar(labels, values, color=["#4c72b0"] * len(scores.axes) + ["#dd8452"])
+    ax.bar_label(bars, fmt="%.1f")
+    ax.set_ylabel("pass@1 (%)")
+    ax.set_ylim(0, 112)  # room for the value labels above a 100 % bar
+    ax.set_yticks(range(0, 101, 20))
+    ax.set_title("MultiChallenge pass@1 per axis")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True

@@ -1,0 +1,84 @@
+"""What one MultiChallenge run is: the choices that define its results, saved next to them.
+
+A rerun into the same output folder resumes only when these match; mixing rows produced by different
+models or schedules into one score would silently corrupt it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+# Fields that change what a result row means; the rest (concurrency, limit, axis) only pick what to run.
+IDENTITY_FIELDS = (
+    "data",
+    "base_urls",
+    "model",
+    "judge_base_urls",
+    "judge_model",
+    "rounds",
+    "max_tokens",
+    "judge_max_tokens",
+    "temperature",
+    "seed",
+    "context_window",
+)
+
+PAPER_REFERENCE = {"baseline (RLVR-8B)": 33.3, "low [4]": 41.8, "medium [16]": 45.7, "high [32, 4]": 48.0}
+
+
+class RunSettings(BaseModel):
+    data: str
+    output: str
+    limit: int | None = None
+    axis: str | None = None
+    base_urls: list[str] = Field(default_factory=list)  # empty: the embedded model
+    model: str | None = None
+    judge_base_urls: list[str] = Field(default_factory=list)
+    judge_model: str | None = None
+    rounds: list[int] = Field(default_factory=lambda: [4])  # [] = plain single call
+    preset: str | None = None  # for the report only; ``rounds`` is what runs
+    samples: int = Field(default=1, ge=1)
+    concurrency: int = Field(default=4, ge=1)
+    max_tokens: int | None = None
+    judge_max_tokens: int | None = 512
+    judge_attempts: int = Field(default=3, ge=1)
+    temperature: float = 1.0
+    seed: int = 42
+    context_window: int | None = None  # tokens; references are capped to fit before synthesis
+
+    def schedule_label(self) -> str:
+        if not self.rounds:
+            return "plain single call (--rounds 0)"
+        label = f"PaCoRe {self.rounds} + final 1"
+        return f"{label} (preset {self.preset})" if self.preset else label
+
+    def identity(self) -> dict:
+        return self.model_dump(include=set(IDENTITY_FIELDS))
+
+
+class SettingsMismatch(Exception):
+    """The output folder holds results of a differently configured run."""
+
+
+def settings_path(output: Path) -> Path:
+    return output / "run.json"
+
+
+def check_or_save(settings: RunSettings) -> None:
+    """Refuse to resume into a folder whose saved run differs in anything that defines the results."""
+    path = settings_path(Path(settings.output))
+    if path.exists():
+        saved = RunSettings.model_validate(json.loads(path.read_text(encoding="utf-8")))
+        old, new = saved.identity(), settings.identity()
+        diffs = [f"{k}: {old[k]!r} -> {new[k]!r}" for k in IDENTITY_FIELDS if old[k] != new[k]]
+        if diffs:
+            raise SettingsMismatch(
+                f"{path.parent} holds results of a different run ({'; '.join(diffs)}); use another --output folder"
+            )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(settings.model_dump_json(indent=2), encoding="utf-8")
+    tmp.replace(path)

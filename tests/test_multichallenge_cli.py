@@ -1,0 +1,83 @@
+"""``pacore bench multichallenge`` bad input: one clear message each, and nothing computed is lost."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+from test_multichallenge_resume import MockServer, write_data
+
+from pacore_benchmarks.multichallenge import cli as mc_cli
+from pacore_benchmarks.multichallenge.cli import cli
+
+
+def run(capsys, *args: str) -> tuple[int, str]:
+    code = cli(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def test_register_adds_the_subcommand():
+    parser = argparse.ArgumentParser()
+    mc_cli.register(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args(["multichallenge", "--limit", "4", "--rounds", "0", "--samples", "8"])
+    assert args.func is mc_cli.main and args.limit == 4 and args.rounds == "0" and args.samples == 8
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--rounds", "4,0"], "every round needs at least 1 trajectory"),
+        (["--rounds", "four"], "comma-separated integers"),
+        (["--samples", "0"], "--samples must be at least 1"),
+        (["--data", "missing/questions.jsonl"], "not found"),
+        (["--axis", "memory"], "unknown axis 'MEMORY'"),
+    ],
+)
+def test_bad_arguments_get_one_clear_message(capsys, tmp_path, args, message):
+    code, text = run(capsys, *args, "--output", str(tmp_path / "out"))
+    assert code == 2 and message in " ".join(text.split())
+    assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+def test_unreachable_server_stops_the_run_with_a_clear_message(capsys, tmp_path):
+    data = tmp_path / "data.jsonl"
+    write_data(data, 2)
+    code, text = run(
+        capsys, "--data", str(data), "--base-url", "http://127.0.0.1:9/v1", "--output", str(tmp_path / "o")
+    )
+    assert code == 2 and "cannot reach the model server at http://127.0.0.1:9/v1" in " ".join(text.split())
+
+
+def test_wrong_model_name_is_named(capsys, tmp_path):
+    data = tmp_path / "data.jsonl"
+    write_data(data, 1)
+    with MockServer() as server:
+        code, text = run(
+            capsys, "--data", str(data), "--base-url", server.url, "--model", "nope", "--output", str(tmp_path)
+        )
+        assert server.calls == []
+    assert code == 2 and "'nope' is not served" in " ".join(text.split()) and "mock" in text
+
+
+def test_resuming_into_a_folder_of_another_run_is_refused_and_keeps_its_rows(capsys, tmp_path):
+    data = tmp_path / "data.jsonl"
+    write_data(data, 2)
+    out = tmp_path / "out"
+    with MockServer() as server:
+        base = ["--data", str(data), "--base-url", server.url, "--output", str(out), "--max-tokens", "16"]
+        code, text = run(capsys, *base, "--rounds", "0")
+        assert code == 0, text
+        calls = len(server.calls)
+        assert calls == 4  # 2 plain calls + 2 judge calls
+        rows = (out / "results.jsonl").read_bytes()
+        code, text = run(capsys, *base, "--rounds", "2")
+        assert code == 2 and "holds results of a different run" in text and "rounds: [] -> [2]" in text
+        assert len(server.calls) == calls and (out / "results.jsonl").read_bytes() == rows
+        # More conversations later into the same folder: only the new ones run.
+        write_data(data, 3)
+        code, text = run(capsys, *base, "--rounds", "0")
+        assert code == 0 and len(server.calls) == calls + 2
+    ids = [json.loads(line)["question_id"] for line in (out / "results.jsonl").read_text().splitlines()]
+    assert ids == ["q0", "q1", "q2"]
