@@ -51,17 +51,23 @@ def _solve(args: argparse.Namespace) -> int:
 
     from pacore_graph.models import serving
     from pacore_graph.progress import RunProgress
-    from pacore_graph.run import asolve
+    from pacore_graph.prompt import last_user_index
+    from pacore_graph.run import asolve, to_messages
 
     config = config_from_args(args)
     if args.messages_file:
-        messages = json.loads(Path(args.messages_file).read_text())
+        try:
+            messages = json.loads(Path(args.messages_file).read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--messages-file {args.messages_file} is not valid JSON ({exc})") from None
         if args.problem:
             messages.append({"role": "user", "content": args.problem})
     elif args.problem:
         messages = args.problem
     else:
         raise ValueError("give a PROBLEM or --messages-file")
+    messages = to_messages(messages)  # checked before a server is started or a token is spent
+    last_user_index(messages)
     async def run(model, progress):
         try:
             return await asolve(model, messages, config, on_event=progress)

@@ -29,9 +29,11 @@ def cap_text(text: str, max_tokens: int) -> str:
     tokens, _ = count_tokens(text)
     if tokens <= max_tokens:
         return text
-    keep_chars = max(2, max_tokens * len(text) // tokens)
+    marker = f"\n[... about {tokens - max_tokens} tokens cut to fit the context ...]\n"
+    room = max(1, max_tokens - count_tokens(marker)[0])  # the marker counts against the cap too
+    keep_chars = max(2, room * len(text) // tokens)
     head, tail = text[: keep_chars // 3], text[len(text) - (keep_chars - keep_chars // 3) :]
-    return f"{head}\n[... about {tokens - max_tokens} tokens cut to fit the context ...]\n{tail}"
+    return f"{head}{marker}{tail}"
 
 
 def fit_references(references: Sequence[str], messages: Sequence[BaseMessage], config: PaCoReConfig) -> list[str]:

@@ -1,6 +1,6 @@
 """The PaCoRe StateGraph: a controller fans out K trajectories with Send, a collector compacts them.
 
-    START -> controller --Send x K--> trajectory -> collect -> controller ... -> finish -> END
+    START -> begin -> controller --Send x K--> trajectory -> collect -> controller ... -> finish -> END
 
 Each trajectory is one task (several nodes per trajectory would advance in lockstep with the slowest
 branch). State holds the caller's messages, the previous round's conclusions and small per-trajectory
@@ -25,7 +25,7 @@ from pacore_graph.context import fit_references
 from pacore_graph.errors import RoundFailedError
 from pacore_graph.explorer import Explorer, as_explorer
 from pacore_graph.limits import ConcurrencyLimiter
-from pacore_graph.prompt import order_references, synthesis_messages
+from pacore_graph.prompt import last_user_index, order_references, synthesis_messages
 from pacore_graph.records import RoundRecord, Trajectory, TrajectoryRecord
 from pacore_graph.retry import with_retries
 
@@ -70,6 +70,12 @@ def build_pacore_graph(
     explorer: Explorer = as_explorer(model_or_explorer, settings)
     limiter = limiter or ConcurrencyLimiter(settings.max_concurrency)
     schedule = settings.schedule
+
+    def begin(state: PaCoReState) -> dict[str, Any]:
+        """A new input starts at round 1, also on a thread that already ran (checkpointer, next turn)."""
+        if len(schedule) > 1:
+            last_user_index(state["messages"])  # fail now, not after round 1 was paid for
+        return {"round_index": 0, "references": [], "results": Overwrite([]), "rounds": Overwrite([])}
 
     def controller(state: PaCoReState) -> dict[str, Any]:
         round_index = state.get("round_index", 0)
@@ -155,11 +161,13 @@ def build_pacore_graph(
         return {"answer": AIMessage(content=state["references"][0], name="pacore")}
 
     builder = StateGraph(PaCoReState)
+    builder.add_node("begin", begin)
     builder.add_node("controller", controller)
     builder.add_node("trajectory", trajectory)
     builder.add_node("collect", collect)
     builder.add_node("finish", finish)
-    builder.add_edge(START, "controller")
+    builder.add_edge(START, "begin")
+    builder.add_edge("begin", "controller")
     builder.add_conditional_edges("controller", fan_out, ["trajectory"])
     builder.add_edge("trajectory", "collect")
     builder.add_conditional_edges("collect", next_step, ["controller", "finish"])

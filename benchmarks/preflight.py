@@ -1,0 +1,47 @@
+"""Check the model server before a long run, so a typo costs one clear message instead of hours of retries.
+
+An unreachable server would otherwise fail every trajectory after its retries, and a wrong model name
+would fail every problem with the same HTTP 404; both are one line here, before anything is spent.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+from pacore_graph.errors import PaCoReError
+
+
+def served_models(base_url: str, api_key: str | None = None, timeout: float = 10.0) -> list[str]:
+    """The model ids ``base_url/models`` lists; a PaCoReError naming the URL when it cannot be asked."""
+    request = urllib.request.Request(f"{base_url.rstrip('/')}/models")
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            listed = json.load(response).get("data") or []
+    except urllib.error.HTTPError as exc:
+        raise PaCoReError(f"the model server at {base_url} answered HTTP {exc.code} to GET /models") from None
+    except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise PaCoReError(f"cannot reach the model server at {base_url} ({reason}): is it running?") from None
+    except ValueError:
+        raise PaCoReError(f"the server at {base_url} is not an OpenAI-compatible API (/models is not JSON)") from None
+    return [str(item.get("id")) for item in listed if isinstance(item, dict)]
+
+
+def check_server(model: Any) -> None:
+    """Every replica of ``model`` answers and serves its model name. Other chat models are not checked."""
+    base_urls = getattr(model, "base_urls", None)
+    name = getattr(model, "model", None)
+    if not base_urls or not isinstance(name, str):
+        return
+    for base_url in base_urls:
+        models = served_models(base_url, getattr(model, "api_key", None))
+        if models and name not in models:
+            raise PaCoReError(
+                f"the server at {base_url} does not serve model {name!r}; it serves {', '.join(models)} "
+                "(pass one of these with --model)"
+            )

@@ -1,0 +1,199 @@
+"""Bad input: invalid schedules, empty problems, unreadable dataset files, rows missing fields, an
+unreachable server, a wrong model name, a context overflow. Each gets one clear message naming what is
+wrong, before anything is spent where possible, and a run keeps what it had.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from pydantic import ValidationError
+
+from pacore_benchmarks.math.data import DataError, load_problems
+from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
+from pacore_benchmarks.preflight import check_server
+from pacore_benchmarks.results import ResultsFile
+from pacore_benchmarks.resume import Problem, open_checkpointer, run_resumable
+from pacore_graph import PaCoReConfig, PaCoReError, PaCoReRunner, RetryPolicy, RoundFailedError, Trajectory
+from pacore_graph.cli import main as pacore_main
+from pacore_graph.graph import build_pacore_graph
+from pacore_graph.models.embedded import free_port
+from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
+from pacore_graph.run import to_messages
+
+NO_RETRY = RetryPolicy(max_attempts=1)
+
+
+def _cli(capsys, *argv: str) -> tuple[int, list[str]]:
+    code = pacore_main(list(argv))
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    return code, lines
+
+
+# ------------------------------------------------------------------------------------------- schedules
+
+
+@pytest.mark.parametrize(
+    ("rounds", "named"),
+    [("4,x", "--rounds takes comma-separated integers"), ("0,3", "rounds[0] is 0"), ("4,-2", "rounds[1] is -2")],
+)
+def test_invalid_schedule_is_one_line_naming_it(capsys, rounds, named):
+    closed = f"http://127.0.0.1:{free_port()}/v1"  # never reached: the schedule is checked first
+    code, lines = _cli(capsys, "solve", "q", f"--rounds={rounds}", "--base-url", closed, "--model", "m")
+    assert code == 1
+    assert len(lines) == 1 and lines[0].startswith("pacore: ") and named in lines[0]
+
+
+def test_invalid_config_fails_at_construction_naming_the_field():
+    with pytest.raises(ValidationError, match=r"rounds\[1\] is 0"):
+        PaCoReConfig(rounds=[4, 0])
+    with pytest.raises(ValidationError, match="max_tokens"):
+        PaCoReConfig(max_tokens=9000, context_window=8192)
+    with pytest.raises(ValueError, match="unknown preset 'huge'"):
+        PaCoReConfig.preset("huge")
+
+
+# -------------------------------------------------------------------------------------------- problems
+
+
+def test_empty_problems_are_refused_before_any_call():
+    with pytest.raises(ValueError, match="the problem is empty"):
+        to_messages("   ")
+    with pytest.raises(ValueError, match="the message list is empty"):
+        to_messages([])
+
+
+class Counting:
+    def __init__(self):
+        self.calls = 0
+
+    async def explore(self, messages, *, round_index, index):
+        self.calls += 1
+        return Trajectory(content=f"c{index}", completion_tokens=1)
+
+
+async def test_a_conversation_without_a_user_message_is_refused_before_round_one_is_spent():
+    explorer = Counting()
+    with pytest.raises(ValueError, match="user"):
+        await PaCoReRunner(explorer, PaCoReConfig(rounds=[3])).arun([("system", "be brief")])
+    assert explorer.calls == 0
+
+
+def test_messages_file_that_is_not_json_is_named(capsys, tmp_path):
+    broken = tmp_path / "conversation.json"
+    broken.write_text('[{"role": "user", "content": "hi"')
+    code, lines = _cli(capsys, "solve", "--messages-file", str(broken), "--base-url",
+                       f"http://127.0.0.1:{free_port()}/v1", "--model", "m")  # fmt: skip
+    assert code == 1 and len(lines) == 1
+    assert str(broken) in lines[0] and "JSON" in lines[0]
+
+
+def test_missing_messages_file_is_named(capsys, tmp_path):
+    code, lines = _cli(capsys, "solve", "--messages-file", str(tmp_path / "nope.json"), "--model", "m",
+                       "--base-url", f"http://127.0.0.1:{free_port()}/v1")  # fmt: skip
+    assert code == 1 and len(lines) == 1 and "nope.json" in lines[0]
+
+
+async def test_a_thread_that_already_ran_accepts_a_new_input():
+    """A user compiling the PaCoRe graph with a checkpointer and invoking one thread twice (a second
+    question) gets a fresh PaCoRe run, not an IndexError from the finished one's round counter."""
+    graph = build_pacore_graph(Counting(), PaCoReConfig(rounds=[2])).compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t"}}
+    await graph.ainvoke({"messages": to_messages("first question")}, config)
+    second = await graph.ainvoke({"messages": to_messages("second question")}, config)
+    assert [r.k for r in second["rounds"]] == [2, 1]
+    assert second["messages"][-1].content == "second question"
+
+
+# ------------------------------------------------------------------------------------------- datasets
+
+
+def test_dataset_problems_are_named_with_file_and_line(tmp_path):
+    missing = tmp_path / "missing.jsonl"
+    with pytest.raises(DataError, match="does not exist"):
+        load_problems(missing)
+    no_answer = tmp_path / "no_answer.jsonl"
+    no_answer.write_text('{"id": "a", "problem": "1+1", "answer": "2"}\n{"id": "b", "problem": "2+2"}\n')
+    with pytest.raises(DataError, match=r"no_answer.jsonl:2: row is missing field\(s\) answer"):
+        load_problems(no_answer)
+    torn = tmp_path / "torn.jsonl"
+    torn.write_text('{"id": "a", "problem": "1+1", "answer": "2"}\n{"id": "b", "probl')
+    with pytest.raises(DataError, match=r"torn.jsonl:2: not valid JSON"):
+        load_problems(torn)
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(DataError, match="cannot read dataset .*binary.jsonl"):
+        load_problems(binary)
+
+
+def test_math_cli_reports_a_bad_dataset_in_one_line(capsys, tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"id": "a", "problem": "1+1"}) + "\n")
+    code, lines = _cli(capsys, "bench", "math", "--data", str(rows), "--output", str(tmp_path / "out"),
+                       "--base-url", f"http://127.0.0.1:{free_port()}/v1", "--model", "m")  # fmt: skip
+    assert code == 1
+    assert lines[-1].startswith("pacore: ") and "rows.jsonl:1" in lines[-1] and "answer" in lines[-1]
+
+
+# -------------------------------------------------------------------------------------------- servers
+
+
+def test_unreachable_server_is_one_clear_message(capsys):
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(PaCoReError, match=f"cannot reach the model server at {url}"):
+        check_server(OpenAICompatibleChatModel(base_urls=[url], model="m"))
+    code, lines = _cli(capsys, "solve", "q", "--base-url", url)
+    assert code == 1 and len(lines) == 1 and f"cannot reach the model server at {url}" in lines[0]
+
+
+async def test_unreachable_server_mid_run_fails_the_problem_with_the_reason_and_keeps_the_rest(tmp_path):
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    model = OpenAICompatibleChatModel(base_urls=[url], model="m")
+    results = ResultsFile(tmp_path / "results.jsonl", key=lambda row: row["id"])
+    results.append({"id": "done-before", "answer": "42"})
+    config = PaCoReConfig(rounds=[2], retry=RetryPolicy(max_attempts=2, initial_delay=0))
+    try:
+        async with open_checkpointer(tmp_path) as saver:
+            summary = await run_resumable(
+                PaCoReRunner(model, config, checkpointer=saver),
+                [Problem(id="done-before", messages="a"), Problem(id="new", messages="b")],
+                results,
+                lambda problem, result: {"id": problem.id, "answer": result.answer},
+            )
+    finally:
+        await model.aclose()
+    assert summary.skipped == 1 and list(summary.failed) == ["new"]
+    assert "Cannot connect" in summary.failed["new"] or "Connect" in summary.failed["new"]
+    assert [row["id"] for row in ResultsFile(tmp_path / "results.jsonl", key=lambda r: r["id"]).rows] == [
+        "done-before"]  # fmt: skip
+
+
+def test_wrong_model_name_is_caught_before_the_run():
+    with Emulator(EmulatorConfig()) as emu:
+        check_server(OpenAICompatibleChatModel(base_urls=[emu.base_url], model=emu.config.model))
+        with pytest.raises(PaCoReError, match=r"does not serve model 'gpt-9'; it serves emulated-model"):
+            check_server(OpenAICompatibleChatModel(base_urls=[emu.base_url], model="gpt-9"))
+
+
+def test_wrong_model_name_in_a_run_is_one_line_and_not_retried(capsys):
+    with Emulator(EmulatorConfig(ttft=0.01)) as emu:
+        code, lines = _cli(capsys, "solve", "q", "--rounds", "3", "--base-url", emu.base_url, "--model", "gpt-9")
+        requests = emu.stats()["requests"]
+    assert code == 1 and requests == 3  # a 404 is never retried, and the final round is never sent
+    assert lines[-1].startswith("pacore: ") and "HTTP 404" in lines[-1] and "wrong model name" in lines[-1]
+
+
+async def test_context_overflow_is_named_and_not_retried():
+    with Emulator(EmulatorConfig(ttft=0.01, max_model_len=64)) as emu:
+        model = OpenAICompatibleChatModel(base_urls=[emu.base_url], model=emu.config.model)
+        try:
+            with pytest.raises(RoundFailedError) as caught:
+                await PaCoReRunner(model, PaCoReConfig(rounds=[2])).arun("word " * 400)
+        finally:
+            await model.aclose()
+        assert emu.stats()["requests"] == 2
+    message = str(caught.value)
+    assert "HTTP 400" in message and "does not fit the model's context" in message
+    assert "maximum context length is 64 tokens" in message

@@ -1,0 +1,98 @@
+"""Faults: a flaky server (HTTP 500/503, dropped connections, hung requests, broken JSON, cut streams)
+costs retries, not answers; what still fails is recorded with its reason; nothing is duplicated.
+
+All on the serving emulator over real loopback HTTP.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig, FaultRates
+from pacore_benchmarks.perf.faults import FaultSettings, run_fault_scenario
+from pacore_graph import ChatExplorer, PaCoReConfig, PaCoReRunner, RetryPolicy, RoundFailedError
+from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
+
+EVERY_FAULT = FaultRates(http_500=0.05, http_503=0.03, drop=0.04, timeout=0.02, malformed=0.03, cut_stream=0.03)
+FAST_RETRY = RetryPolicy(max_attempts=8, initial_delay=0.02, max_delay=0.2)
+
+
+async def test_flaky_server_costs_retries_not_answers(tmp_path):
+    settings = FaultSettings(problems=6, rounds=[8], faults=EVERY_FAULT, request_timeout=1.5)
+    report = await run_fault_scenario(settings, tmp_path)
+    assert report.answered == report.problems == 6
+    assert report.duplicates == 0 and report.lost == 0
+    assert report.trajectories == 6 * (8 + 1)
+    assert sum(report.faults_injected.values()) > 0
+    # Exact accounting: each injected fault cost one retry, and the server saw nothing else.
+    assert report.retries == sum(report.faults_injected.values()) - report.failed_trajectories
+    assert report.requests == report.trajectories + report.retries
+
+
+async def test_streamed_replies_survive_cut_streams_and_broken_events():
+    faults = FaultRates(cut_stream=0.15, malformed=0.1, drop=0.05)
+    config = PaCoReConfig(rounds=[6], stream=True, retry=FAST_RETRY, request_timeout=5)
+    with Emulator(EmulatorConfig(ttft=0.01, token_delay=0.0005, output_tokens=(40, 120), faults=faults)) as emu:
+        model = OpenAICompatibleChatModel(base_urls=[emu.base_url], model=emu.config.model)
+        runner = PaCoReRunner(model, config)
+        try:
+            results = [await runner.arun(f"problem {i}") for i in range(3)]
+        finally:
+            await model.aclose()
+        stats = emu.stats()
+    assert all(r.answer.strip() for r in results)
+    attempts = sum(t.attempts for r in results for round_ in r.rounds for t in round_.trajectories)
+    assert sum(stats["faults"].values()) > 0
+    assert stats["requests"] == attempts
+    assert attempts == 3 * 7 + sum(stats["faults"].values())  # each fault cost exactly one retry
+    assert not any(r.failures for r in results)
+
+
+class PartlyMisnamed:
+    """Trajectories 1 and 3 of the first round ask for a model the server does not have (HTTP 404,
+    never retried): deterministic failures among transient ones."""
+
+    def __init__(self, good: OpenAICompatibleChatModel, config: PaCoReConfig):
+        bad = OpenAICompatibleChatModel(base_urls=good.base_urls, model="no-such-model")
+        self.good, self.bad = ChatExplorer(good, config), ChatExplorer(bad, config)
+
+    async def explore(self, messages, *, round_index, index):
+        chosen = self.bad if round_index == 0 and index in (1, 3) else self.good
+        return await chosen.explore(messages, round_index=round_index, index=index)
+
+
+async def test_trajectories_that_still_fail_are_recorded_with_their_reason_and_left_out():
+    config = PaCoReConfig(rounds=[6], retry=FAST_RETRY, request_timeout=5)
+    faults = FaultRates(http_500=0.1, drop=0.05)
+    with Emulator(EmulatorConfig(ttft=0.01, token_delay=0.0005, faults=faults)) as emu:
+        model = OpenAICompatibleChatModel(base_urls=[emu.base_url], model=emu.config.model)
+        explorer = PartlyMisnamed(model, config)
+        try:
+            result = await PaCoReRunner(explorer, config).arun("problem")
+        finally:
+            await model.aclose()
+            await explorer.bad.model.aclose()
+    first = result.rounds[0]
+    assert [t.index for t in first.trajectories] == list(range(6))
+    assert [t.index for t in result.failures] == [1, 3]
+    for failure in result.failures:
+        assert "HTTP 404" in failure.error and "wrong model name" in failure.error
+        assert failure.attempts == 1  # a 4xx is the caller's mistake: never retried
+    assert len(first.references) == 4
+    assert result.answer.strip()
+
+
+async def test_a_round_where_every_trajectory_fails_raises_one_clear_error():
+    config = PaCoReConfig(rounds=[4], retry=RetryPolicy(max_attempts=2, initial_delay=0), request_timeout=5)
+    with Emulator(EmulatorConfig(ttft=0.01, faults=FaultRates(http_500=1.0))) as emu:
+        model = OpenAICompatibleChatModel(base_urls=[emu.base_url], model=emu.config.model)
+        try:
+            with pytest.raises(RoundFailedError) as caught:
+                await PaCoReRunner(model, config).arun("problem")
+        finally:
+            await model.aclose()
+        assert emu.stats()["requests"] == 4 * 2
+    message = str(caught.value)
+    assert "round 1: none of its 4 trajectories" in message
+    assert "failed after 2 attempt(s)" in message and "HTTP 500" in message
+    assert "\n" not in message
