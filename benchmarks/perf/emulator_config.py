@@ -1,0 +1,95 @@
+"""Settings of the serving emulator: how fast it answers, what it says, and how often it fails.
+
+Kept apart from the server so a benchmark can build, print and ship a config (as JSON, to the
+emulator's own process) without importing any server code.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+ReasoningStyle = Literal["reasoning", "reasoning_content", "both", "think", "none"]
+
+
+class FaultRates(BaseModel):
+    """Probability per request of each injected fault (drawn from a seeded hash, so repeatable).
+
+    A retry of the same request is a new draw: a flaky server costs retries, not answers.
+    """
+
+    http_500: float = Field(0.0, ge=0, le=1, description="answer HTTP 500 after the time to first token")
+    http_503: float = Field(0.0, ge=0, le=1, description="answer HTTP 503 after the time to first token")
+    timeout: float = Field(0.0, ge=0, le=1, description="read the request and never answer (hang)")
+    drop: float = Field(0.0, ge=0, le=1, description="close the socket mid-request, without a response")
+    malformed: float = Field(0.0, ge=0, le=1, description="HTTP 200 whose JSON (or SSE event) is broken")
+    cut_stream: float = Field(0.0, ge=0, le=1, description="stop a response midway and close the socket")
+
+    @model_validator(mode="after")
+    def _total_at_most_one(self) -> FaultRates:
+        if self.total() > 1.0:
+            raise ValueError(f"fault rates add up to {self.total():.3f}, more than 1")
+        return self
+
+    def total(self) -> float:
+        return self.http_500 + self.http_503 + self.timeout + self.drop + self.malformed + self.cut_stream
+
+    def pick(self, u: float) -> str | None:
+        """The fault for a uniform draw ``u`` in [0, 1), or None for a normal answer."""
+        edge = 0.0
+        for name in ("http_500", "http_503", "timeout", "drop", "malformed", "cut_stream"):
+            edge += getattr(self, name)
+            if u < edge:
+                return name
+        return None
+
+
+class EmulatorConfig(BaseModel):
+    """An OpenAI-compatible server that behaves like vLLM under load, minus the GPU."""
+
+    model: str = "emulated-model"
+    host: str = "127.0.0.1"
+    port: int = Field(0, ge=0, le=65535, description="0 picks a free port")
+    backlog: int = Field(4096, ge=1)
+    seed: int = 0
+
+    ttft: float = Field(0.05, ge=0, description="seconds from request to first token")
+    token_delay: float = Field(0.001, ge=0, description="seconds between tokens")
+    output_tokens: int | tuple[int, int] = Field(
+        64, description="completion length in tokens: a fixed count or an inclusive (min, max) range"
+    )
+    answer_tokens: int = Field(8, ge=1, description="tokens of the conclusion, the rest is reasoning")
+    reasoning: ReasoningStyle = Field(
+        "reasoning", description="where the reasoning goes: vLLM fields, <think> tags in content, or nowhere"
+    )
+    usage: bool = Field(True, description="report token usage (streams: only with include_usage)")
+    stream_tick: float = Field(
+        0.02, gt=0, description="streams are written in batches this often, like a busy server"
+    )
+    max_model_len: int = Field(131072, ge=1, description="context limit; longer requests get HTTP 400")
+    strict_model: bool = Field(True, description="answer 404 to a request for another model name")
+    slots: int | None = Field(
+        None, ge=1, description="requests served at once (like vLLM max_num_seqs); the rest wait in a queue"
+    )
+    faults: FaultRates = Field(default_factory=FaultRates)
+    hang_seconds: float = Field(3600.0, ge=0, description="how long a 'timeout' fault holds the connection")
+    request_log: str | None = Field(None, description="JSON lines file of every request received")
+
+    @model_validator(mode="after")
+    def _valid_lengths(self) -> EmulatorConfig:
+        if isinstance(self.output_tokens, tuple):
+            low, high = self.output_tokens
+            if not 1 <= low <= high:
+                raise ValueError(f"output_tokens range {self.output_tokens} must satisfy 1 <= min <= max")
+        elif self.output_tokens < 1:
+            raise ValueError(f"output_tokens must be at least 1, got {self.output_tokens}")
+        return self
+
+    def mean_latency(self) -> float:
+        """Seconds a typical non-streamed request takes, for sizing benchmarks."""
+        if isinstance(self.output_tokens, tuple):
+            tokens = sum(self.output_tokens) / 2
+        else:
+            tokens = self.output_tokens
+        return self.ttft + tokens * self.token_delay

@@ -1,0 +1,325 @@
+"""``pacore bench overhead``: what the operator costs beside the bare floor client, on the same emulator.
+
+Each measured run is a separate process (``overhead_worker``), so CPU time and peak RSS belong to the
+client alone; the emulator is yet another process. For every schedule the floor and the operator run
+one after the other against the same emulator (reset in between, so both get the same replies).
+
+Sections: the schedules (wall, CPU ms per trajectory, peak RSS), a streaming comparison (client tokens
+per CPU-second), checkpoint bytes per problem with SQLite for [32, 4], and scaling with K and with the
+number of problems. The last stdout line is one JSON object (see :func:`summarise`).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
+from pacore_benchmarks.perf.overhead_worker import WorkerResult, WorkerSpec
+
+TARGETS = {"wall_ratio": 1.05, "cpu_ms_per_trajectory": 1.5, "stream_ratio": 0.8}
+DEFAULT_SCHEDULES: list[list[int]] = [[4], [16], [32, 4]]
+
+
+class OverheadSettings(BaseModel):
+    """What to run. ``quick`` fills in smaller defaults where a field was left as None."""
+
+    problems: int = Field(64, ge=1)
+    concurrency: int = Field(1024, ge=1)
+    schedules: list[list[int]] = Field(default_factory=lambda: [list(s) for s in DEFAULT_SCHEDULES])
+    stream: bool | None = Field(None, description="True: every schedule streamed too; None: one probe; False: none")
+    stream_schedule: list[int] = Field(default_factory=lambda: [16])
+    repeats: int = Field(1, ge=1, description="runs per client and schedule; the median is reported")
+    checkpoint: bool = True
+    checkpoint_problems: int | None = Field(None, ge=1, description="default: min(problems, 16)")
+    scaling: bool = True
+    scaling_ks: list[int] = Field(default_factory=lambda: [4, 16, 64, 256])
+    scaling_k_problems: int = Field(16, ge=1)
+    scaling_problems: list[int] = Field(default_factory=lambda: [16, 64, 256])
+    profile: bool = False
+    emulator: EmulatorConfig = Field(
+        default_factory=lambda: EmulatorConfig(ttft=0.5, token_delay=0.005, output_tokens=(150, 450))
+    )
+    output_dir: str = "runs/overhead"
+
+    @classmethod
+    def quick(cls, **overrides: Any) -> OverheadSettings:
+        """About a minute: 16 problems, ~1 s requests, no scaling, a small checkpoint run."""
+        base: dict[str, Any] = {
+            "problems": 16,
+            "scaling": False,
+            "emulator": EmulatorConfig(ttft=0.3, token_delay=0.004, output_tokens=(100, 400)),
+        }
+        base.update(overrides)
+        return cls(**base)
+
+
+class Measurement(BaseModel):
+    """One client's run of one workload (median over repeats), with what the emulator saw."""
+
+    client: str
+    rounds: list[int]
+    problems: int
+    stream: bool
+    wall_s: float
+    cpu_s: float
+    trajectories: int
+    failures: int
+    answered: int
+    peak_rss_mb: float
+    requests: int
+    tokens_out: int
+    emulator_cpu_s: float
+    peak_active: int
+    checkpoint: dict[str, Any] | None = None
+
+    @property
+    def cpu_ms_per_trajectory(self) -> float:
+        return 1000 * self.cpu_s / max(self.trajectories, 1)
+
+    @property
+    def tokens_per_cpu_s(self) -> float:
+        return self.tokens_out / self.cpu_s if self.cpu_s > 0 else 0.0
+
+
+class Pair(BaseModel):
+    """The floor and the operator on one workload."""
+
+    label: str
+    floor: Measurement
+    operator: Measurement
+
+    @property
+    def wall_ratio(self) -> float:
+        return self.operator.wall_s / self.floor.wall_s
+
+    @property
+    def cpu_ratio(self) -> float:
+        return self.operator.cpu_s / self.floor.cpu_s if self.floor.cpu_s > 0 else float("inf")
+
+    @property
+    def stream_ratio(self) -> float:
+        return self.operator.tokens_per_cpu_s / self.floor.tokens_per_cpu_s if self.floor.tokens_per_cpu_s else 0.0
+
+
+class OverheadReport(BaseModel):
+    settings: OverheadSettings
+    schedules: list[Pair] = Field(default_factory=list)
+    streaming: list[Pair] = Field(default_factory=list)
+    checkpoint: Measurement | None = None
+    scaling_k: list[Pair] = Field(default_factory=list)
+    scaling_problems: list[Pair] = Field(default_factory=list)
+    profile_path: str | None = None
+    profile_top: str | None = None
+
+
+def schedule_label(rounds: list[int]) -> str:
+    return "[" + ", ".join(str(k) for k in rounds) + "]"
+
+
+def expected_trajectories(rounds: list[int], problems: int) -> int:
+    """Trajectories a schedule sends without failures: every round plus the final round of 1."""
+    return problems * (sum(rounds) + 1)
+
+
+class WorkerFailed(RuntimeError):
+    """A measured client process exited badly; its stderr tail says why."""
+
+
+def run_worker(spec: WorkerSpec, timeout: float = 1800) -> WorkerResult:
+    completed = subprocess.run(
+        [sys.executable, "-m", "pacore_benchmarks.perf.overhead_worker", spec.model_dump_json()],
+        capture_output=True, text=True, timeout=timeout,
+    )
+    lines = completed.stdout.strip().splitlines()
+    if completed.returncode != 0 or not lines:
+        raise WorkerFailed(
+            f"the {spec.client} run of {schedule_label(spec.rounds)} over {spec.problems} problems failed "
+            f"(exit {completed.returncode}): {completed.stderr.strip()[-2000:]}"
+        )
+    return WorkerResult.model_validate_json(lines[-1])
+
+
+def _one_run(emu: Emulator, spec: WorkerSpec) -> tuple[WorkerResult, dict[str, Any]]:
+    emu.reset()  # both clients get the same replies, and the counters are this run's alone
+    result = run_worker(spec)
+    return result, emu.stats()
+
+
+def _median_measurement(spec: WorkerSpec, runs: list[tuple[WorkerResult, dict[str, Any]]]) -> Measurement:
+    """The median-wall run's numbers, with the median CPU over all runs."""
+    runs = sorted(runs, key=lambda run: run[0].wall_s)
+    result, stats = runs[len(runs) // 2]
+    return Measurement(
+        client=spec.client, rounds=spec.rounds, problems=spec.problems, stream=spec.stream, wall_s=result.wall_s,
+        cpu_s=statistics.median(run[0].cpu_s for run in runs), trajectories=result.trajectories,
+        failures=result.failures, answered=result.answered, peak_rss_mb=result.peak_rss_mb,
+        requests=stats["requests"], tokens_out=stats["tokens_out"], emulator_cpu_s=stats["cpu_s"],
+        peak_active=stats["peak_active"], checkpoint=result.checkpoint,
+    )
+
+
+def measure(emu: Emulator, spec: WorkerSpec, repeats: int = 1) -> Measurement:
+    """Run one client ``repeats`` times on a freshly reset emulator; median numbers."""
+    return _median_measurement(spec, [_one_run(emu, spec) for _ in range(repeats)])
+
+
+def compare(emu: Emulator, settings: OverheadSettings, rounds: list[int], problems: int, stream: bool,
+            label: str | None = None) -> Pair:
+    """Floor and operator on one workload, alternating run by run so a change in machine load hits both."""
+
+    def spec(client: str) -> WorkerSpec:
+        return WorkerSpec(client=client, base_url=emu.base_url, model=emu.config.model, rounds=rounds,
+                          problems=problems, concurrency=settings.concurrency, stream=stream)
+
+    floor_spec, operator_spec = spec("floor"), spec("operator")
+    floor_runs, operator_runs = [], []
+    for _ in range(settings.repeats):
+        floor_runs.append(_one_run(emu, floor_spec))
+        operator_runs.append(_one_run(emu, operator_spec))
+    return Pair(label=label or schedule_label(rounds), floor=_median_measurement(floor_spec, floor_runs),
+                operator=_median_measurement(operator_spec, operator_runs))
+
+
+def plan(settings: OverheadSettings) -> list[tuple[str, dict[str, Any]]]:
+    """Every step of the run in order, as (section, arguments): lets the progress bar know the total."""
+    steps: list[tuple[str, dict[str, Any]]] = []
+    for rounds in settings.schedules:
+        steps.append(("schedules", {"rounds": rounds, "problems": settings.problems, "stream": False}))
+    if settings.stream is True:
+        for rounds in settings.schedules:
+            steps.append(("streaming", {"rounds": rounds, "problems": settings.problems, "stream": True}))
+    elif settings.stream is None:
+        steps.append(("streaming", {"rounds": settings.stream_schedule, "problems": settings.problems,
+                                    "stream": True}))
+    if settings.checkpoint:
+        problems = settings.checkpoint_problems or min(settings.problems, 16)
+        steps.append(("checkpoint", {"rounds": [32, 4], "problems": problems}))
+    if settings.scaling:
+        for k in settings.scaling_ks:
+            steps.append(("scaling_k", {"rounds": [k], "problems": settings.scaling_k_problems, "stream": False,
+                                        "label": f"K={k}"}))
+        for problems in settings.scaling_problems:
+            steps.append(("scaling_problems", {"rounds": [4], "problems": problems, "stream": False,
+                                               "label": f"P={problems}"}))
+    if settings.profile:
+        steps.append(("profile", {"rounds": [32, 4], "problems": settings.problems}))
+    return steps
+
+
+def run_overhead(settings: OverheadSettings, console: Any = None) -> OverheadReport:
+    """Run every section against one emulator and return the report (nothing printed but progress)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = console or Console(stderr=True)
+    out_dir = Path(settings.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    emulator_config = settings.emulator.model_copy(update={"slots": settings.concurrency})
+    report = OverheadReport(settings=settings)
+    steps = plan(settings)
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+               TimeElapsedColumn())
+    with Emulator(emulator_config) as emu, Progress(*columns, console=console) as progress:
+        task = progress.add_task("overhead", total=len(steps))
+        for section, args in steps:
+            progress.update(task, description=f"{section} {schedule_label(args['rounds'])} P={args['problems']}")
+            if section == "checkpoint":
+                with tempfile.TemporaryDirectory() as tmp:
+                    spec = WorkerSpec(client="operator", base_url=emu.base_url, model=emu.config.model,
+                                      rounds=args["rounds"], problems=args["problems"],
+                                      concurrency=settings.concurrency, checkpoint=str(Path(tmp) / "checkpoints.db"))
+                    report.checkpoint = measure(emu, spec)
+            elif section == "profile":
+                path = out_dir / "operator_profile.prof"
+                spec = WorkerSpec(client="operator", base_url=emu.base_url, model=emu.config.model,
+                                  rounds=args["rounds"], problems=args["problems"],
+                                  concurrency=settings.concurrency, profile=str(path))
+                measure(emu, spec)
+                report.profile_path = str(path)
+                report.profile_top = path.with_suffix(".txt").read_text()
+            else:
+                getattr(report, section).append(compare(emu, settings, **args))
+            progress.advance(task)
+    return report
+
+
+def _worst(values: list[float]) -> float | None:
+    return max(values) if values else None
+
+
+def summarise(report: OverheadReport) -> dict[str, Any]:
+    """The machine-readable verdict: the JSON object printed last."""
+    pairs = report.schedules
+    op_cpu = sum(p.operator.cpu_s for p in pairs)
+    floor_cpu = sum(p.floor.cpu_s for p in pairs)
+    op_traj = sum(p.operator.trajectories for p in pairs)
+    floor_traj = sum(p.floor.trajectories for p in pairs)
+    stream_ratio = None
+    if report.streaming:
+        op_rate = sum(p.operator.tokens_out for p in report.streaming) / sum(p.operator.cpu_s for p in report.streaming)
+        floor_rate = sum(p.floor.tokens_out for p in report.streaming) / sum(p.floor.cpu_s for p in report.streaming)
+        stream_ratio = op_rate / floor_rate
+    summary: dict[str, Any] = {
+        "wall_ratio": _worst([p.wall_ratio for p in pairs]),
+        "wall_ratios": {p.label: round(p.wall_ratio, 4) for p in pairs},
+        "cpu_ratio": op_cpu / floor_cpu if floor_cpu else None,
+        "cpu_ms_per_trajectory": 1000 * op_cpu / op_traj if op_traj else None,
+        "floor_cpu_ms_per_trajectory": 1000 * floor_cpu / floor_traj if floor_traj else None,
+        "stream_ratio": stream_ratio,
+        "stream_tokens_per_core_s": {
+            "operator": sum(p.operator.tokens_out for p in report.streaming)
+            / max(sum(p.operator.cpu_s for p in report.streaming), 1e-9),
+            "floor": sum(p.floor.tokens_out for p in report.streaming)
+            / max(sum(p.floor.cpu_s for p in report.streaming), 1e-9),
+        } if report.streaming else None,
+        "peak_rss_mb": _worst([p.operator.peak_rss_mb for p in pairs]),
+        "floor_peak_rss_mb": _worst([p.floor.peak_rss_mb for p in pairs]),
+        "problems": report.settings.problems,
+        "trajectories": op_traj,
+        "expected_trajectories": sum(expected_trajectories(p.operator.rounds, p.operator.problems) for p in pairs),
+        "floor_trajectories": floor_traj,
+        "failures": sum(p.operator.failures for p in pairs),
+        "checkpoint_bytes_per_problem": (report.checkpoint.checkpoint or {}).get("file_bytes_per_problem")
+        if report.checkpoint else None,
+    }
+    from pacore_benchmarks.perf.overhead_report import cost_model
+
+    model = cost_model(report.scaling_k + report.scaling_problems)
+    if model is not None:
+        summary["operator_extra_ms_per_trajectory"] = round(model["extra_ms_per_trajectory"], 4)
+        summary["operator_extra_ms_per_problem"] = round(model["extra_ms_per_problem"], 3)
+    for key in ("wall_ratio", "cpu_ratio", "cpu_ms_per_trajectory", "floor_cpu_ms_per_trajectory", "stream_ratio",
+                "peak_rss_mb", "floor_peak_rss_mb", "checkpoint_bytes_per_problem"):
+        if isinstance(summary[key], float):
+            summary[key] = round(summary[key], 4)
+    targets = {
+        "wall": summary["wall_ratio"] is not None and summary["wall_ratio"] <= TARGETS["wall_ratio"],
+        "cpu": summary["cpu_ms_per_trajectory"] is not None
+        and summary["cpu_ms_per_trajectory"] <= TARGETS["cpu_ms_per_trajectory"],
+        "stream": stream_ratio is None or stream_ratio >= TARGETS["stream_ratio"],
+    }
+    summary["targets"] = targets
+    summary["targets_met"] = all(targets.values())
+    return summary
+
+
+def write_outputs(report: OverheadReport, summary: dict[str, Any]) -> Path:
+    """Markdown, full JSON report and (when matplotlib is there) the scaling plot; returns the markdown path."""
+    from pacore_benchmarks.perf.overhead_report import plot_scaling, render_markdown
+
+    out_dir = Path(report.settings.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plot = plot_scaling(report, out_dir / "overhead_scaling.png")
+    markdown = out_dir / "overhead.md"
+    markdown.write_text(render_markdown(report, summary, plot))
+    data = {"summary": summary, "report": json.loads(report.model_dump_json())}
+    (out_dir / "overhead.json").write_text(json.dumps(data, indent=2) + "\n")
+    return markdown

@@ -1,0 +1,111 @@
+"""``pacore bench overhead``: the operator's client cost beside a bare aiohttp floor, on the serving emulator."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def _schedules(text: str) -> list[list[int]]:
+    """'4;16;32,4' -> [[4], [16], [32, 4]]."""
+    try:
+        schedules = [[int(k) for k in part.split(",")] for part in text.split(";") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"schedules look like '4;16;32,4', not {text!r}") from None
+    if not schedules or any(k < 1 for rounds in schedules for k in rounds):
+        raise argparse.ArgumentTypeError(f"every round needs at least 1 trajectory: {text!r}")
+    return schedules
+
+
+def _lengths(text: str) -> int | tuple[int, int]:
+    low, _, high = text.partition("-")
+    try:
+        return (int(low), int(high)) if high else int(low)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"output tokens are N or MIN-MAX, not {text!r}") from None
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "overhead",
+        help="operator vs bare aiohttp floor on the serving emulator (wall, CPU, RSS, streaming)",
+        description="Runs the PaCoRe schedules [4], [16] and [32, 4] through PaCoReNode in a graph and through a "
+        "bare aiohttp client sending the same requests, side by side on the serving emulator. Prints tables and, "
+        "as the last line, one JSON object (wall_ratio, cpu_ratio, cpu_ms_per_trajectory, stream_ratio, "
+        "peak_rss_mb, ...).",
+    )
+    parser.add_argument("--quick", action="store_true", help="16 problems, ~1 s requests, no scaling (about 1 min)")
+    parser.add_argument("--problems", type=int, help="problems per schedule (default 64; quick 16)")
+    parser.add_argument("--concurrency", type=int, default=1024, help="requests in flight (client and emulator)")
+    parser.add_argument("--schedules", type=_schedules, help="e.g. '4;16;32,4' (the default)")
+    parser.add_argument("--stream", action=argparse.BooleanOptionalAction, default=None,
+                        help="--stream: every schedule streamed too; default: one streamed probe ([16]); "
+                        "--no-stream: none")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per client and workload; medians reported")
+    parser.add_argument("--scaling", action=argparse.BooleanOptionalAction, default=None,
+                        help="scaling with K (4..256) and problems (default: on, off with --quick)")
+    parser.add_argument("--checkpoint", action=argparse.BooleanOptionalAction, default=True,
+                        help="SQLite checkpoint bytes per problem for [32, 4]")
+    parser.add_argument("--profile", action="store_true", help="also profile one operator run with cProfile")
+    parser.add_argument("--ttft", type=float, help="emulator seconds to first token")
+    parser.add_argument("--token-delay", type=float, help="emulator seconds per token")
+    parser.add_argument("--output-tokens", type=_lengths, help="emulator completion length, N or MIN-MAX")
+    parser.add_argument("--output", default="runs/overhead", help="folder for overhead.md/.json/.png")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    parser.set_defaults(func=run)
+
+
+def settings_from_args(args: argparse.Namespace) -> Any:
+    from pacore_benchmarks.perf.overhead import OverheadSettings
+
+    overrides: dict[str, Any] = {"concurrency": args.concurrency, "stream": args.stream, "repeats": args.repeats,
+                                 "checkpoint": args.checkpoint, "profile": args.profile, "output_dir": args.output}
+    if args.problems is not None:
+        overrides["problems"] = args.problems
+    if args.schedules is not None:
+        overrides["schedules"] = args.schedules
+    if args.scaling is not None:
+        overrides["scaling"] = args.scaling
+    settings = OverheadSettings.quick(**overrides) if args.quick else OverheadSettings(**overrides)
+    emulator = {key: value for key, value in (("ttft", args.ttft), ("token_delay", args.token_delay),
+                                               ("output_tokens", args.output_tokens)) if value is not None}
+    if emulator:
+        settings = settings.model_copy(update={"emulator": settings.emulator.model_copy(update=emulator)})
+        settings.emulator.model_validate(settings.emulator.model_dump())  # fail early on bad values
+    return settings
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from pydantic import ValidationError
+    from rich.console import Console
+
+    from pacore_benchmarks.perf.overhead import WorkerFailed, run_overhead, summarise, write_outputs
+    from pacore_benchmarks.perf.overhead_report import rich_tables
+
+    console = Console(stderr=True)
+    try:
+        settings = settings_from_args(args)
+    except ValidationError as exc:
+        console.print(f"[red]invalid overhead settings:[/red] {exc}")
+        return 2
+    try:
+        report = run_overhead(settings, console)
+    except WorkerFailed as exc:
+        console.print(f"[red]{exc}[/red]")
+        return 1
+    summary = summarise(report)
+    markdown = write_outputs(report, summary)
+    out = Console()
+    if not out.is_terminal:
+        out = Console(width=200)  # files and pipes: wide enough for the tables
+    for table in rich_tables(report):
+        out.print(table)
+    if report.checkpoint is not None and report.checkpoint.checkpoint:
+        c = report.checkpoint.checkpoint
+        out.print(f"checkpoints ([32, 4], SQLite): {c['file_bytes_per_problem']:,.0f} file bytes per problem, "
+                  f"{c['payload_bytes_per_problem']:,.0f} payload bytes per problem")
+    out.print(f"report: {markdown}")
+    print(json.dumps(summary), flush=True)
+    return 1 if args.strict and not summary["targets_met"] else 0

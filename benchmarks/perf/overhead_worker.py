@@ -1,0 +1,245 @@
+"""One measured client run in a process of its own, so its CPU time and peak RSS are its alone.
+
+    python -m pacore_benchmarks.perf.overhead_worker '{"client": "floor", "base_url": ..., "rounds": [32, 4]}'
+
+Imports happen before the clock starts; the measured span covers building the client (session, graph)
+and solving every problem concurrently. The last stdout line is the measurement as JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import cProfile
+import io
+import pstats
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+SYSTEM = "You are a careful competition mathematician. Reason step by step, then give the answer in \\boxed{}."
+
+
+class WorkerSpec(BaseModel):
+    client: Literal["floor", "operator"]
+    base_url: str
+    model: str
+    rounds: list[int]
+    problems: int
+    concurrency: int = 1024
+    stream: bool = False
+    seed: int = 42
+    checkpoint: str | None = None  # SQLite file: run the operator graph with a checkpointer
+    profile: str | None = None  # write cProfile statistics of the run to this file
+
+
+class WorkerResult(BaseModel):
+    client: str
+    wall_s: float
+    cpu_s: float
+    trajectories: int
+    failures: int
+    completion_tokens: int
+    answered: int
+    peak_rss_mb: float
+    checkpoint: dict[str, Any] | None = None
+
+
+def make_problems(count: int) -> list[list[dict[str, str]]]:
+    """Deterministic math-like problems of a realistic length (a system prompt and ~400 characters)."""
+    problems = []
+    for i in range(count):
+        text = (
+            f"Problem {i + 1}. Let $a_1 = {i + 2}$ and $a_{{n+1}} = a_n^2 - {i % 7 + 1} a_n + {i % 5 + 2}$ for "
+            f"$n \\ge 1$. Find the remainder when $a_{{{i % 40 + 10}}}$ is divided by {1000 + i}. Justify each step "
+            "carefully, consider all cases, and check small values before concluding; the answer is an integer "
+            "between 0 and 999 inclusive."
+        )
+        problems.append([{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}])
+    return problems
+
+
+def _raise_file_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+async def _run_floor(spec: WorkerSpec, problems: list[list[dict[str, str]]]) -> tuple[int, int, int, int]:
+    from pacore_benchmarks.perf.floor import run_floor
+
+    result = await run_floor(spec.base_url, spec.model, problems, spec.rounds, concurrency=spec.concurrency,
+                             stream=spec.stream, seed=spec.seed)
+    answered = sum(1 for answer in result.answers if answer.strip())
+    return result.trajectories, result.failures, result.completion_tokens, answered
+
+
+def _operator_graph(spec: WorkerSpec, checkpointer: Any = None) -> tuple[Any, Any]:
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    from pacore_graph import PaCoReConfig, PaCoReNode, chat_model
+
+    llm = chat_model(base_url=spec.base_url, model=spec.model)
+    config = PaCoReConfig(rounds=spec.rounds, max_concurrency=spec.concurrency, seed=spec.seed, stream=spec.stream)
+    builder = StateGraph(MessagesState)
+    builder.add_node("pacore", PaCoReNode(llm, config=config))
+    builder.add_edge(START, "pacore")
+    builder.add_edge("pacore", END)
+    return builder.compile(checkpointer=checkpointer), llm
+
+
+async def _run_operator(spec: WorkerSpec, problems: list[list[dict[str, str]]], checkpointer: Any = None
+                        ) -> tuple[int, int, int, int]:
+    app, llm = _operator_graph(spec, checkpointer)
+
+    async def one(number: int, messages: list[dict[str, str]]) -> dict[str, Any]:
+        config = {"configurable": {"thread_id": f"problem-{number}"}} if checkpointer is not None else None
+        state = await app.ainvoke({"messages": messages}, config)
+        return state["messages"][-1].response_metadata["pacore"]
+
+    try:
+        summaries = await asyncio.gather(*(one(n, m) for n, m in enumerate(problems)))
+    finally:
+        if hasattr(llm, "aclose"):
+            await llm.aclose()
+    trajectories = sum(len(r["trajectories"]) for s in summaries for r in s["rounds"])
+    failures = sum(len(s["failures"]) for s in summaries)
+    tokens = sum(s["ttc"] for s in summaries)
+    answered = sum(1 for s in summaries if str(s["answer"]).strip())
+    return trajectories, failures, tokens, answered
+
+
+async def _run_operator_checkpointed(spec: WorkerSpec, problems: list[list[dict[str, str]]]
+                                     ) -> tuple[tuple[int, int, int, int], dict[str, Any]]:
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    assert spec.checkpoint is not None
+    async with AsyncSqliteSaver.from_conn_string(spec.checkpoint) as saver:
+        counts = await _run_operator(spec, problems, saver)
+    return counts, checkpoint_sizes(spec.checkpoint, len(problems))
+
+
+def checkpoint_sizes(path: str, problems: int) -> dict[str, Any]:
+    """Bytes a SQLite checkpointer stored, per problem: the file and the serialized payloads in it."""
+    import sqlite3
+
+    files = [Path(path), Path(path + "-wal"), Path(path + "-shm")]
+    file_bytes = sum(f.stat().st_size for f in files if f.exists())
+    with sqlite3.connect(path) as db:
+        checkpoints, checkpoint_bytes = db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(LENGTH(checkpoint) + LENGTH(metadata)), 0) FROM checkpoints"
+        ).fetchone()
+        writes, write_bytes = db.execute("SELECT COUNT(*), COALESCE(SUM(LENGTH(value)), 0) FROM writes").fetchone()
+    return {
+        "problems": problems,
+        "file_bytes": file_bytes,
+        "checkpoints": checkpoints,
+        "checkpoint_bytes": checkpoint_bytes,
+        "writes": writes,
+        "write_bytes": write_bytes,
+        "file_bytes_per_problem": file_bytes / problems,
+        "payload_bytes_per_problem": (checkpoint_bytes + write_bytes) / problems,
+    }
+
+
+async def warm_up(spec: WorkerSpec) -> None:
+    """One tiny unmeasured run ([1], one problem) so lazy imports and first-call setup are not counted."""
+    tiny = spec.model_copy(update={"rounds": [1], "problems": 1, "checkpoint": None})
+    problem = make_problems(1)
+    if spec.client == "floor":
+        await _run_floor(tiny, problem)
+    else:
+        await _run_operator(tiny, problem)
+
+
+async def measure(spec: WorkerSpec) -> WorkerResult:
+    problems = make_problems(spec.problems)
+    await warm_up(spec)
+    # CPU-time timer: on a busy machine a wall-clock profile blames whatever ran when the process was descheduled
+    profiler = cProfile.Profile(time.process_time) if spec.profile else None
+    checkpoint = None
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    if profiler is not None:
+        profiler.enable()
+    if spec.client == "floor":
+        counts = await _run_floor(spec, problems)
+    elif spec.checkpoint:
+        counts, checkpoint = await _run_operator_checkpointed(spec, problems)
+    else:
+        counts = await _run_operator(spec, problems)
+    if profiler is not None:
+        profiler.disable()
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    if profiler is not None and spec.profile:
+        _write_profile(profiler, spec.profile)
+    trajectories, failures, tokens, answered = counts
+    return WorkerResult(
+        client=spec.client, wall_s=wall, cpu_s=cpu, trajectories=trajectories, failures=failures,
+        completion_tokens=tokens, answered=answered,
+        peak_rss_mb=peak_rss_mb(), checkpoint=checkpoint,
+    )
+
+
+def peak_rss_mb() -> float:
+    """This process's own peak RSS. ru_maxrss is not: Linux carries the parent's peak across fork and exec."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _write_profile(profiler: cProfile.Profile, path: str) -> None:
+    """Binary stats, plus a text file: CPU by package first (where the time goes), then the top functions."""
+    profiler.dump_stats(path)
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
+    by_package: dict[str, float] = {}
+    total = 0.0
+    for (filename, _line, _name), (_cc, _nc, tottime, _ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        by_package[package_of(filename)] = by_package.get(package_of(filename), 0.0) + tottime
+        total += tottime
+    text.write(f"CPU seconds by package (own time), total {total:.3f} s\n")
+    for package, seconds in sorted(by_package.items(), key=lambda item: -item[1]):
+        text.write(f"  {package:<28} {seconds:8.3f} s  {100 * seconds / max(total, 1e-9):5.1f}%\n")
+    text.write("\n")
+    stats.sort_stats("tottime").print_stats(40)
+    stats.sort_stats("cumulative").print_stats(60)
+    Path(path).with_suffix(".txt").write_text(text.getvalue())
+
+
+def package_of(filename: str) -> str:
+    """A profile entry's package: site-packages/<name>, pacore_graph, the stdlib module, or built-ins."""
+    if filename.startswith("~") or filename.startswith("<"):
+        return "(built-in / C)"
+    parts = Path(filename).parts
+    if "site-packages" in parts:
+        return parts[parts.index("site-packages") + 1]
+    for own in ("pacore_graph", "benchmarks", "agents"):
+        if own in parts:
+            return own
+    if "asyncio" in parts:
+        return "asyncio"
+    return "stdlib:" + Path(filename).stem
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m pacore_benchmarks.perf.overhead_worker '<WorkerSpec JSON>'", file=sys.stderr)
+        return 2
+    spec = WorkerSpec.model_validate_json(argv[0])
+    _raise_file_limit()
+    result = asyncio.run(measure(spec))
+    print(result.model_dump_json(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,343 @@
+"""The serving emulator over real HTTP on loopback: answers, streams, reasoning fields, usage, faults, log."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import aiohttp
+import pytest
+
+from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig, FaultRates, build_parser, config_from_args
+
+MODEL = "emulated-model"
+FAST = {"ttft": 0.0, "token_delay": 0.0, "output_tokens": 40}
+
+
+def body(text: str = "What is 6 times 7?", **extra) -> dict:
+    return {"model": MODEL, "messages": [{"role": "user", "content": text}], **extra}
+
+
+async def post(url: str, payload: dict, timeout: float = 10) -> tuple[int, bytes]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:
+        async with session.post(url + "/chat/completions", json=payload) as response:
+            return response.status, await response.read()
+
+
+def sse_events(raw: bytes) -> list[str]:
+    return [line[len("data: "):] for line in raw.decode().split("\n") if line.startswith("data: ")]
+
+
+def assemble(events: list[str]) -> dict:
+    """Concatenate a stream's deltas the way a client would."""
+    out = {"content": "", "reasoning": "", "finish_reason": None, "usage": None, "chunks": 0}
+    for event in events:
+        if event == "[DONE]":
+            break
+        piece = json.loads(event)
+        out["usage"] = piece.get("usage") or out["usage"]
+        for choice in piece["choices"]:
+            out["chunks"] += 1
+            delta = choice["delta"]
+            out["content"] += delta.get("content") or ""
+            out["reasoning"] += delta.get("reasoning") or ""
+            out["finish_reason"] = choice.get("finish_reason") or out["finish_reason"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def emu():
+    with Emulator(EmulatorConfig(**FAST)) as server:
+        yield server
+
+
+async def test_plain_completion_has_reasoning_usage_and_an_answer(emu):
+    status, raw = await post(emu.base_url, body())
+    assert status == 200
+    data = json.loads(raw)
+    message = data["choices"][0]["message"]
+    assert data["choices"][0]["finish_reason"] == "stop"
+    assert message["reasoning"] and "<think>" not in message["content"]
+    assert "\\boxed{" in message["content"]
+    usage = data["usage"]
+    assert usage["completion_tokens"] == 40
+    assert usage["prompt_tokens"] > 0 and usage["total_tokens"] == usage["prompt_tokens"] + 40
+
+
+async def test_models_endpoint_lists_the_model(emu):
+    async with aiohttp.ClientSession() as session:
+        async with session.get(emu.base_url + "/models") as response:
+            listed = await response.json()
+    assert [m["id"] for m in listed["data"]] == [MODEL]
+
+
+async def test_same_prompt_differs_between_repeats_and_repeats_after_reset(emu):
+    emu.reset()
+    first = json.loads((await post(emu.base_url, body("repeat me")))[1])["choices"][0]["message"]
+    second = json.loads((await post(emu.base_url, body("repeat me")))[1])["choices"][0]["message"]
+    emu.reset()
+    again = json.loads((await post(emu.base_url, body("repeat me")))[1])["choices"][0]["message"]
+    assert first["reasoning"] != second["reasoning"]  # K parallel trajectories must not be clones
+    assert again == first
+
+
+async def test_stream_matches_plain_reply_and_reports_usage_only_when_asked(emu):
+    emu.reset()
+    plain = json.loads((await post(emu.base_url, body("stream me")))[1])["choices"][0]["message"]
+    emu.reset()
+    status, raw = await post(emu.base_url, body("stream me", stream=True, stream_options={"include_usage": True}))
+    assert status == 200
+    events = sse_events(raw)
+    assert events[-1] == "[DONE]"
+    streamed = assemble(events)
+    assert streamed["content"] == plain["content"]
+    assert streamed["reasoning"] == plain["reasoning"]
+    assert streamed["finish_reason"] == "stop"
+    assert streamed["usage"]["completion_tokens"] == 40
+    emu.reset()
+    _, raw = await post(emu.base_url, body("stream me", stream=True))
+    assert assemble(sse_events(raw))["usage"] is None
+
+
+async def test_streams_are_sent_token_by_token_over_time():
+    config = EmulatorConfig(ttft=0.0, token_delay=0.01, output_tokens=30, stream_tick=0.01)
+    with Emulator(config) as server:
+        async with aiohttp.ClientSession() as session:
+            async with session.post(server.base_url + "/chat/completions", json=body(stream=True)) as response:
+                reads = [chunk async for chunk in response.content.iter_any()]
+    assert len(reads) > 3  # several network writes, not one buffered blob
+    events = sse_events(b"".join(reads))
+    assert assemble(events)["chunks"] == 30 + 2  # role chunk, 30 tokens, finish chunk
+
+
+async def test_max_tokens_cuts_with_finish_reason_length(emu):
+    _, raw = await post(emu.base_url, body(max_tokens=7))
+    data = json.loads(raw)
+    assert data["choices"][0]["finish_reason"] == "length"
+    assert data["usage"]["completion_tokens"] == 7
+    assert data["choices"][0]["message"]["content"] is None  # still thinking when cut, as vLLM reports it
+    _, raw = await post(emu.base_url, body(stream=True, max_completion_tokens=5))
+    assert assemble(sse_events(raw))["finish_reason"] == "length"
+
+
+@pytest.mark.parametrize("style", ["reasoning", "reasoning_content", "both", "think", "none"])
+async def test_reasoning_styles(style):
+    with Emulator(EmulatorConfig(reasoning=style, **FAST)) as server:
+        _, raw = await post(server.base_url, body())
+        _, streamed = await post(server.base_url, body(stream=True))
+    message = json.loads(raw)["choices"][0]["message"]
+    first_delta_keys = {k for e in sse_events(streamed)[1:2] for k in json.loads(e)["choices"][0]["delta"]}
+    content = message["content"]
+    assert "\\boxed{" in content
+    if style in ("reasoning", "reasoning_content"):
+        assert message[style] and set(message) & {"reasoning", "reasoning_content"} == {style}
+        assert first_delta_keys == {style}
+    elif style == "both":
+        assert message["reasoning"] == message["reasoning_content"]
+        assert first_delta_keys == {"reasoning", "reasoning_content"}
+    elif style == "think":
+        assert content.startswith("<think>") and "</think>" in content
+        assert "\\boxed{" in content.rpartition("</think>")[2]
+        assert "reasoning" not in message and first_delta_keys == {"content"}
+    else:
+        assert "<think>" not in content and "reasoning" not in message and "reasoning_content" not in message
+
+
+async def test_no_usage_when_disabled():
+    with Emulator(EmulatorConfig(usage=False, **FAST)) as server:
+        _, raw = await post(server.base_url, body())
+        _, streamed = await post(server.base_url, body(stream=True, stream_options={"include_usage": True}))
+    assert "usage" not in json.loads(raw)
+    assert assemble(sse_events(streamed))["usage"] is None
+
+
+async def test_synthesis_prompt_answers_with_the_majority_of_its_references(emu):
+    from pacore_graph.prompt import render_synthesis_prompt
+
+    references = ["so \\boxed{7}.", "I get \\boxed{3}.", "The answer is \\boxed{7}."]
+    prompt = render_synthesis_prompt("What is 3 + 4?", references)
+    for _ in range(3):
+        _, raw = await post(emu.base_url, body(prompt))
+        assert json.loads(raw)["choices"][0]["message"]["content"].endswith("\\boxed{7}.")
+
+
+async def test_wrong_model_and_context_overflow_get_clear_errors():
+    with Emulator(EmulatorConfig(max_model_len=1000, **FAST)) as server:
+        status, raw = await post(server.base_url, {**body(), "model": "no-such-model"})
+        assert status == 404 and "no-such-model" in json.loads(raw)["error"]["message"]
+        status, raw = await post(server.base_url, body("x" * 8000))
+        assert status == 400 and "maximum context length is 1000" in json.loads(raw)["error"]["message"]
+        status, raw = await post(server.base_url, body(max_tokens=995))
+        assert status == 400
+        async with aiohttp.ClientSession() as session:
+            async with session.post(server.base_url + "/chat/completions", data=b"{not json") as response:
+                assert response.status == 400
+        errors = server.stats()["errors"]
+    assert errors == {"model": 1, "context": 2, "bad_request": 1}
+
+
+# ---------------------------------------------------------------------------------------------- faults
+
+
+def only(kind: str, **extra) -> EmulatorConfig:
+    return EmulatorConfig(faults=FaultRates(**{kind: 1.0}), hang_seconds=30, **{**FAST, **extra})
+
+
+@pytest.mark.parametrize("kind,status", [("http_500", 500), ("http_503", 503)])
+async def test_http_error_faults(kind, status):
+    with Emulator(only(kind)) as server:
+        got, raw = await post(server.base_url, body())
+        assert got == status and "error" in json.loads(raw)
+        assert server.stats()["faults"] == {kind: 1}
+
+
+async def test_timeout_fault_hangs_until_the_client_gives_up():
+    with Emulator(only("timeout")) as server:
+        with pytest.raises(asyncio.TimeoutError):
+            await post(server.base_url, body(), timeout=0.5)
+        assert server.stats()["faults"] == {"timeout": 1}
+
+
+async def test_drop_fault_closes_the_connection_without_a_response():
+    with Emulator(only("drop")) as server:
+        with pytest.raises(aiohttp.ClientConnectionError):  # disconnected or reset, depending on timing
+            await post(server.base_url, body())
+
+
+async def test_malformed_fault_sends_broken_json():
+    with Emulator(only("malformed")) as server:
+        status, raw = await post(server.base_url, body())
+        assert status == 200
+        with pytest.raises(ValueError):
+            json.loads(raw)
+        _, streamed = await post(server.base_url, body(stream=True))
+        with pytest.raises(ValueError):
+            assemble(sse_events(streamed))
+
+
+async def test_cut_stream_fault_stops_midway():
+    with Emulator(only("cut_stream", output_tokens=60)) as server:
+        received = b""
+        with pytest.raises(aiohttp.ClientPayloadError):
+            async with aiohttp.ClientSession() as session:
+                async with session.post(server.base_url + "/chat/completions", json=body(stream=True)) as response:
+                    assert response.status == 200
+                    async for chunk in response.content.iter_any():
+                        received += chunk
+        events = sse_events(received)
+        assert events and "[DONE]" not in events and 1 < len(events) < 62
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await post(server.base_url, body())  # non-streamed: a body shorter than its Content-Length
+
+
+async def test_fault_rates_are_seeded_and_a_retry_is_a_fresh_draw():
+    config = EmulatorConfig(faults=FaultRates(http_500=0.3), **FAST)
+    outcomes = []
+    for _ in range(2):
+        with Emulator(config) as server:
+            statuses = [(await post(server.base_url, body(f"problem {i}")))[0] for i in range(60)]
+            outcomes.append(statuses)
+            failed = [i for i, status in enumerate(statuses) if status == 500]
+            retried = [(await post(server.base_url, body(f"problem {i}")))[0] for i in failed]
+    assert outcomes[0] == outcomes[1]  # same seed, same faults
+    assert 8 <= outcomes[0].count(500) <= 30
+    assert retried.count(200) > len(retried) // 2  # retries are new draws, so most succeed
+
+
+def test_fault_rates_above_one_are_refused():
+    with pytest.raises(ValueError, match="more than 1"):
+        FaultRates(http_500=0.7, drop=0.5)
+
+
+# ------------------------------------------------------------------------------- log, load, transport
+
+
+async def test_request_log_records_every_body_exactly(tmp_path):
+    log = tmp_path / "requests.jsonl"
+    sent = [body("first"), body("second", temperature=1.0, top_p=1.0, stream=True)]
+    with Emulator(EmulatorConfig(request_log=str(log), **FAST)) as server:
+        for payload in sent:
+            await post(server.base_url, payload)
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["body"] for r in records] == sent
+    assert [r["occurrence"] for r in records] == [0, 0] and all(r["fault"] is None for r in records)
+
+
+async def test_slots_queue_requests_beyond_capacity():
+    with Emulator(EmulatorConfig(ttft=0.5, token_delay=0.0, output_tokens=5, slots=2)) as server:
+        results = await asyncio.gather(*(post(server.base_url, body(f"q{i}")) for i in range(6)))
+        stats = server.stats()
+    assert [status for status, _ in results] == [200] * 6
+    assert stats["peak_active"] == 2 and stats["peak_queue"] >= 1 and stats["completed"] == 6
+
+
+async def test_keep_alive_and_chunked_request_bodies(emu):
+    emu.reset()
+    connector = aiohttp.TCPConnector(limit=1)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        for i in range(5):
+            async with session.post(emu.base_url + "/chat/completions", json=body(f"k{i}")) as response:
+                assert response.status == 200
+                await response.read()
+
+        async def chunks():
+            raw = json.dumps(body("chunked")).encode()
+            for start in range(0, len(raw), 7):
+                yield raw[start:start + 7]
+
+        async with session.post(emu.base_url + "/chat/completions", data=chunks()) as response:
+            assert response.status == 200 and "\\boxed{" in (await response.text())
+    assert emu.stats()["completed"] == 6
+
+
+async def test_many_requests_in_flight_at_once():
+    config = EmulatorConfig(ttft=2.0, token_delay=0.0, output_tokens=10)  # long enough to overlap even on a busy CI
+    with Emulator(config) as server:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+            async def one(i: int) -> int:
+                async with session.post(server.base_url + "/chat/completions", json=body(f"p{i}")) as response:
+                    await response.read()
+                    return response.status
+
+            statuses = await asyncio.gather(*(one(i) for i in range(1024)))
+        stats = server.stats()
+    assert statuses == [200] * 1024
+    assert stats["peak_active"] > 512  # they were really concurrent, none refused by the backlog
+
+
+# ------------------------------------------------------------------------------------- command line
+
+
+def test_command_line_flags_build_the_config():
+    args = build_parser().parse_args(
+        ["--port", "0", "--output-tokens", "10-20", "--fault", "http_500=0.05", "--fault", "drop=0.02",
+         "--reasoning", "think", "--no-usage"]
+    )
+    config = config_from_args(args)
+    assert config.output_tokens == (10, 20) and config.reasoning == "think" and not config.usage
+    assert config.faults.http_500 == 0.05 and config.faults.drop == 0.02
+    with pytest.raises(SystemExit, match="unknown fault kind"):
+        config_from_args(build_parser().parse_args(["--fault", "gremlins=0.1"]))
+
+
+def test_module_entry_serves_and_exits_with_its_parent():
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pacore_benchmarks.perf.emulator", "--port", "0", "--exit-with-stdin"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("EMULATOR READY port=")
+        port = int(line.split("=")[1])
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as response:
+            assert json.loads(response.read())["data"][0]["id"] == MODEL
+        process.stdin.close()
+        assert process.wait(timeout=10) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()

@@ -1,0 +1,125 @@
+"""The overhead benchmark: the floor sends what the operator sends, and a tiny run reports every key.
+
+No timing is asserted: speed targets are benchmark results, not test conditions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+
+import pytest
+
+from pacore_benchmarks.perf import overhead_cli
+from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
+from pacore_benchmarks.perf.floor import render_synthesis, run_floor
+from pacore_benchmarks.perf.overhead import expected_trajectories
+from pacore_benchmarks.perf.overhead_worker import WorkerSpec, make_problems, measure
+from pacore_graph.prompt import render_synthesis_prompt
+
+TINY_EMULATOR = {"ttft": 0.01, "token_delay": 0.0005, "output_tokens": (20, 60)}
+
+
+@pytest.mark.parametrize("references", [[], ["only one"], ["a", "b\nwith lines", "  spaced  ", "\\boxed{3}"]])
+def test_floor_template_is_byte_identical_to_the_operators(references):
+    original = "Find $x$ such that\n$x^2 = 4$."
+    assert render_synthesis(original, references) == render_synthesis_prompt(original, references)
+
+
+def _bodies(log_path) -> list[dict]:
+    """Every request body the emulator received, in arrival order."""
+    bodies = [json.loads(line)["body"] for line in log_path.read_text().splitlines()]
+    return bodies
+
+
+def _shape(body: dict) -> tuple:
+    """Everything of a request but the synthesis text, plus the sorted references it carries."""
+    last = body["messages"][-1]["content"]
+    references = []
+    if "Reference Responses:" in last:
+        tail = last.split("Reference Responses:\n", 1)[1].rsplit("\n\nNow, based on", 1)[0]
+        references = sorted(part.split(":\n", 1)[1].rstrip("\n") for part in tail.split("\nReference ")[1:])
+    rest = {k: v for k, v in body.items() if k != "messages"}
+    head = json.dumps([body["messages"][:-1], rest], sort_keys=True)
+    return head, body["messages"][-1]["role"], tuple(references)
+
+
+async def test_floor_sends_the_same_requests_as_the_operator(tmp_path):
+    """Same bodies, same rounds: the comparison measures client cost, not a different workload."""
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    from pacore_graph import PaCoReConfig, PaCoReNode, chat_model
+
+    problems = make_problems(3)
+    rounds = [3, 2]
+    shapes = {}
+    for client in ("floor", "operator"):
+        log = tmp_path / f"{client}.jsonl"
+        # reasoning inside <think> makes every content length distinct, so the reference order is fixed
+        config = EmulatorConfig(reasoning="think", request_log=str(log), **TINY_EMULATOR)
+        with Emulator(config) as emu:
+            if client == "floor":
+                result = await run_floor(emu.base_url, config.model, problems, rounds)
+                assert result.failures == 0
+            else:
+                llm = chat_model(base_url=emu.base_url, model=config.model)
+                builder = StateGraph(MessagesState)
+                builder.add_node("pacore", PaCoReNode(llm, config=PaCoReConfig(rounds=rounds)))
+                builder.add_edge(START, "pacore")
+                builder.add_edge("pacore", END)
+                app = builder.compile()
+                for problem in problems:
+                    await app.ainvoke({"messages": problem})
+                await llm.aclose()
+        shapes[client] = Counter(_shape(body) for body in _bodies(log))
+    assert sum(shapes["floor"].values()) == expected_trajectories(rounds, len(problems))
+    assert shapes["floor"] == shapes["operator"]
+    reference_counts = Counter(len(shape[2]) for shape in shapes["floor"].elements())
+    assert reference_counts == {0: 9, 3: 6, 2: 3}  # 3 problems x (3 first-round, 2 middle, 1 final)
+
+
+@pytest.mark.parametrize("client", ["floor", "operator"])
+async def test_worker_counts_every_trajectory_of_the_schedule(client):
+    with Emulator(EmulatorConfig(**TINY_EMULATOR)) as emu:
+        spec = WorkerSpec(client=client, base_url=emu.base_url, model=emu.config.model, rounds=[4, 2], problems=3,
+                          stream=True)
+        result = await measure(spec)
+        stats = emu.stats()
+    assert result.trajectories == expected_trajectories([4, 2], 3) == 3 * 7
+    assert result.failures == 0 and result.answered == 3
+    assert stats["completed"] == result.trajectories + 2  # plus the unmeasured warm-up ([1]: two calls)
+    assert result.cpu_s > 0 and result.peak_rss_mb > 0
+
+
+def test_tiny_overhead_run_prints_the_json_verdict_last(tmp_path, capsys):
+    parser = argparse.ArgumentParser()
+    overhead_cli.register(parser.add_subparsers())
+    args = parser.parse_args([
+        "overhead", "--problems", "2", "--schedules", "2;2,2", "--ttft", "0.01", "--token-delay", "0.0005",
+        "--output-tokens", "20-60", "--no-scaling", "--output", str(tmp_path),
+    ])
+    assert args.func(args) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    summary = json.loads(last)
+    for key in ("wall_ratio", "cpu_ratio", "cpu_ms_per_trajectory", "stream_ratio", "peak_rss_mb", "targets_met"):
+        assert key in summary
+    expected = expected_trajectories([2], 2) + expected_trajectories([2, 2], 2)
+    assert summary["trajectories"] == summary["floor_trajectories"] == summary["expected_trajectories"] == expected
+    assert summary["failures"] == 0
+    assert summary["stream_ratio"] > 0 and summary["checkpoint_bytes_per_problem"] > 0
+    assert set(summary["wall_ratios"]) == {"[2]", "[2, 2]"}
+    markdown = (tmp_path / "overhead.md").read_text()
+    assert "[2, 2]" in markdown and "Checkpoints" in markdown and "Streaming" in markdown
+    saved = json.loads((tmp_path / "overhead.json").read_text())
+    assert saved["summary"] == summary
+
+
+def test_bad_schedules_are_refused_with_a_clear_message(capsys):
+    parser = argparse.ArgumentParser()
+    overhead_cli.register(parser.add_subparsers())
+    with pytest.raises(SystemExit):
+        parser.parse_args(["overhead", "--schedules", "4;x"])
+    assert "schedules look like" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parser.parse_args(["overhead", "--schedules", "4;0"])
