@@ -1,6 +1,6 @@
 """The PaCoRe StateGraph: a controller fans out K trajectories with Send, a collector compacts them.
 
-    START -> begin -> controller --Send x K--> trajectory -> collect -> controller ... -> finish -> END
+    START -> begin -> controller --Send x K--> trajectory -> collect -> controller ... -> END
 
 Each trajectory is one task (several nodes per trajectory would advance in lockstep with the slowest
 branch). State holds the caller's messages, the previous round's conclusions and small per-trajectory
@@ -71,18 +71,19 @@ def build_pacore_graph(
     limiter = limiter or ConcurrencyLimiter(settings.max_concurrency)
     schedule = settings.schedule
 
-    def begin(state: PaCoReState) -> dict[str, Any]:
+    # Every node and router is async: LangGraph runs sync ones through a thread pool.
+    async def begin(state: PaCoReState) -> dict[str, Any]:
         """A new input starts at round 1, also on a thread that already ran (checkpointer, next turn)."""
         if len(schedule) > 1:
             last_user_index(state["messages"])  # fail now, not after round 1 was paid for
         return {"round_index": 0, "references": [], "results": Overwrite([]), "rounds": Overwrite([])}
 
-    def controller(state: PaCoReState) -> dict[str, Any]:
+    async def controller(state: PaCoReState) -> dict[str, Any]:
         round_index = state.get("round_index", 0)
         _emit({"event": "round_started", "round": round_index, "k": schedule[round_index], "rounds": len(schedule)})
-        return {"round_index": round_index}
+        return {}
 
-    def fan_out(state: PaCoReState) -> list[Send]:
+    async def fan_out(state: PaCoReState) -> list[Send]:
         round_index = state["round_index"]
         messages = state["messages"]
         if round_index > 0:
@@ -94,23 +95,21 @@ def build_pacore_graph(
         ]
 
     async def trajectory(task: TrajectoryTask, config: RunnableConfig) -> dict[str, Any]:
-        round_index, index = task["round_index"], task["index"]
+        """One trajectory, retried on transient failures; a final failure is recorded, never raised."""
+        round_index, index, messages = task["round_index"], task["index"], task["messages"]
+        semaphore = limiter.semaphore()
 
         async def attempt() -> Trajectory:
-            async with limiter.semaphore():
-                return await explorer.explore(task["messages"], round_index=round_index, index=index)
+            async with semaphore:
+                return await explorer.explore(messages, round_index=round_index, index=index)
 
         try:
             outcome, attempts = await with_retries(attempt, settings.retry, settings.request_timeout)
         except Exception as exc:
-            record = TrajectoryRecord(
-                round_index=round_index,
-                index=index,
-                error=f"{type(exc).__name__}: {exc}"[:2000],
-                attempts=getattr(exc, "pacore_attempts", 1),
-            )
-            _emit({"event": "trajectory_failed", "round": round_index, "index": index, "error": record.error})
-            return {"results": [record]}
+            error = f"{type(exc).__name__}: {exc}"[:2000]
+            attempts = getattr(exc, "pacore_attempts", 1)
+            _emit({"event": "trajectory_failed", "round": round_index, "index": index, "error": error})
+            return {"results": [TrajectoryRecord(round_index=round_index, index=index, error=error, attempts=attempts)]}
         record = _record(outcome, round_index, index, attempts, settings)
         trace = (config.get("configurable") or {}).get(TRACE_KEY)
         if trace is not None:
@@ -128,7 +127,8 @@ def build_pacore_graph(
         )
         return {"results": [record]}
 
-    def collect(state: PaCoReState) -> dict[str, Any]:
+    async def collect(state: PaCoReState) -> dict[str, Any]:
+        """Order and compact the round; after the final round its one conclusion is the answer."""
         round_index = state["round_index"]
         records = sorted(state.get("results", []), key=lambda record: record.index)
         order = order_references([r.content_length for r in records], settings.seed, settings.reference_order)
@@ -147,31 +147,29 @@ def build_pacore_graph(
         )
         if not references:
             raise RoundFailedError(_no_references_message(round_record))
-        return {
+        update = {
             "results": Overwrite([]),
             "rounds": [round_record],
             "references": references,
             "round_index": round_index + 1,
         }
+        if round_index + 1 == len(schedule):
+            update["answer"] = AIMessage(content=references[0], name="pacore")
+        return update
 
-    def next_step(state: PaCoReState) -> str:
-        return "controller" if state["round_index"] < len(schedule) else "finish"
-
-    def finish(state: PaCoReState) -> dict[str, Any]:
-        return {"answer": AIMessage(content=state["references"][0], name="pacore")}
+    async def next_step(state: PaCoReState) -> str:
+        return "controller" if state["round_index"] < len(schedule) else END
 
     builder = StateGraph(PaCoReState)
     builder.add_node("begin", begin)
     builder.add_node("controller", controller)
     builder.add_node("trajectory", trajectory)
     builder.add_node("collect", collect)
-    builder.add_node("finish", finish)
     builder.add_edge(START, "begin")
     builder.add_edge("begin", "controller")
     builder.add_conditional_edges("controller", fan_out, ["trajectory"])
     builder.add_edge("trajectory", "collect")
-    builder.add_conditional_edges("collect", next_step, ["controller", "finish"])
-    builder.add_edge("finish", END)
+    builder.add_conditional_edges("collect", next_step, ["controller", END])
     return builder
 
 

@@ -29,6 +29,8 @@ async def with_retries(
     """
     for number in range(1, policy.max_attempts + 1):
         try:
+            if timeout is None:
+                return await attempt(), number
             async with asyncio.timeout(timeout):
                 return await attempt(), number
         except Exception as exc:
