@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
 
-from langchain_core.language_models import BaseChatModel
+from fakes import PromptFunctionChatModel as Fake
 from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from pacore_benchmarks.multichallenge.data import Conversation
@@ -17,23 +15,6 @@ from pacore_benchmarks.multichallenge.settings import RunSettings
 from pacore_graph import ModelRequestError, RetryPolicy
 
 FAST_RETRY = RetryPolicy(max_attempts=2, initial_delay=0, max_delay=0)
-
-
-class Fake(BaseChatModel):
-    """Reply = function of the prompt; every call is recorded."""
-
-    reply: Callable[[list[BaseMessage]], AIMessage | str]
-    calls: list[list[BaseMessage]] = []
-
-    @property
-    def _llm_type(self) -> str:
-        return "fake"
-
-    def _generate(self, messages, stop=None, run_manager=None, **kwargs) -> ChatResult:
-        self.calls.append(list(messages))
-        out = self.reply(messages)
-        message = out if isinstance(out, AIMessage) else AIMessage(content=out)
-        return ChatResult(generations=[ChatGeneration(message=message)])
 
 
 def _digest(text: str) -> str:
@@ -106,9 +87,9 @@ async def test_one_row_per_conversation_and_sample_with_rounds_ttc_and_verdict(t
         assert row["ttc"] == 30  # 3 trajectories x 10 completion tokens
         assert row["verdict"] == "YES" and row["judge_reasoning"] == "checked"
         assert row["passed"] is (row["pass_criteria"] == "YES")
-    assert len(responder.calls) == 4 * 3 and len(judge.calls) == 4
+    assert len(responder.seen) == 4 * 3 and len(judge.seen) == 4
     # The judge sees the final response and the target question only, never the conversation.
-    for prompt, _ in zip(judge.calls, range(4), strict=False):
+    for prompt, _ in zip(judge.seen, range(4), strict=False):
         text = " ".join(str(m.content) for m in prompt)
         assert "history of" not in text and "earlier answer" not in text and "GOOD?" in text
 
@@ -116,7 +97,7 @@ async def test_one_row_per_conversation_and_sample_with_rounds_ttc_and_verdict(t
 async def test_synthesis_wraps_only_the_last_user_turn(tmp_path):
     runner, responder, _ = make_runner(tmp_path, [2])
     await runner.arun([conversation("a", "question a")])
-    synthesis = [call for call in responder.calls if "Reference Responses:" in str(call[-1].content)]
+    synthesis = [call for call in responder.seen if "Reference Responses:" in str(call[-1].content)]
     assert len(synthesis) == 1
     history = [(m.type, m.content) for m in synthesis[0][:-1]]
     assert history == [("human", "history of a"), ("ai", "an earlier answer")]
@@ -127,8 +108,8 @@ async def test_rounds_0_is_one_plain_call_per_conversation(tmp_path):
     convs = [conversation(q, f"question {q}") for q in "abc"]
     runner, responder, _ = make_runner(tmp_path, [])
     await runner.arun(convs)
-    assert len(responder.calls) == 3
-    assert all(call[-1].content.startswith("question") for call in responder.calls)
+    assert len(responder.seen) == 3
+    assert all(call[-1].content.startswith("question") for call in responder.seen)
     rows = open_results(tmp_path).rows
     assert all(r["rounds"][0]["k"] == 1 and len(r["rounds"]) == 1 and r["ttc"] == 10 for r in rows)
 
@@ -160,7 +141,7 @@ async def test_permanent_errors_are_recorded_and_transient_ones_left_for_a_rerun
 
         runner2, responder2, judge2 = make_runner(tmp_path, [2], responder=Fake(reply=recovered), checkpointer=saver)
         outcome2 = await runner2.arun(convs)
-        assert outcome2.written == 1 and len(responder2.calls) == 3 and len(judge2.calls) == 1
+        assert outcome2.written == 1 and len(responder2.seen) == 3 and len(judge2.seen) == 1
     rows = {r["question_id"]: r for r in open_results(tmp_path).rows}
     assert set(rows) == {"ok", "too-long", "judge-garbage", "flaky"}
     assert rows["flaky"]["error"] is None and rows["flaky"]["passed"]
@@ -174,7 +155,7 @@ async def test_rerun_of_a_finished_run_makes_no_model_calls(tmp_path):
     runner2, responder2, judge2 = make_runner(tmp_path, [2], samples=2)
     assert runner2.pending(convs) == []
     outcome = await runner2.arun(convs)
-    assert outcome.written == 0 and responder2.calls == [] and judge2.calls == []
+    assert outcome.written == 0 and responder2.seen == [] and judge2.seen == []
     assert (tmp_path / "results.jsonl").read_bytes() == before
 
 
@@ -195,12 +176,12 @@ async def test_answered_but_unjudged_row_resumes_from_its_checkpoint(tmp_path):
         finally:
             runner_module._JUDGE_CALL_ATTEMPTS = saved
         assert outcome.written == 0 and "judge call failed" in outcome.unfinished[0]
-        assert len(responder.calls) == 3
+        assert len(responder.seen) == 3
 
         runner2, responder2, judge2 = make_runner(tmp_path, [2], checkpointer=saver)
         outcome2 = await runner2.arun(convs)
         assert outcome2.written == 1
-        assert responder2.calls == [] and len(judge2.calls) == 1
+        assert responder2.seen == [] and len(judge2.seen) == 1
         (row,) = open_results(tmp_path).rows
         assert row["response"].startswith("final-") and row["ttc"] == 30 and row["passed"]
         # A finished row's checkpoint is dropped.

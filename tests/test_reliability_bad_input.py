@@ -13,7 +13,6 @@ from pydantic import ValidationError
 
 from pacore_benchmarks.math.data import DataError, load_problems
 from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
-from pacore_benchmarks.preflight import check_server
 from pacore_benchmarks.results import ResultsFile
 from pacore_benchmarks.resume import Problem, open_checkpointer, run_resumable
 from pacore_graph import PaCoReConfig, PaCoReError, PaCoReRunner, RetryPolicy, RoundFailedError, Trajectory
@@ -21,6 +20,7 @@ from pacore_graph.cli import main as pacore_main
 from pacore_graph.graph import build_pacore_graph
 from pacore_graph.models.embedded import free_port
 from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
+from pacore_graph.models.preflight import check_server
 from pacore_graph.run import to_messages
 
 NO_RETRY = RetryPolicy(max_attempts=1)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 from contextlib import ExitStack
@@ -208,27 +207,15 @@ class _Fatal(Exception):
 def _check_server(urls: list[str], model: str | None) -> None:
     """Fail fast with one clear message instead of 273 rows of connection errors."""
     from pacore_graph.errors import PaCoReError
-    from pacore_graph.models import discover_model
+    from pacore_graph.models import served_models
 
     for url in urls:
         try:
-            first = discover_model(url)
+            served = served_models(url)
         except PaCoReError as exc:
             raise _Fatal(str(exc)) from None
-        if model is not None and model != first:
-            served = _served_models(url)
-            if served and model not in served:
-                raise _Fatal(f"model {model!r} is not served at {url} (it serves: {', '.join(served)})")
-
-
-def _served_models(url: str) -> list[str]:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"{url.rstrip('/')}/models", timeout=10) as response:
-            return [m.get("id") for m in json.load(response).get("data") or []]
-    except Exception:  # noqa: BLE001 - only used to improve a message
-        return []
+        if model is not None and served and model not in served:
+            raise _Fatal(f"model {model!r} is not served at {url} (it serves: {', '.join(served)})")
 
 
 async def _respond_and_judge(settings, conversations, results, console):

@@ -2,35 +2,24 @@
 
 from __future__ import annotations
 
-import json
 import os
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from pacore_graph.errors import PaCoReError
 from pacore_graph.models.embedded import EmbeddedServer, shared_server
 from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
+from pacore_graph.models.preflight import check_server, discover_model, served_models
 
-__all__ = ["EmbeddedServer", "OpenAICompatibleChatModel", "chat_model", "discover_model", "serving"]
-
-
-def discover_model(base_url: str, api_key: str | None = None, timeout: float = 10) -> str:
-    """The first model a server lists under ``/models``; also proves the server is reachable."""
-    request = urllib.request.Request(f"{base_url.rstrip('/')}/models")
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            listed = json.load(response).get("data") or []
-    except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise PaCoReError(f"cannot reach the model server at {base_url} ({reason}): is it running?") from None
-    if not listed:
-        raise PaCoReError(f"the server at {base_url} lists no models")
-    return listed[0]["id"]
+__all__ = [
+    "EmbeddedServer",
+    "OpenAICompatibleChatModel",
+    "chat_model",
+    "check_server",
+    "discover_model",
+    "served_models",
+    "serving",
+]
 
 
 def chat_model(

@@ -32,6 +32,14 @@ def served_models(base_url: str, api_key: str | None = None, timeout: float = 10
     return [str(item.get("id")) for item in listed if isinstance(item, dict)]
 
 
+def discover_model(base_url: str, api_key: str | None = None, timeout: float = 10.0) -> str:
+    """The first model a server lists; also proves the server is reachable."""
+    listed = served_models(base_url, api_key, timeout)
+    if not listed:
+        raise PaCoReError(f"the server at {base_url} lists no models")
+    return listed[0]
+
+
 def check_server(model: Any) -> None:
     """Every replica of ``model`` answers and serves its model name. Other chat models are not checked."""
     base_urls = getattr(model, "base_urls", None)
