@@ -24,3 +24,14 @@ def embedded_server():
 
     with EmbeddedServer() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def client():
+    """A Docker client; a missing daemon fails the docker tests (deselect them with -m 'not docker')."""
+    from pacore_agents.swe.images import ImageBuildError, docker_client
+
+    try:
+        return docker_client()
+    except ImageBuildError as exc:
+        pytest.fail(f"{exc} (deselect with -m 'not docker' on machines without Docker)")

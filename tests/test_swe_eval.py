@@ -11,20 +11,12 @@ import pytest
 from pacore_agents.swe.docker_sandbox import leftover_sandboxes
 from pacore_agents.swe.eval_cli import register_eval
 from pacore_agents.swe.evaluation import PredictionError, evaluate, load_predictions, run_swebench_harness
-from pacore_agents.swe.images import ImageBuildError, docker_client, ensure_images
+from pacore_agents.swe.images import ensure_images
 from pacore_agents.swe.sandbox import open_sandbox
 from pacore_agents.swe.tasks import listed_tests, load_tasks
 
 pytestmark = pytest.mark.docker
 VERIFIED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "swebench" / "verified.parquet"
-
-
-@pytest.fixture(scope="module")
-def client():
-    try:
-        return docker_client()
-    except ImageBuildError as exc:
-        pytest.fail(f"{exc} (deselect with -m 'not docker' on machines without Docker)")
 
 
 @pytest.fixture(scope="module")

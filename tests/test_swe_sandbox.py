@@ -10,20 +10,12 @@ from pathlib import Path
 import pytest
 
 from pacore_agents.swe.docker_sandbox import DockerSandbox, leftover_sandboxes
-from pacore_agents.swe.images import ImageBuildError, docker_client, ensure_images
+from pacore_agents.swe.images import ensure_images
 from pacore_agents.swe.local_sandbox import UnsafeRuntimeWarning
 from pacore_agents.swe.sandbox import CommandResult, Sandbox, SandboxError, open_sandbox
 from pacore_agents.swe.tasks import listed_tests, load_tasks
 
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture(scope="module")
-def client():
-    try:
-        return docker_client()
-    except ImageBuildError as exc:
-        pytest.fail(f"{exc} (deselect with -m 'not docker' on machines without Docker)")
 
 
 @pytest.fixture(scope="module")
