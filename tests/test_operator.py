@@ -252,3 +252,30 @@ async def test_a_crashing_episode_is_recorded_and_left_out():
     explorer = AgentExplorer(builder.compile(), output=lambda state: state["messages"][-1])
     with pytest.raises(RoundFailedError, match="sandbox exploded"):
         await asolve(explorer, "fix", PaCoReConfig(rounds=[2]))
+
+
+def test_ttc_is_marked_approximate_exactly_when_it_is_estimated():
+    from pacore_graph.accounting import count_tokens
+
+    model = PromptFunctionChatModel(reply=lambda m: AIMessage(content="<think>abc def</think>ghi"), seen=[])
+    result = solve(model, "q", PaCoReConfig(rounds=[1]))
+    _, estimated = count_tokens("abc def ghi")  # offline (no tiktoken file) this is an estimate
+    assert result.ttc_approximate is estimated
+    with_usage = solve(PromptFunctionChatModel(reply=think_reply, seen=[]), "q", PaCoReConfig(rounds=[1]))
+    assert with_usage.ttc == 14 and not with_usage.ttc_approximate  # server usage is exact and comes first
+
+
+def test_serve_vllm_says_what_is_missing(capsys):
+    import importlib.util
+
+    from pacore_graph.cli import main
+    from pacore_graph.models.vllm_server import vllm_command
+
+    command = vllm_command("stepfun-ai/PaCoRe-8B", port=8001)
+    assert command[1:3] == ["serve", "stepfun-ai/PaCoRe-8B"]
+    for flag in ("--reasoning-parser", "--enable-prefix-caching", "--max-model-len"):
+        assert flag in command
+    assert command[command.index("--max-model-len") + 1] == "131072"
+    if importlib.util.find_spec("vllm") is None:  # this machine: no vLLM, no GPU
+        assert main(["serve-vllm", "stepfun-ai/PaCoRe-8B"]) == 1
+        assert "vLLM is not installed" in capsys.readouterr().err
