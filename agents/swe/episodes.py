@@ -6,18 +6,26 @@ a marker when cut) plus its note; the operator renders those as the Reference Re
 round's user message, exactly as in the chat case. The final episode's patch is the prediction. An
 episode that crashed or left no patch compacts to an empty conclusion, which the operator records
 and never passes on.
+
+Resume: compiled with a checkpointer, each instance runs on its own checkpoint thread, so a restart
+after a kill re-runs only the episodes that had not finished (the finished ones are LangGraph pending
+writes). Their records then come from the caller's episode sink (see ``run.EpisodeLog``), not memory.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import RunnableConfig, RunnableLambda
 from pydantic import BaseModel, Field
 
 from pacore_agents.swe.repair_agent import EPISODES_KEY, TASK_KEY, RepairEpisode, RepairSettings
+from pacore_benchmarks.resume import solve_resumable, thread_id
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.errors import RoundFailedError
 from pacore_graph.explorer import AgentExplorer
@@ -60,7 +68,12 @@ class InstanceOutcome(BaseModel):
 
 
 class SweSolver:
-    """One PaCoRe runner over repair episodes, reused for every instance of a run."""
+    """One PaCoRe runner over repair episodes, reused for every instance of a run.
+
+    With a ``checkpointer`` (e.g. ``pacore_benchmarks.resume.open_checkpointer``) every instance runs on
+    the thread :meth:`thread_for` names; ``salt`` (e.g. the model name) keeps runs that send different
+    things apart. The caller deletes a thread with :meth:`forget` once the instance's result is stored.
+    """
 
     def __init__(
         self,
@@ -70,33 +83,87 @@ class SweSolver:
         *,
         patch_cap: int = DEFAULT_PATCH_CAP,
         open_sandbox: Callable[[dict], Any] | None = None,
+        checkpointer: Any = None,
+        salt: Sequence[str] = (),
     ):
         self.config = config
         self.episode = RepairEpisode(model, settings, open_sandbox=open_sandbox)
-        explorer = AgentExplorer(self.episode.as_runnable(), output=lambda state: episode_conclusion(state, patch_cap))
-        self.runner = PaCoReRunner(explorer, config)
+        # What changes an episode beyond its messages and the schedule: part of the thread id.
+        behaviour = self.episode.settings.model_dump_json(exclude={"threads", "retry"})
+        self.salt = (*salt, behaviour, str(patch_cap))
+        # The task row and the episode sink of each instance in flight, by checkpoint thread. Why not in
+        # `configurable` directly: a resumed thread is run by `solve_resumable`, which takes only the thread
+        # id; LangGraph hands that id down to every episode, which looks its instance up here.
+        self._in_flight: dict[str, dict[str, Any]] = {}
+        runnable = RunnableLambda(self._run_episode, name="repair_episode")
+        explorer = AgentExplorer(runnable, output=lambda state: episode_conclusion(state, patch_cap))
+        self.runner = PaCoReRunner(explorer, config, checkpointer=checkpointer)
 
     @property
     def schedule(self) -> list[int]:
         return self.config.schedule
 
-    async def solve(self, row: dict, *, on_event: Callable[[dict[str, Any]], None] | None = None) -> InstanceOutcome:
-        """Run every round for ``row``; never raises for a failed round (the outcome says why)."""
-        episodes: list[dict[str, Any]] = []
-        configurable = {TASK_KEY: row, EPISODES_KEY: episodes}
+    @property
+    def checkpointer(self) -> Any:
+        return self.runner.graph.checkpointer
+
+    def thread_for(self, row: dict) -> str | None:
+        """The checkpoint thread of ``row`` (None without a checkpointer: nothing resumes)."""
+        if self.checkpointer is None:
+            return None
+        return thread_id(row["instance_id"], self.episode.messages_for(row), self.config, *self.salt)
+
+    async def forget(self, row: dict) -> None:
+        """Delete the checkpoints of ``row``: call it once its result is on disk."""
+        thread = self.thread_for(row)
+        if thread is not None:
+            await self.checkpointer.adelete_thread(thread)
+
+    async def _run_episode(self, graph_input: dict, config: RunnableConfig) -> dict[str, Any]:
+        configurable = (config.get("configurable") or {}) if config else {}
+        bound = self._in_flight.get(configurable.get("thread_id", ""))
+        if bound is not None and TASK_KEY not in configurable:
+            config = {**config, "configurable": {**configurable, **bound}}
+        # A fresh context: the episode's own graph must not run as a subgraph of the PaCoRe graph, which would
+        # hand it the run's checkpointer. A resumed run would then continue a half-done episode in a new
+        # sandbox that lacks its edits (and every episode step would be written to the checkpoint file).
+        return await asyncio.create_task(self.episode.ainvoke(graph_input, config), context=contextvars.Context())
+
+    async def solve(
+        self,
+        row: dict,
+        *,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+        episodes: list[dict[str, Any]] | None = None,
+    ) -> InstanceOutcome:
+        """Run every round for ``row``; never raises for a failed round (the outcome says why).
+
+        ``episodes`` receives each finished episode's record (a list by default); on a resumed thread it
+        must already hold the records of the episodes finished before the restart, or they are missing.
+        """
+        episodes = [] if episodes is None else episodes
+        bound = {TASK_KEY: row, EPISODES_KEY: episodes}
         started = time.monotonic()
         messages = self.episode.messages_for(row)
         rounds: list[dict[str, Any]] = []
         error = None
+        thread = self.thread_for(row)
         try:
-            result = await self.runner.arun(messages, {"configurable": configurable}, on_event=on_event)
+            if thread is None:
+                result = await self.runner.arun(messages, {"configurable": bound}, on_event=on_event)
+            else:
+                self._in_flight[thread] = bound
+                try:
+                    result, _ = await solve_resumable(self.runner, messages, thread, on_event=on_event)
+                finally:
+                    del self._in_flight[thread]
             rounds = [r.model_dump() for r in result.rounds]
         except RoundFailedError as exc:
             error = str(exc)
         final_round = len(self.schedule) - 1
-        episodes.sort(key=lambda e: (e["round_index"], e["index"]))
-        final = next((e for e in episodes if e["round_index"] == final_round and e["stop_reason"] != "error"), None)
-        crashed = [e for e in episodes if e["stop_reason"] == "error"]
+        records = sorted(episodes, key=lambda e: (e["round_index"], e["index"]))
+        final = next((e for e in records if e["round_index"] == final_round and e["stop_reason"] != "error"), None)
+        crashed = [e for e in records if e["stop_reason"] == "error"]
         if error and crashed:
             error = f"{error}; first episode error: {crashed[0]['error']}"
         return InstanceOutcome(
@@ -104,11 +171,11 @@ class SweSolver:
             model_patch=(final or {}).get("patch", ""),
             note=(final or {}).get("note", ""),
             error=error,
-            completed=any(e["stop_reason"] not in ("error", "cancelled") for e in episodes),
-            ttc=sum(e["completion_tokens"] for e in episodes),
+            completed=any(e["stop_reason"] not in ("error", "cancelled") for e in records),
+            ttc=sum(e["completion_tokens"] for e in records),
             seconds=round(time.monotonic() - started, 3),
             rounds=rounds,
-            episodes=episodes,
+            episodes=records,
         )
 
     def close(self) -> None:

@@ -4,11 +4,15 @@ Output folder:
     predictions.jsonl          swebench's format, one line per finished instance (appended atomically)
     trajectories/ID.json       every round and episode of an instance: messages, tool calls, outputs,
                                tokens, patches, notes, errors
+    trajectories/ID.episodes.jsonl   the instance in flight: each episode's record as it finishes
+                               (appended atomically; merged on restart, deleted once ID.json is final)
+    checkpoints.sqlite         LangGraph checkpoints of the instances in flight (one thread each)
     run.json                   the settings of the run and its last summary
 
 An instance whose episodes all crashed (no daemon, missing image, server down) gets a trajectory file
 with the error but no prediction, so the next run into the same folder tries it again; finished
-instances are skipped.
+instances are skipped. A run killed mid-instance resumes it: episodes that had finished are neither
+run nor lost (their records come back from the episode log, their conclusions from the checkpoint).
 """
 
 from __future__ import annotations
@@ -44,6 +48,41 @@ class RunSummary(BaseModel):
 
 def trajectory_path(output: Path, instance_id: str) -> Path:
     return output / TRAJECTORY_DIR / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', instance_id)}.json"
+
+
+def episode_log_path(output: Path, instance_id: str) -> Path:
+    path = trajectory_path(output, instance_id)
+    return path.with_name(f"{path.stem}.episodes.jsonl")
+
+
+class EpisodeLog(list):
+    """The episode records of one instance, each also appended to a JSONL file the moment it arrives.
+
+    Why: after a kill, the episodes that had finished are not run again (the checkpoint keeps their
+    conclusions), so their records exist only here. Lines of another checkpoint thread (a run that sent
+    something else) are ignored; an episode recorded twice (killed after its record, before its
+    checkpoint write, then run again) keeps its last record.
+    """
+
+    def __init__(self, path: Path, thread: str):
+        super().__init__()
+        self.path, self.thread = path, thread
+        self.file = ResultsFile(path, key=lambda row: row["seq"])
+        for line in self.file.rows:
+            if line.get("thread") == thread:
+                self._keep(line["record"])
+
+    def _keep(self, record: dict[str, Any]) -> None:
+        key = (record.get("round_index"), record.get("index"))
+        self[:] = [r for r in self if (r.get("round_index"), r.get("index")) != key]
+        super().append(record)
+
+    def append(self, record: dict[str, Any]) -> None:  # type: ignore[override]
+        self.file.append({"seq": len(self.file.rows), "thread": self.thread, "record": record})
+        self._keep(record)
+
+    def remove_file(self) -> None:
+        self.path.unlink(missing_ok=True)
 
 
 def write_json_atomically(path: Path, data: Any) -> None:
@@ -123,8 +162,12 @@ async def run_instances(
     with make_progress(len(todo), sum(solver.schedule)) as bars:
 
         async def one(row: dict) -> None:
+            thread = solver.thread_for(row)
+            log = EpisodeLog(episode_log_path(output, row["instance_id"]), thread) if thread else None
             async with gate:
-                outcome = await solver.solve(row, on_event=bars.on_event)
+                if log:
+                    bars.progress.advance(bars.episodes, len(log))  # finished before a restart
+                outcome = await solver.solve(row, on_event=bars.on_event, episodes=log)
             record = {"model_name_or_path": model_name, "settings": settings or {}, **outcome.model_dump()}
             write_json_atomically(trajectory_path(output, row["instance_id"]), record)
             if outcome.completed:
@@ -135,6 +178,11 @@ async def run_instances(
                         "model_patch": outcome.model_patch,
                     }
                 )
+                # The row is on disk: the checkpoints and the log are spare now (a kill before this only
+                # leaves them to be read back, never run again).
+                await solver.forget(row)
+                if log is not None:
+                    log.remove_file()
                 if outcome.model_patch.strip():
                     summary.predicted += 1
                 else:

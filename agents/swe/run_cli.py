@@ -54,6 +54,7 @@ def run_command(args: argparse.Namespace) -> int:
     from pacore_agents.swe.repair_agent import RepairSettings
     from pacore_agents.swe.run import run_instances
     from pacore_agents.swe.tasks import load_tasks, parse_instances
+    from pacore_benchmarks.resume import open_checkpointer
     from pacore_graph.cli import config_from_args
     from pacore_graph.models import serving
 
@@ -76,6 +77,9 @@ def run_command(args: argparse.Namespace) -> int:
         if problem:
             print(f"pacore: {problem}", file=sys.stderr)
             return 2
+        removed = remove_orphaned_sandboxes()
+        if removed:
+            print(f"pacore: removed {removed} sandbox container(s) left by a killed run", file=sys.stderr)
     sampling = {"temperature": config.temperature, "top_p": config.top_p}
     if config.max_tokens is not None:
         sampling["max_tokens"] = config.max_tokens
@@ -101,14 +105,16 @@ def run_command(args: argparse.Namespace) -> int:
         }
 
         async def main():
-            solver = SweSolver(model, config, settings)
-            try:
-                return await run_instances(
-                    rows, solver, output, model_name=model_name, workers=args.workers, settings=recorded
-                )
-            finally:
-                solver.close()
-                await model.aclose()
+            # One checkpoint thread per instance in output/checkpoints.sqlite: a killed run resumes mid-instance.
+            async with open_checkpointer(output) as checkpointer:
+                solver = SweSolver(model, config, settings, checkpointer=checkpointer, salt=(model_name,))
+                try:
+                    return await run_instances(
+                        rows, solver, output, model_name=model_name, workers=args.workers, settings=recorded
+                    )
+                finally:
+                    solver.close()
+                    await model.aclose()
 
         summary = asyncio.run(main())
     print(
@@ -135,3 +141,40 @@ def check_images(rows: list[dict]) -> str | None:
         return None
     more = f" ({len(missing) - 1} more rows lack their images too)" if len(missing) > 1 else ""
     return missing_image_message(missing[0]) + more
+
+
+def remove_orphaned_sandboxes() -> int:
+    """Remove sandbox containers whose run was killed (SIGKILL skips every cleanup); return how many.
+
+    A container is an orphan when the process named by its pid label no longer exists on this host.
+    Only a local daemon is swept: over DOCKER_HOST=tcp://... the pids belong to other machines.
+    """
+    import os
+
+    from pacore_agents.swe.docker_sandbox import PID_LABEL, leftover_sandboxes
+
+    if os.environ.get("DOCKER_HOST", "unix://").split("://")[0] not in ("unix", ""):
+        return 0
+    removed = 0
+    for container in leftover_sandboxes(this_process=False):
+        pid = container.labels.get(PID_LABEL, "")
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        try:
+            container.remove(force=True)
+            removed += 1
+        except Exception as exc:  # another run removed it first, or the daemon refused: say so, go on
+            print(f"pacore: could not remove orphaned sandbox {container.name}: {exc}", file=sys.stderr)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    return True
