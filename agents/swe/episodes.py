@@ -25,10 +25,10 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 from pydantic import BaseModel, Field
 
 from pacore_agents.swe.repair_agent import EPISODES_KEY, TASK_KEY, RepairEpisode, RepairSettings
-from pacore_benchmarks.resume import solve_resumable, thread_id
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.errors import RoundFailedError
 from pacore_graph.explorer import AgentExplorer
+from pacore_graph.resume import solve_resumable, thread_id
 from pacore_graph.run import PaCoReRunner
 
 DEFAULT_PATCH_CAP = 16000
@@ -70,7 +70,7 @@ class InstanceOutcome(BaseModel):
 class SweSolver:
     """One PaCoRe runner over repair episodes, reused for every instance of a run.
 
-    With a ``checkpointer`` (e.g. ``pacore_benchmarks.resume.open_checkpointer``) every instance runs on
+    With a ``checkpointer`` (e.g. ``pacore_graph.resume.open_checkpointer``) every instance runs on
     the thread :meth:`thread_for` names; ``salt`` (e.g. the model name) keeps runs that send different
     things apart. The caller deletes a thread with :meth:`forget` once the instance's result is stored.
     """
@@ -91,10 +91,6 @@ class SweSolver:
         # What changes an episode beyond its messages and the schedule: part of the thread id.
         behaviour = self.episode.settings.model_dump_json(exclude={"threads", "retry"})
         self.salt = (*salt, behaviour, str(patch_cap))
-        # The task row and the episode sink of each instance in flight, by checkpoint thread. Why not in
-        # `configurable` directly: a resumed thread is run by `solve_resumable`, which takes only the thread
-        # id; LangGraph hands that id down to every episode, which looks its instance up here.
-        self._in_flight: dict[str, dict[str, Any]] = {}
         runnable = RunnableLambda(self._run_episode, name="repair_episode")
         explorer = AgentExplorer(runnable, output=lambda state: episode_conclusion(state, patch_cap))
         self.runner = PaCoReRunner(explorer, config, checkpointer=checkpointer)
@@ -120,10 +116,6 @@ class SweSolver:
             await self.checkpointer.adelete_thread(thread)
 
     async def _run_episode(self, graph_input: dict, config: RunnableConfig) -> dict[str, Any]:
-        configurable = (config.get("configurable") or {}) if config else {}
-        bound = self._in_flight.get(configurable.get("thread_id", ""))
-        if bound is not None and TASK_KEY not in configurable:
-            config = {**config, "configurable": {**configurable, **bound}}
         # A fresh context: the episode's own graph must not run as a subgraph of the PaCoRe graph, which would
         # hand it the run's checkpointer. A resumed run would then continue a half-done episode in a new
         # sandbox that lacks its edits (and every episode step would be written to the checkpoint file).
@@ -152,11 +144,9 @@ class SweSolver:
             if thread is None:
                 result = await self.runner.arun(messages, {"configurable": bound}, on_event=on_event)
             else:
-                self._in_flight[thread] = bound
-                try:
-                    result, _ = await solve_resumable(self.runner, messages, thread, on_event=on_event)
-                finally:
-                    del self._in_flight[thread]
+                result, _ = await solve_resumable(
+                    self.runner, messages, thread, on_event=on_event, configurable=bound
+                )
             rounds = [r.model_dump() for r in result.rounds]
         except RoundFailedError as exc:
             error = str(exc)

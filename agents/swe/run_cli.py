@@ -54,9 +54,9 @@ def run_command(args: argparse.Namespace) -> int:
     from pacore_agents.swe.repair_agent import RepairSettings
     from pacore_agents.swe.run import run_instances
     from pacore_agents.swe.tasks import load_tasks, parse_instances
-    from pacore_benchmarks.resume import open_checkpointer
     from pacore_graph.cli import config_from_args
     from pacore_graph.models import serving
+    from pacore_graph.resume import open_checkpointer
 
     if args.workers < 1:
         raise ValueError(f"--workers must be at least 1, not {args.workers}")
