@@ -94,6 +94,11 @@ class AgentExplorer:
 
     ``output`` turns the episode's final state into the message the next round sees (for a repair
     agent: its patch and note). Usage is summed over the AIMessages of the final ``messages``.
+
+    Under a checkpointer a compiled agent graph runs as a subgraph of the PaCoRe graph and checkpoints
+    its own steps, so a resumed run continues a half-done episode. That suits agents whose whole state
+    is in the graph; an agent with outside state (a sandbox) must run each episode in a fresh
+    ``contextvars.Context()`` so that it starts over instead (see ``pacore_agents.swe.episodes``).
     """
 
     def __init__(
