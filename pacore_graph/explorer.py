@@ -64,11 +64,24 @@ class ChatExplorer:
         self._kwargs = self._params if self._fast or _takes_openai_params(model) else {}
         if self._fast and self.config.stream:
             self._params = {**self._params, "stream": True}
+        self._converted: dict[int, tuple[list[BaseMessage], list[dict[str, Any]]]] = {}
+
+    def _openai_messages(self, messages: list[BaseMessage]) -> list[dict[str, Any]]:
+        """Convert once per round: all K trajectories of a round share one message list object."""
+        key = id(messages)
+        cached = self._converted.get(key)
+        if cached is not None and cached[0] is messages:
+            return cached[1]
+        converted = convert_to_openai_messages(messages)
+        if len(self._converted) >= 256:  # rounds of at most this many problems in flight at once
+            self._converted.pop(next(iter(self._converted)))
+        self._converted[key] = (messages, converted)  # holding the list keeps its id from being reused
+        return converted
 
     async def explore(self, messages: list[BaseMessage], *, round_index: int, index: int) -> Trajectory:
         if self._fast:
             # No LangChain message objects or callbacks on the hot path: about 0.5 ms less per call.
-            raw = await self.model.acomplete(convert_to_openai_messages(messages), **self._params)
+            raw = await self.model.acomplete(self._openai_messages(messages), **self._params)
             usage = raw.get("usage") or {}
             return Trajectory(
                 content=raw.get("content") or "",
