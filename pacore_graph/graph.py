@@ -30,6 +30,7 @@ from pacore_graph.records import RoundRecord, Trajectory, TrajectoryRecord
 from pacore_graph.retry import with_retries
 
 TRACE_KEY = "pacore_trace"  # configurable key: a list that receives every full Trajectory
+EVENTS_KEY = "pacore_events"  # configurable key: a callable that receives every progress event
 
 
 class PaCoReState(TypedDict, total=False):
@@ -49,7 +50,16 @@ class TrajectoryTask(TypedDict):
     index: int
 
 
-def _emit(event: dict[str, Any]) -> None:
+def _emit(event: dict[str, Any], config: RunnableConfig) -> None:
+    """Send a progress event to the run's listener, else to LangGraph's custom stream.
+
+    A listener in ``configurable`` (what PaCoReRunner and PaCoReNode use) costs next to nothing; LangGraph's
+    custom stream mode costs about 0.2 ms of client CPU per event, which adds up at K events a round.
+    """
+    listener = (config.get("configurable") or {}).get(EVENTS_KEY)
+    if listener is not None:
+        listener(event)
+        return
     try:
         get_stream_writer()(event)
     except RuntimeError:  # called outside a graph run
@@ -78,9 +88,10 @@ def build_pacore_graph(
             last_user_index(state["messages"])  # fail now, not after round 1 was paid for
         return {"round_index": 0, "references": [], "results": Overwrite([]), "rounds": Overwrite([])}
 
-    async def controller(state: PaCoReState) -> dict[str, Any]:
+    async def controller(state: PaCoReState, config: RunnableConfig) -> dict[str, Any]:
         round_index = state.get("round_index", 0)
-        _emit({"event": "round_started", "round": round_index, "k": schedule[round_index], "rounds": len(schedule)})
+        started = {"event": "round_started", "round": round_index, "k": schedule[round_index], "rounds": len(schedule)}
+        _emit(started, config)
         return {}
 
     async def fan_out(state: PaCoReState) -> list[Send]:
@@ -108,7 +119,7 @@ def build_pacore_graph(
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"[:2000]
             attempts = getattr(exc, "pacore_attempts", 1)
-            _emit({"event": "trajectory_failed", "round": round_index, "index": index, "error": error})
+            _emit({"event": "trajectory_failed", "round": round_index, "index": index, "error": error}, config)
             return {"results": [TrajectoryRecord(round_index=round_index, index=index, error=error, attempts=attempts)]}
         record = _record(outcome, round_index, index, attempts, settings)
         trace = (config.get("configurable") or {}).get(TRACE_KEY)
@@ -123,11 +134,12 @@ def build_pacore_graph(
                 "index": index,
                 "completion_tokens": record.completion_tokens,
                 "truncated": record.truncated,
-            }
+            },
+            config,
         )
         return {"results": [record]}
 
-    async def collect(state: PaCoReState) -> dict[str, Any]:
+    async def collect(state: PaCoReState, config: RunnableConfig) -> dict[str, Any]:
         """Order and compact the round; after the final round its one conclusion is the answer."""
         round_index = state["round_index"]
         records = sorted(state.get("results", []), key=lambda record: record.index)
@@ -143,7 +155,8 @@ def build_pacore_graph(
                 "k": round_record.k,
                 "completion_tokens": round_record.completion_tokens,
                 "failed": len(round_record.failures),
-            }
+            },
+            config,
         )
         if not references:
             raise RoundFailedError(_no_references_message(round_record))

@@ -33,7 +33,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.errors import RoundFailedError
-from pacore_graph.graph import TRACE_KEY
+from pacore_graph.graph import EVENTS_KEY, TRACE_KEY
 from pacore_graph.records import PaCoReResult, Trajectory
 from pacore_graph.run import MessagesInput, PaCoReRunner, build_result, to_messages
 
@@ -132,15 +132,9 @@ async def solve_resumable(
     run_config: RunnableConfig = {**config, "configurable": {**(configurable or {}), **config["configurable"]}}
     if traced is not None:
         run_config["configurable"][TRACE_KEY] = traced
-    state: dict[str, Any] = {}
-    async for mode, chunk in runner.graph.astream(
-        graph_input, run_config, stream_mode=["custom", "values"], durability="sync"
-    ):
-        if mode == "custom":
-            if on_event is not None:
-                on_event(chunk)
-        else:
-            state = chunk
+    if on_event is not None:
+        run_config["configurable"][EVENTS_KEY] = on_event
+    state: dict[str, Any] = await runner.graph.ainvoke(graph_input, run_config, durability="sync") or {}
     if "answer" not in state:  # the stream ended without finishing (should not happen without interrupts)
         raise RoundFailedError(f"the PaCoRe graph of thread {thread!r} stopped before its final round")
     return build_result(state, traced), status

@@ -10,7 +10,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.graph import TRACE_KEY, build_pacore_graph
+from pacore_graph.graph import EVENTS_KEY, TRACE_KEY, build_pacore_graph
 from pacore_graph.limits import ConcurrencyLimiter
 from pacore_graph.records import PaCoReResult, RoundRecord, Trajectory
 from pacore_graph.sync import run_sync
@@ -54,20 +54,14 @@ class PaCoReRunner:
         on_event: Callable[[dict[str, Any]], None] | None = None,
     ) -> PaCoReResult:
         messages = to_messages(messages)
-        run_config: RunnableConfig = dict(runnable_config or {})
+        configurable: dict[str, Any] = dict((runnable_config or {}).get("configurable") or {})
         traced: list[Trajectory] | None = [] if trace else None
         if traced is not None:
-            run_config["configurable"] = {**run_config.get("configurable", {}), TRACE_KEY: traced}
-        state: dict[str, Any] = {}
-        graph_input = {"messages": messages}
-        if on_event is None:
-            state = await self.graph.ainvoke(graph_input, run_config)
-        else:
-            async for mode, chunk in self.graph.astream(graph_input, run_config, stream_mode=["custom", "values"]):
-                if mode == "custom":
-                    on_event(chunk)
-                else:
-                    state = chunk
+            configurable[TRACE_KEY] = traced
+        if on_event is not None:
+            configurable[EVENTS_KEY] = on_event  # straight to the listener: no custom stream mode needed
+        run_config: RunnableConfig = {**(runnable_config or {}), "configurable": configurable}
+        state = await self.graph.ainvoke({"messages": messages}, run_config)
         return build_result(state, traced)
 
 
