@@ -33,9 +33,8 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.errors import RoundFailedError
-from pacore_graph.graph import EVENTS_KEY, TRACE_KEY
 from pacore_graph.records import PaCoReResult, Trajectory
-from pacore_graph.run import MessagesInput, PaCoReRunner, build_result, to_messages
+from pacore_graph.run import MessagesInput, PaCoReRunner, build_result, to_messages, with_listeners
 
 CHECKPOINT_FILE = "checkpoints.sqlite"
 # Our own types in the graph state; LangGraph warns on (and will block) unlisted types when reading back.
@@ -129,12 +128,9 @@ async def solve_resumable(
     else:
         graph_input, status = {"messages": to_messages(messages)}, "fresh"
     traced: list[Trajectory] | None = [] if trace else None
-    run_config: RunnableConfig = {**config, "configurable": {**(configurable or {}), **config["configurable"]}}
-    if traced is not None:
-        run_config["configurable"][TRACE_KEY] = traced
-    if on_event is not None:
-        run_config["configurable"][EVENTS_KEY] = on_event
+    base: RunnableConfig = {**config, "configurable": {**(configurable or {}), **config["configurable"]}}
+    run_config = with_listeners(base, traced, on_event)
     state: dict[str, Any] = await runner.graph.ainvoke(graph_input, run_config, durability="sync") or {}
-    if "answer" not in state:  # the stream ended without finishing (should not happen without interrupts)
+    if "answer" not in state:  # the run stopped before its final round (should not happen without interrupts)
         raise RoundFailedError(f"the PaCoRe graph of thread {thread!r} stopped before its final round")
     return build_result(state, traced), status

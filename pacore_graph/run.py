@@ -54,15 +54,26 @@ class PaCoReRunner:
         on_event: Callable[[dict[str, Any]], None] | None = None,
     ) -> PaCoReResult:
         messages = to_messages(messages)
-        configurable: dict[str, Any] = dict((runnable_config or {}).get("configurable") or {})
         traced: list[Trajectory] | None = [] if trace else None
-        if traced is not None:
-            configurable[TRACE_KEY] = traced
-        if on_event is not None:
-            configurable[EVENTS_KEY] = on_event  # straight to the listener: no custom stream mode needed
-        run_config: RunnableConfig = {**(runnable_config or {}), "configurable": configurable}
-        state = await self.graph.ainvoke({"messages": messages}, run_config)
+        state = await self.graph.ainvoke({"messages": messages}, with_listeners(runnable_config, traced, on_event))
         return build_result(state, traced)
+
+
+def with_listeners(
+    runnable_config: RunnableConfig | None,
+    trace: list[Trajectory] | None,
+    on_event: Callable[[dict[str, Any]], None] | None,
+) -> RunnableConfig:
+    """A copy of the config whose ``configurable`` carries the run's trace list and event listener.
+
+    Events go straight to the listener: no LangGraph custom stream mode is needed (it costs CPU per event).
+    """
+    configurable: dict[str, Any] = dict((runnable_config or {}).get("configurable") or {})
+    if trace is not None:
+        configurable[TRACE_KEY] = trace
+    if on_event is not None:
+        configurable[EVENTS_KEY] = on_event
+    return {**(runnable_config or {}), "configurable": configurable}
 
 
 def build_result(state: dict[str, Any], trace: list[Trajectory] | None = None) -> PaCoReResult:

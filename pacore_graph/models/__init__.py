@@ -22,6 +22,14 @@ __all__ = [
 ]
 
 
+def configured_urls(base_urls: str | Sequence[str] | None) -> list[str]:
+    """The servers to use: the ones given, else ``OPENAI_BASE_URL``, else none (the embedded model)."""
+    urls = [base_urls] if isinstance(base_urls, str) else list(base_urls or [])
+    if not urls and os.environ.get("OPENAI_BASE_URL"):
+        urls = [os.environ["OPENAI_BASE_URL"]]
+    return urls
+
+
 def chat_model(
     base_url: str | Sequence[str] | None = None,
     model: str | None = None,
@@ -34,9 +42,7 @@ def chat_model(
     without ``OPENAI_BASE_URL`` the embedded SmolLM2 server is started (and stopped at exit). Without
     ``model`` the server's first listed model is used.
     """
-    urls = [base_url] if isinstance(base_url, str) else list(base_url or [])
-    if not urls and os.environ.get("OPENAI_BASE_URL"):
-        urls = [os.environ["OPENAI_BASE_URL"]]
+    urls = configured_urls(base_url)
     api_key = api_key or os.environ.get("OPENAI_API_KEY")
     if not urls:
         server = shared_server()
@@ -51,9 +57,9 @@ def serving(
     base_urls: str | Sequence[str] | None = None, model: str | None = None, api_key: str | None = None, **kwargs: Any
 ) -> Iterator[OpenAICompatibleChatModel]:
     """A chat model for the duration of a block; starts and stops the embedded server when no URL is given."""
-    urls = [base_urls] if isinstance(base_urls, str) else list(base_urls or [])
-    if urls or os.environ.get("OPENAI_BASE_URL"):
-        yield chat_model(urls or None, model, api_key, **kwargs)
+    urls = configured_urls(base_urls)
+    if urls:
+        yield chat_model(urls, model, api_key, **kwargs)
         return
     with EmbeddedServer() as server:
         yield chat_model(server.base_url, model or server.model, api_key, **kwargs)

@@ -253,7 +253,7 @@ class OpenAICompatibleChatModel(BaseChatModel):
         if delta:
             if text := delta.get("content"):
                 content.append(text)
-            if text := delta.get("reasoning_content") or delta.get("reasoning"):
+            if text := reasoning_of(delta):
                 reasoning.append(text)
             if "tool_calls" in delta:
                 for call in delta["tool_calls"] or ():
@@ -413,7 +413,7 @@ def to_ai_message(raw: dict[str, Any]) -> AIMessage:
 
 def _delta_chunk(delta: dict[str, Any]) -> ChatGenerationChunk:
     additional = {}
-    if text := delta.get("reasoning_content") or delta.get("reasoning"):
+    if text := reasoning_of(delta):
         additional["reasoning_content"] = text
     chunks = []
     for call in delta.get("tool_calls") or ():
