@@ -63,6 +63,11 @@ class PaCoReConfig(BaseModel):
         7200.0, gt=0, description="seconds one generation may take (None: no limit); hour-long is normal"
     )
     stream: bool = Field(False, description="stream tokens from the server (progress per token)")
+    spaced_gc: bool = Field(
+        True,
+        description="while runs are in flight, make CPython's full GC passes ~10x rarer (each one stalls "
+        "the event loop for 100+ ms at 1024 trajectories in flight); see pacore_graph.gc_policy",
+    )
     model_kwargs: dict = Field(default_factory=dict, description="extra request fields, e.g. chat_template_kwargs")
 
     @field_validator("rounds")

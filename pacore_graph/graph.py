@@ -1,10 +1,12 @@
-"""The PaCoRe StateGraph: a controller fans out K trajectories with Send, a collector compacts them.
+"""The PaCoRe StateGraph: K trajectories fanned out with Send, a collector compacts them.
 
-    START -> begin -> controller --Send x K--> trajectory -> collect -> controller ... -> END
+    START -> begin --Send x K--> trajectory -> collect --Send x K--> trajectory -> collect ... -> END
 
 Each trajectory is one task (several nodes per trajectory would advance in lockstep with the slowest
-branch). State holds the caller's messages, the previous round's conclusions and small per-trajectory
-records: never reasoning or whole trajectories, which go to a trace only when asked for.
+branch). The next round is fanned out straight from ``collect``: a separate controller node would cost
+one more superstep (and checkpoint) per round. State holds the caller's messages, the previous round's
+conclusions and small per-trajectory records: never reasoning or whole trajectories, which go to a
+trace only when asked for.
 """
 
 from __future__ import annotations
@@ -82,20 +84,22 @@ def build_pacore_graph(
     schedule = settings.schedule
 
     # Every node and router is async: LangGraph runs sync ones through a thread pool.
-    async def begin(state: PaCoReState) -> dict[str, Any]:
+    async def begin(state: PaCoReState, config: RunnableConfig) -> dict[str, Any]:
         """A new input starts at round 1, also on a thread that already ran (checkpointer, next turn)."""
         if len(schedule) > 1:
             last_user_index(state["messages"])  # fail now, not after round 1 was paid for
+        announce(0, config)
         return {"round_index": 0, "references": [], "results": Overwrite([]), "rounds": Overwrite([])}
 
-    async def controller(state: PaCoReState, config: RunnableConfig) -> dict[str, Any]:
-        round_index = state.get("round_index", 0)
+    def announce(round_index: int, config: RunnableConfig) -> None:
         started = {"event": "round_started", "round": round_index, "k": schedule[round_index], "rounds": len(schedule)}
         _emit(started, config)
-        return {}
 
-    async def fan_out(state: PaCoReState) -> list[Send]:
+    async def fan_out(state: PaCoReState) -> list[Send] | str:
+        """The Send tasks of the round ``state["round_index"]`` names, or END after the final round."""
         round_index = state["round_index"]
+        if round_index == len(schedule):
+            return END
         messages = state["messages"]
         if round_index > 0:
             references = fit_references(state["references"], messages, settings)
@@ -108,14 +112,14 @@ def build_pacore_graph(
     async def trajectory(task: TrajectoryTask, config: RunnableConfig) -> dict[str, Any]:
         """One trajectory, retried on transient failures; a final failure is recorded, never raised."""
         round_index, index, messages = task["round_index"], task["index"], task["messages"]
-        semaphore = limiter.semaphore()
 
         async def attempt() -> Trajectory:
-            async with semaphore:
-                return await explorer.explore(messages, round_index=round_index, index=index)
+            return await explorer.explore(messages, round_index=round_index, index=index)
 
         try:
-            outcome, attempts = await with_retries(attempt, settings.retry, settings.request_timeout)
+            outcome, attempts = await with_retries(
+                attempt, settings.retry, settings.request_timeout, slot=limiter.semaphore()
+            )
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"[:2000]
             attempts = getattr(exc, "pacore_attempts", 1)
@@ -168,21 +172,18 @@ def build_pacore_graph(
         }
         if round_index + 1 == len(schedule):
             update["answer"] = AIMessage(content=references[0], name="pacore")
+        else:
+            announce(round_index + 1, config)
         return update
-
-    async def next_step(state: PaCoReState) -> str:
-        return "controller" if state["round_index"] < len(schedule) else END
 
     builder = StateGraph(PaCoReState)
     builder.add_node("begin", begin)
-    builder.add_node("controller", controller)
     builder.add_node("trajectory", trajectory)
     builder.add_node("collect", collect)
     builder.add_edge(START, "begin")
-    builder.add_edge("begin", "controller")
-    builder.add_conditional_edges("controller", fan_out, ["trajectory"])
+    builder.add_conditional_edges("begin", fan_out, ["trajectory"])
     builder.add_edge("trajectory", "collect")
-    builder.add_conditional_edges("collect", next_step, ["controller", END])
+    builder.add_conditional_edges("collect", fan_out, ["trajectory", END])
     return builder
 
 

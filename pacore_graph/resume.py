@@ -33,6 +33,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.errors import RoundFailedError
+from pacore_graph.gc_policy import spaced_full_collections
 from pacore_graph.records import PaCoReResult, Trajectory
 from pacore_graph.run import MessagesInput, PaCoReRunner, build_result, to_messages, with_listeners
 
@@ -44,7 +45,7 @@ STATE_TYPES = [
     ("pacore_graph.records", "Trajectory"),
 ]
 # Config fields that do not change what a run sends: a resume may change them freely.
-RUNTIME_FIELDS = {"max_concurrency", "retry", "request_timeout", "stream"}
+RUNTIME_FIELDS = {"max_concurrency", "retry", "request_timeout", "stream", "spaced_gc"}
 
 Status = Literal["fresh", "resumed", "finished", "retried"]
 
@@ -93,10 +94,17 @@ def _all_failed(snapshot: Any) -> bool:
 
 
 async def _retry_point(runner: PaCoReRunner, config: RunnableConfig) -> RunnableConfig | None:
-    """The newest checkpoint about to start a round: replaying from it re-runs that round only."""
+    """The checkpoint before the failed round was fanned out: replaying from it re-runs that round only.
+
+    Rounds are fanned out by ``begin`` (the first) and by the previous round's ``collect``; the newest
+    checkpoint about to run ``collect`` is the failed round's own, so the one before it is wanted.
+    """
+    newest = True
     async for snapshot in runner.graph.aget_state_history(config):
-        if snapshot.next == ("controller",):
-            return snapshot.config
+        if snapshot.next in (("begin",), ("collect",)):
+            if not newest:
+                return snapshot.config
+            newest = False
     return None
 
 
@@ -130,7 +138,8 @@ async def solve_resumable(
     traced: list[Trajectory] | None = [] if trace else None
     base: RunnableConfig = {**config, "configurable": {**(configurable or {}), **config["configurable"]}}
     run_config = with_listeners(base, traced, on_event)
-    state: dict[str, Any] = await runner.graph.ainvoke(graph_input, run_config, durability="sync") or {}
+    with spaced_full_collections(runner.config.spaced_gc):
+        state: dict[str, Any] = await runner.graph.ainvoke(graph_input, run_config, durability="sync") or {}
     if "answer" not in state:  # the run stopped before its final round (should not happen without interrupts)
         raise RoundFailedError(f"the PaCoRe graph of thread {thread!r} stopped before its final round")
     return build_result(state, traced), status

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from contextlib import AbstractAsyncContextManager
+from typing import Any, TypeVar
 
 from pacore_graph.config import RetryPolicy
 from pacore_graph.errors import is_transient
@@ -20,19 +22,27 @@ def backoff_delay(policy: RetryPolicy, retry_number: int, rng: random.Random = r
 
 
 async def with_retries(
-    attempt: Callable[[], Awaitable[T]], policy: RetryPolicy, timeout: float | None
+    attempt: Callable[[], Awaitable[T]],
+    policy: RetryPolicy,
+    timeout: float | None,
+    *,
+    slot: AbstractAsyncContextManager[Any] | None = None,
 ) -> tuple[T, int]:
     """Run ``attempt`` until it succeeds, a non-transient error occurs, or attempts run out.
 
+    ``slot`` (a semaphore, say) is held around each attempt but not during backoff sleeps, and the
+    ``timeout`` starts once the slot is held: time queued behind other requests is not generation time.
     Returns the result and the number of attempts; raises the last error otherwise, with
     ``exc.pacore_attempts`` set.
     """
+    gate = slot if slot is not None else contextlib.nullcontext()
     for number in range(1, policy.max_attempts + 1):
         try:
-            if timeout is None:
-                return await attempt(), number
-            async with asyncio.timeout(timeout):
-                return await attempt(), number
+            async with gate:
+                if timeout is None:
+                    return await attempt(), number
+                async with asyncio.timeout(timeout):
+                    return await attempt(), number
         except Exception as exc:
             if number == policy.max_attempts or not is_transient(exc):
                 exc.pacore_attempts = number  # type: ignore[attr-defined]

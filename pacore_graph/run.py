@@ -10,6 +10,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from pacore_graph.config import PaCoReConfig
+from pacore_graph.gc_policy import spaced_full_collections
 from pacore_graph.graph import EVENTS_KEY, TRACE_KEY, build_pacore_graph
 from pacore_graph.limits import ConcurrencyLimiter
 from pacore_graph.records import PaCoReResult, RoundRecord, Trajectory
@@ -55,7 +56,8 @@ class PaCoReRunner:
     ) -> PaCoReResult:
         messages = to_messages(messages)
         traced: list[Trajectory] | None = [] if trace else None
-        state = await self.graph.ainvoke({"messages": messages}, with_listeners(runnable_config, traced, on_event))
+        with spaced_full_collections(self.config.spaced_gc):
+            state = await self.graph.ainvoke({"messages": messages}, with_listeners(runnable_config, traced, on_event))
         return build_result(state, traced)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from fakes import PromptFunctionChatModel, digest, think_reply
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
@@ -13,7 +15,9 @@ from pacore_graph import (
     AgentExplorer,
     PaCoReConfig,
     PaCoReNode,
+    RetryPolicy,
     RoundFailedError,
+    Trajectory,
     asolve,
     build_pacore_graph,
     solve,
@@ -145,6 +149,19 @@ async def test_progress_events_stream_in_custom_mode():
     assert kinds.count("round_started") == 2 and kinds.count("round_finished") == 2
     assert kinds.count("trajectory_finished") == 3
     assert all(e["completion_tokens"] == 7 for e in events if e["event"] == "trajectory_finished")
+
+
+async def test_time_queued_for_a_slot_does_not_count_against_the_request_timeout():
+    """One slot, four trajectories of 0.15 s each and a 0.3 s timeout: the last waits 0.45 s for its slot."""
+
+    class Slow:
+        async def explore(self, messages, *, round_index: int, index: int) -> Trajectory:
+            await asyncio.sleep(0.15)
+            return Trajectory(content=f"conclusion {index}", completion_tokens=1)
+
+    config = PaCoReConfig(rounds=[4], max_concurrency=1, request_timeout=0.3, retry=RetryPolicy(max_attempts=1))
+    result = await asolve(Slow(), "q", config)
+    assert not result.failures and [r.k for r in result.rounds] == [4, 1]
 
 
 async def test_rounds_zero_is_a_single_plain_call():

@@ -88,6 +88,21 @@ async def test_a_round_that_failed_entirely_is_tried_again_keeping_earlier_round
     assert not result.failures
 
 
+async def test_a_first_round_that_failed_entirely_is_tried_again(tmp_path):
+    config = PaCoReConfig(rounds=[2], retry=QUICK)
+    messages = to_messages("what is 2+2?")
+    thread = thread_id("p1", messages, config)
+    async with open_checkpointer(tmp_path) as saver:
+        with pytest.raises(RoundFailedError, match="none of its 2 trajectories"):
+            await solve_resumable(PaCoReRunner(CountingExplorer(down_rounds={0}), config, checkpointer=saver),
+                                  messages, thread)
+        healthy = CountingExplorer()
+        result, status = await solve_resumable(PaCoReRunner(healthy, config, checkpointer=saver), messages, thread)
+    assert status == "retried"
+    assert sorted(healthy.calls) == [(0, 0), (0, 1), (1, 0)]
+    assert [r.k for r in result.rounds] == [2, 1] and not result.failures
+
+
 def test_thread_ids_separate_what_is_sent():
     messages = to_messages("q")
     base = thread_id("p1", messages, PaCoReConfig(rounds=[4]), "model-a")

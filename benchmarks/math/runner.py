@@ -359,10 +359,9 @@ class MathBenchmark:
 
         async def one(index: int) -> None:
             async def attempt():
-                async with call_limit:
-                    return await self.explorer.explore(messages, round_index=0, index=index)
+                return await self.explorer.explore(messages, round_index=0, index=index)
 
-            trajectory, attempts = await with_retries(attempt, config.retry, config.request_timeout)
+            trajectory, attempts = await with_retries(attempt, config.retry, config.request_timeout, slot=call_limit)
             tokens, approximate = completion_tokens(
                 trajectory.completion_tokens, trajectory.content, trajectory.reasoning
             )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -155,9 +156,12 @@ class FloorClient:
 
 
 async def run_floor(base_url: str, model: str, problems: list[list[dict[str, Any]]], rounds: list[int], *,
-                    concurrency: int = 1024, stream: bool = False, seed: int = 42) -> FloorResult:
-    """Solve every problem concurrently with the floor client."""
+                    concurrency: int = 1024, stream: bool = False, seed: int = 42,
+                    on_answered: Callable[[], None] | None = None) -> FloorResult:
+    """Solve every problem concurrently with the floor client; ``on_answered`` runs before the session closes."""
     async with FloorClient(base_url, model, concurrency=concurrency, stream=stream, seed=seed) as client:
         answers = await asyncio.gather(*(client.solve(problem, rounds) for problem in problems))
+        if on_answered is not None:
+            on_answered()
     return FloorResult(problems=len(problems), trajectories=client.trajectories, failures=client.failures,
                        completion_tokens=client.completion_tokens, answers=list(answers))

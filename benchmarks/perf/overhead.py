@@ -78,6 +78,8 @@ class Measurement(BaseModel):
     tokens_out: int
     emulator_cpu_s: float
     peak_active: int
+    gc_full_passes: int = 0
+    gc_longest_pause_ms: float = 0.0
     checkpoint: dict[str, Any] | None = None
 
     @property
@@ -162,7 +164,8 @@ def _median_measurement(spec: WorkerSpec, runs: list[tuple[WorkerResult, dict[st
         cpu_s=statistics.median(run[0].cpu_s for run in runs), trajectories=result.trajectories,
         failures=result.failures, answered=result.answered, peak_rss_mb=result.peak_rss_mb,
         requests=stats["requests"], tokens_out=stats["tokens_out"], emulator_cpu_s=stats["cpu_s"],
-        peak_active=stats["peak_active"], checkpoint=result.checkpoint,
+        peak_active=stats["peak_active"], gc_full_passes=result.gc_full_passes,
+        gc_longest_pause_ms=result.gc_longest_pause_ms, checkpoint=result.checkpoint,
     )
 
 

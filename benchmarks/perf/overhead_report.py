@@ -8,7 +8,8 @@ from typing import Any
 from pacore_benchmarks.perf.overhead import TARGETS, OverheadReport, Pair, expected_trajectories
 
 PAIR_COLUMNS = ["workload", "client", "wall s", "wall ratio", "CPU ms/traj", "CPU ratio", "peak RSS MB",
-                "trajectories", "failed", "answered", "emulator CPU s", "peak in flight"]
+                "full GC passes (longest ms)", "trajectories", "failed", "answered", "emulator CPU s",
+                "peak in flight"]
 
 
 def pair_rows(pair: Pair, tokens: bool = False) -> list[list[str]]:
@@ -23,6 +24,7 @@ def pair_rows(pair: Pair, tokens: bool = False) -> list[list[str]]:
             f"{side.cpu_ms_per_trajectory:.3f}",
             f"{pair.cpu_ratio:.2f}" if is_op else "1",
             f"{side.peak_rss_mb:.0f}",
+            f"{side.gc_full_passes} ({side.gc_longest_pause_ms:.0f})",
             f"{side.trajectories}/{expected_trajectories(side.rounds, side.problems)}",
             str(side.failures),
             f"{side.answered}/{side.problems}",

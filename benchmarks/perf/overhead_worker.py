@@ -3,13 +3,16 @@
     python -m pacore_benchmarks.perf.overhead_worker '{"client": "floor", "base_url": ..., "rounds": [32, 4]}'
 
 Imports happen before the clock starts; the measured span covers building the client (session, graph)
-and solving every problem concurrently. The last stdout line is the measurement as JSON.
+and solving every problem concurrently. Wall time ends when the last answer arrives; CPU time also
+counts closing the session and whatever the collector does meanwhile. The last stdout line is the
+measurement as JSON.
 """
 
 from __future__ import annotations
 
 import asyncio
 import cProfile
+import gc
 import io
 import pstats
 import resource
@@ -45,6 +48,8 @@ class WorkerResult(BaseModel):
     completion_tokens: int
     answered: int
     peak_rss_mb: float
+    gc_full_passes: int = 0
+    gc_longest_pause_ms: float = 0.0
     checkpoint: dict[str, Any] | None = None
 
 
@@ -62,6 +67,14 @@ def make_problems(count: int) -> list[list[dict[str, str]]]:
     return problems
 
 
+_answered_at: list[float] = []
+
+
+def _mark_answered() -> None:
+    """When the last answer arrived: the wall clock stops here, before sessions close (CPU runs on to the end)."""
+    _answered_at.append(time.perf_counter())
+
+
 def _raise_file_limit() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
@@ -72,7 +85,7 @@ async def _run_floor(spec: WorkerSpec, problems: list[list[dict[str, str]]]) -> 
     from pacore_benchmarks.perf.floor import run_floor
 
     result = await run_floor(spec.base_url, spec.model, problems, spec.rounds, concurrency=spec.concurrency,
-                             stream=spec.stream, seed=spec.seed)
+                             stream=spec.stream, seed=spec.seed, on_answered=_mark_answered)
     answered = sum(1 for answer in result.answers if answer.strip())
     return result.trajectories, result.failures, result.completion_tokens, answered
 
@@ -102,6 +115,7 @@ async def _run_operator(spec: WorkerSpec, problems: list[list[dict[str, str]]], 
 
     try:
         summaries = await asyncio.gather(*(one(n, m) for n, m in enumerate(problems)))
+        _mark_answered()
     finally:
         if hasattr(llm, "aclose"):
             await llm.aclose()
@@ -155,12 +169,33 @@ async def warm_up(spec: WorkerSpec) -> None:
         await _run_operator(tiny, problem)
 
 
+class FullPassClock:
+    """Counts CPython's full (oldest-generation) collections and their longest stop-the-world pause."""
+
+    def __init__(self) -> None:
+        self.passes = 0
+        self.longest = 0.0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.passes += 1
+            self.longest = max(self.longest, time.perf_counter() - self._started)
+
+
 async def measure(spec: WorkerSpec) -> WorkerResult:
     problems = make_problems(spec.problems)
     await warm_up(spec)
+    clock = FullPassClock()
+    gc.callbacks.append(clock)
     # CPU-time timer: on a busy machine a wall-clock profile blames whatever ran when the process was descheduled
     profiler = cProfile.Profile(time.process_time) if spec.profile else None
     checkpoint = None
+    _answered_at.clear()
     wall0, cpu0 = time.perf_counter(), time.process_time()
     if profiler is not None:
         profiler.enable()
@@ -172,14 +207,17 @@ async def measure(spec: WorkerSpec) -> WorkerResult:
         counts = await _run_operator(spec, problems)
     if profiler is not None:
         profiler.disable()
-    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    end, cpu = time.perf_counter(), time.process_time() - cpu0
+    wall = (_answered_at[-1] if _answered_at else end) - wall0
+    gc.callbacks.remove(clock)
     if profiler is not None and spec.profile:
         _write_profile(profiler, spec.profile)
     trajectories, failures, tokens, answered = counts
     return WorkerResult(
         client=spec.client, wall_s=wall, cpu_s=cpu, trajectories=trajectories, failures=failures,
         completion_tokens=tokens, answered=answered,
-        peak_rss_mb=peak_rss_mb(), checkpoint=checkpoint,
+        peak_rss_mb=peak_rss_mb(), gc_full_passes=clock.passes, gc_longest_pause_ms=1000 * clock.longest,
+        checkpoint=checkpoint,
     )
 
 
