@@ -47,6 +47,9 @@ STATE_TYPES = [
 # Config fields that do not change what a run sends: a resume may change them freely.
 RUNTIME_FIELDS = {"max_concurrency", "retry", "request_timeout", "stream", "spaced_gc"}
 
+# Part of every thread id: checkpoints of an older graph shape (other node names) start afresh.
+GRAPH_SHAPE = "begin-trajectory-collect"
+
 Status = Literal["fresh", "resumed", "finished", "retried"]
 
 
@@ -72,7 +75,7 @@ def thread_id(problem_id: str, messages: Sequence[BaseMessage], config: PaCoReCo
     """``problem_id`` plus a digest of what the run sends (messages, schedule, sampling, template, salt)."""
     sent = config.model_dump(mode="json", exclude=RUNTIME_FIELDS)
     payload = json.dumps(
-        [sent, convert_to_openai_messages(list(messages)), list(salt)], sort_keys=True, ensure_ascii=False
+        [GRAPH_SHAPE, sent, convert_to_openai_messages(list(messages)), list(salt)], sort_keys=True, ensure_ascii=False
     )
     return f"{problem_id}:{hashlib.sha256(payload.encode()).hexdigest()[:16]}"
 
