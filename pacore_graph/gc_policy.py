@@ -38,8 +38,8 @@ def spaced_full_collections(enabled: bool = True) -> Iterator[None]:
     with _lock:
         if _active_runs == 0:
             current = gc.get_threshold()
-            if current[0] > 0 and len(current) >= 3 and current[2] < FULL_PASS_THRESHOLD:
-                _restore, _applied = current, (*current[:2], FULL_PASS_THRESHOLD, *current[3:])
+            if current[0] > 0 and current[2] < FULL_PASS_THRESHOLD:
+                _restore, _applied = current, (current[0], current[1], FULL_PASS_THRESHOLD)
                 gc.set_threshold(*_applied)
         _active_runs += 1
     try:

@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
-from pacore_benchmarks.perf.overhead_worker import WorkerResult, WorkerSpec
+from pacore_benchmarks.perf.overhead_worker import ClientCost, WorkerResult, WorkerSpec
 
 TARGETS = {"wall_ratio": 1.05, "cpu_ms_per_trajectory": 1.5, "stream_ratio": 0.8}
 DEFAULT_SCHEDULES: list[list[int]] = [[4], [16], [32, 4]]
@@ -61,26 +61,16 @@ class OverheadSettings(BaseModel):
         return cls(**base)
 
 
-class Measurement(BaseModel):
+class Measurement(ClientCost):
     """One client's run of one workload (median over repeats), with what the emulator saw."""
 
-    client: str
     rounds: list[int]
     problems: int
     stream: bool
-    wall_s: float
-    cpu_s: float
-    trajectories: int
-    failures: int
-    answered: int
-    peak_rss_mb: float
     requests: int
     tokens_out: int
     emulator_cpu_s: float
     peak_active: int
-    gc_full_passes: int = 0
-    gc_longest_pause_ms: float = 0.0
-    checkpoint: dict[str, Any] | None = None
 
     @property
     def cpu_ms_per_trajectory(self) -> float:
@@ -159,13 +149,11 @@ def _median_measurement(spec: WorkerSpec, runs: list[tuple[WorkerResult, dict[st
     """The median-wall run's numbers, with the median CPU over all runs."""
     runs = sorted(runs, key=lambda run: run[0].wall_s)
     result, stats = runs[len(runs) // 2]
+    cost = result.model_dump(include=set(ClientCost.model_fields))
     return Measurement(
-        client=spec.client, rounds=spec.rounds, problems=spec.problems, stream=spec.stream, wall_s=result.wall_s,
-        cpu_s=statistics.median(run[0].cpu_s for run in runs), trajectories=result.trajectories,
-        failures=result.failures, answered=result.answered, peak_rss_mb=result.peak_rss_mb,
-        requests=stats["requests"], tokens_out=stats["tokens_out"], emulator_cpu_s=stats["cpu_s"],
-        peak_active=stats["peak_active"], gc_full_passes=result.gc_full_passes,
-        gc_longest_pause_ms=result.gc_longest_pause_ms, checkpoint=result.checkpoint,
+        **{**cost, "client": spec.client, "cpu_s": statistics.median(run[0].cpu_s for run in runs)},
+        rounds=spec.rounds, problems=spec.problems, stream=spec.stream, requests=stats["requests"],
+        tokens_out=stats["tokens_out"], emulator_cpu_s=stats["cpu_s"], peak_active=stats["peak_active"],
     )
 
 

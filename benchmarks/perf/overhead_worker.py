@@ -39,18 +39,23 @@ class WorkerSpec(BaseModel):
     profile: str | None = None  # write cProfile statistics of the run to this file
 
 
-class WorkerResult(BaseModel):
+class ClientCost(BaseModel):
+    """What one client run cost and got done: one worker's result, and the report's view of it."""
+
     client: str
     wall_s: float
     cpu_s: float
     trajectories: int
     failures: int
-    completion_tokens: int
     answered: int
     peak_rss_mb: float
     gc_full_passes: int = 0
     gc_longest_pause_ms: float = 0.0
     checkpoint: dict[str, Any] | None = None
+
+
+class WorkerResult(ClientCost):
+    completion_tokens: int
 
 
 def make_problems(count: int) -> list[list[dict[str, str]]]:
