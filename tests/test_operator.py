@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from pacore_graph import (
     AgentExplorer,
     PaCoReConfig,
+    PaCoReContext,
     PaCoReNode,
     RetryPolicy,
     RoundFailedError,
@@ -25,7 +26,7 @@ from pacore_graph import (
 )
 from pacore_graph.compaction import compact
 from pacore_graph.config import parse_rounds
-from pacore_graph.context import cap_text, fit_references
+from pacore_graph.fit import cap_text, fit_references
 from pacore_graph.prompt import order_references
 
 # ---- config ---------------------------------------------------------------------------------------
@@ -132,8 +133,8 @@ async def test_graph_runs_the_schedule_and_keeps_only_compacted_state():
     model = PromptFunctionChatModel(reply=think_reply, seen=[])
     graph = build_pacore_graph(model, PaCoReConfig(rounds=[3, 2])).compile(checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": "t"}}
-    state = await graph.ainvoke({"messages": [HumanMessage("What is 2+2?")]}, config)
-    assert [r.k for r in state["rounds"]] == [3, 2, 1]
+    state = await graph.ainvoke({}, config, context=PaCoReContext(messages=[HumanMessage("What is 2+2?")]))
+    assert [r["k"] for r in state["rounds"]] == [3, 2, 1]
     assert state["results"] == []  # the per-round buffer is reset
     assert len(model.seen) == 6
     checkpoint = (await graph.aget_state(config)).values
@@ -144,7 +145,8 @@ async def test_graph_runs_the_schedule_and_keeps_only_compacted_state():
 async def test_progress_events_stream_in_custom_mode():
     model = PromptFunctionChatModel(reply=think_reply, seen=[])
     graph = build_pacore_graph(model, PaCoReConfig(rounds=[2])).compile()
-    events = [e async for e in graph.astream({"messages": [HumanMessage("q")]}, stream_mode="custom")]
+    run = PaCoReContext(messages=[HumanMessage("q")])
+    events = [e async for e in graph.astream({}, stream_mode="custom", context=run)]
     kinds = [e["event"] for e in events]
     assert kinds.count("round_started") == 2 and kinds.count("round_finished") == 2
     assert kinds.count("trajectory_finished") == 3
@@ -155,7 +157,8 @@ async def test_time_queued_for_a_slot_does_not_count_against_the_request_timeout
     """One slot, four trajectories of 0.15 s each and a 0.3 s timeout: the last waits 0.45 s for its slot."""
 
     class Slow:
-        async def explore(self, messages, *, round_index: int, index: int) -> Trajectory:
+        async def explore(self, messages, episode) -> Trajectory:
+            index = episode.index
             await asyncio.sleep(0.15)
             return Trajectory(content=f"conclusion {index}", completion_tokens=1)
 
@@ -204,7 +207,8 @@ async def test_node_appends_one_answer_with_metadata_in_a_multi_turn_graph():
     assert len(out["messages"]) == 5
     answer = out["messages"][-1]
     meta = answer.response_metadata["pacore"]
-    assert answer.content == meta["answer"] and meta["ttc"] == 21
+    assert answer.content == meta["rounds"][-1]["trajectories"][0]["conclusion"] and meta["ttc"] == 21
+    assert "answer" not in meta  # the answer is the message's content: each conclusion is stored once
     assert [r["k"] for r in meta["rounds"]] == [2, 1] and meta["failures"] == []
     assert all("completion_tokens" in t for r in meta["rounds"] for t in r["trajectories"])
     assert answer.usage_metadata["output_tokens"] == 21
