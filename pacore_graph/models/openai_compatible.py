@@ -15,19 +15,31 @@ token streaming (``astream``, ``astream_events``, LangGraph's ``stream_mode="mes
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel, LanguageModelInput
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, convert_to_openai_messages
+from langchain_core.callbacks import AsyncCallbackManager, AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.globals import get_llm_cache
+from langchain_core.language_models import BaseChatModel, LangSmithParams, LanguageModelInput
+from langchain_core.load import dumpd
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    HumanMessage,
+    convert_to_messages,
+    convert_to_openai_messages,
+)
 from langchain_core.messages.ai import UsageMetadata
 from langchain_core.messages.tool import tool_call_chunk
-from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from langchain_core.runnables import Runnable
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult, LLMResult
+from langchain_core.prompt_values import PromptValue
+from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from langchain_core.utils.utils import LC_ID_PREFIX
 from pydantic import Field, PrivateAttr, field_validator
 
 from pacore_graph.errors import ModelRequestError, status_is_retryable
@@ -75,6 +87,7 @@ class OpenAICompatibleChatModel(BaseChatModel):
     _converted: dict[tuple[int, ...], tuple[list[BaseMessage], list[dict[str, Any]]]] = PrivateAttr(
         default_factory=dict
     )
+    _serialized_identity: dict[str, Any] | None = PrivateAttr(default=None)
 
     @field_validator("base_urls")
     @classmethod
@@ -102,6 +115,17 @@ class OpenAICompatibleChatModel(BaseChatModel):
     def _get_invocation_params(self, stop: list[str] | None = None, **kwargs: Any) -> dict[str, Any]:
         # What tracing records per call; the base class dumps the whole model under a warnings filter.
         return {**self._identifying_params, "_type": self._llm_type, "stop": stop, **kwargs}
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        model = kwargs.get("model") or self.model
+        params = LangSmithParams(ls_provider="openai", ls_model_name=model, ls_model_type="chat")
+        for name, value in (("ls_temperature", "temperature"), ("ls_max_tokens", "max_tokens")):
+            chosen = kwargs.get(value, getattr(self, value))
+            if chosen is not None:
+                params[name] = chosen  # type: ignore[literal-required]
+        if stop:
+            params["ls_stop"] = stop
+        return params
 
     # ---- transport -------------------------------------------------------------------------------
 
@@ -189,6 +213,52 @@ class OpenAICompatibleChatModel(BaseChatModel):
 
     # ---- LangChain interface ---------------------------------------------------------------------
 
+    async def ainvoke(
+        self, input: LanguageModelInput, config: RunnableConfig | None = None, *, stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> AIMessage:  # fmt: skip
+        """``BaseChatModel.ainvoke``; a call that asks for no streaming (``stream=False``, as PaCoRe's earlier
+        rounds do) takes a shorter road to the same callbacks.
+
+        Why: the base class's road costs about 0.1 ms of CPU and two asyncio tasks per call, a fifth of
+        the client's whole cost per trajectory at 1024 requests in flight. The short road fires the same
+        ``on_chat_model_start`` / ``on_llm_end`` (with usage) / ``on_llm_error`` through the same callback
+        manager, with the run's tags and metadata; streaming, caches, rate limiters and other output
+        versions take the base class's road.
+        """
+        llm_cache = self.cache if self.cache is not None else get_llm_cache()
+        if kwargs.get("stream") is not False or llm_cache or self.rate_limiter or self.output_version == "v1":
+            return await super().ainvoke(input, config, stop=stop, **kwargs)
+        config = ensure_config(config)
+        messages = _as_messages(input)
+        params = self._get_invocation_params(stop=stop, **kwargs)
+        metadata = {**(config.get("metadata") or {}), **self._get_ls_params(stop=stop, **kwargs)}
+        metadata["ls_integration"] = "langchain_chat_model"
+        callbacks, tags = config.get("callbacks"), config.get("tags")
+        manager = AsyncCallbackManager.configure(
+            callbacks, self.callbacks, self.verbose, tags, self.tags, metadata, self.metadata
+        )
+        (run_manager,) = await manager.on_chat_model_start(
+            self._tracing_identity(), [messages], invocation_params=params, options={"stop": stop},
+            name=config.get("run_name") or self.get_name(), run_id=config.pop("run_id", None), batch_size=1,
+        )  # fmt: skip
+        try:
+            result = await self._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
+        except BaseException as exc:
+            await run_manager.on_llm_error(exc, response=LLMResult(generations=[]))
+            raise
+        generation = result.generations[0]
+        if generation.message.id is None:
+            generation.message.id = f"{LC_ID_PREFIX}-{run_manager.run_id}-0"
+        await run_manager.on_llm_end(LLMResult(generations=[[generation]]))
+        return generation.message  # type: ignore[return-value]
+
+    def _tracing_identity(self) -> dict[str, Any]:
+        """What tracers record as the model (``dumpd``), computed once."""
+        if self._serialized_identity is None:
+            self._serialized_identity = dumpd(self)
+        return self._serialized_identity
+
     async def _agenerate(
         self,
         messages: list[BaseMessage],
@@ -270,6 +340,21 @@ class OpenAICompatibleChatModel(BaseChatModel):
                 tool_choice = {"type": "function", "function": {"name": tool_choice}}
             kwargs["tool_choice"] = tool_choice
         return super().bind(tools=formatted, **kwargs)
+
+
+# LangChain inspects ``_agenerate``'s signature on every call (does it take ``run_manager``?); a signature
+# computed once makes that a lookup (about 5% of the client's CPU per request at 1024 in flight).
+OpenAICompatibleChatModel._agenerate.__signature__ = inspect.signature(OpenAICompatibleChatModel._agenerate)  # type: ignore[attr-defined]
+
+
+def _as_messages(input: LanguageModelInput) -> list[BaseMessage]:
+    if isinstance(input, list) and all(isinstance(message, BaseMessage) for message in input):
+        return input
+    if isinstance(input, PromptValue):
+        return input.to_messages()
+    if isinstance(input, str):
+        return [HumanMessage(input)]
+    return convert_to_messages(input)
 
 
 def _status_error(status: int, raw: bytes, url: str) -> ModelRequestError:
