@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +27,14 @@ from pacore_graph.models.embedded import free_port
 from pacore_graph.models.vllm_server import ROUTER_POLICY, ServerProcess, router_command
 
 SPREAD = "spread"  # the client's built-in spreading over every replica URL
-ROUTER_POLICIES = ["round_robin", "cache_aware", "consistent_hash", "sticky_least_loaded"]
+COMPARED_POLICIES = ["round_robin", "cache_aware", "consistent_hash", "sticky_least_loaded"]
 
 
 class ReplicasSettings(BaseModel):
     replicas: int = Field(4, ge=2)
     problems: int = Field(8, ge=1, description="problems per schedule")
     schedules: list[list[int]] = Field(default_factory=lambda: [[32, 4], [16]])
-    policies: list[str] = Field(default_factory=lambda: list(ROUTER_POLICIES))
+    policies: list[str] = Field(default_factory=lambda: list(COMPARED_POLICIES))
     kill: bool = Field(True, description="kill a replica mid-run under the best policy")
     kill_spread: bool = Field(True, description="and under the spreading, for comparison")
     kill_at: float = Field(0.4, gt=0, lt=1, description="when to kill, as a fraction of the clean run's wall time")
@@ -254,7 +254,9 @@ def _figures(run: PolicyRun) -> dict[str, Any]:
     }
 
 
-async def run_benchmark(settings: ReplicasSettings, log_dir: str | None = None, on_run: Any = None) -> ReplicasReport:
+async def run_benchmark(
+    settings: ReplicasSettings, log_dir: str | None = None, on_run: Callable[[PolicyRun], None] | None = None
+) -> ReplicasReport:
     """The spreading, each router policy, then a replica killed under the best policy and under the spreading."""
     folder = Path(log_dir or tempfile.mkdtemp(prefix="pacore-replicas-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -264,9 +266,9 @@ async def run_benchmark(settings: ReplicasSettings, log_dir: str | None = None, 
             report.runs.append(await bench.run(policy))
             if on_run:
                 on_run(report.runs[-1])
-        if settings.kill:
-            for clean in [report.best(), report.spread][: 2 if settings.kill_spread else 1]:
-                report.kills.append(await bench.run(clean.policy, kill_after=settings.kill_at * clean.wall_s))
-                if on_run:
-                    on_run(report.kills[-1])
+        killed = [report.best(), report.spread][: 2 if settings.kill_spread else 1] if settings.kill else []
+        for clean in killed:
+            report.kills.append(await bench.run(clean.policy, kill_after=settings.kill_at * clean.wall_s))
+            if on_run:
+                on_run(report.kills[-1])
     return report
