@@ -3,6 +3,7 @@ mid-run, the session key, and ``pacore serve-vllm`` as a whole (emulated) cluste
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
@@ -26,6 +27,20 @@ from pacore_graph.run import asolve
 SMALL_REPLICA = {"ttft": 0.01, "token_delay": 0.0005, "output_tokens": (60, 120), "answer_tokens": (20, 40),
                  "prefill_token_time": 1e-6}  # fmt: skip
 PROBLEM = "Problem {n}: count the pairs (a, b) of positive integers with a + b = {m}. " + "Think it through. " * 60
+
+
+def free_port_block(size: int) -> int:
+    """A port with ``size - 1`` free ones after it, below the ephemeral range: a client's outgoing socket may hold
+    any ephemeral port, so a cluster's port + 1 ... port + N picked there could already be taken."""
+    for base in range(20000, 32000, size):
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(base, base + size):
+                    held.enter_context(socket.socket()).bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return base
+    raise RuntimeError("no block of free ports below 32000")
 
 
 def pacore(*args: str) -> list[str]:
@@ -108,7 +123,7 @@ def _refused(port: int) -> bool:
 
 
 def test_serve_vllm_emulate_runs_a_cluster_that_pacore_solve_uses_and_stops_on_ctrl_c(tmp_path):
-    port = free_port()
+    port = free_port_block(3)
     serve = subprocess.Popen(pacore("serve-vllm", "--emulate", "--replicas", "2", "--port", str(port),
                                     "--log-dir", str(tmp_path)),
                              stderr=subprocess.PIPE, text=True)  # fmt: skip
