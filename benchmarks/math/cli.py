@@ -93,13 +93,17 @@ def _data_source(args: argparse.Namespace) -> str:
 
 
 def _load(args: argparse.Namespace) -> list[Any]:
-    """The problems; without --data and without the shared copy, the error says what to pass."""
+    """The problems; without --data and without the shared copy, the hub, and an error that says what to pass."""
     from pacore_benchmarks.math.data import DataError, load_problems  # noqa: PLC0415
 
+    source = _data_source(args)
+    defaulted = not args.data and source == DEFAULT_HUB_DATA
+    if defaulted:
+        print(f"no --data given and {DEFAULT_LOCAL_DATA} is not here: reading {source} from the hub", file=sys.stderr)
     try:
-        return load_problems(_data_source(args), args.limit)
+        return load_problems(source, args.limit)
     except DataError as exc:
-        if args.data:
+        if not defaulted:
             raise
         raise DataError(f"no --data given and {DEFAULT_LOCAL_DATA} is not here, so {exc}") from None
 

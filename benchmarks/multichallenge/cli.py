@@ -179,11 +179,13 @@ def main(args: argparse.Namespace) -> int:
         context_window=args.context_window or (DEFAULT_CONTEXT if embedded else None),
     )
 
+    defaulted = not args.data and settings.data == HUB_NAME
+    if defaulted:
+        print(f"no --data given and {LOCAL_PATH} is not here: reading {HUB_NAME} from the hub", file=sys.stderr)
     try:
         dataset = load_dataset(settings.data)
         conversations = select(dataset.conversations, axis=settings.axis, limit=settings.limit)
     except DataError as exc:
-        defaulted = not args.data and settings.data == HUB_NAME
         return _fail(f"no --data given and {LOCAL_PATH} is not here, so {exc}" if defaulted else str(exc))
     try:
         check_or_save(settings)
