@@ -77,6 +77,7 @@ def grader() -> MathGrader:
         ("Final answer: 103", "103", True),
         ("**Final Answer:** 890", "890", True),
         ("The answer is 62.", "62", True),
+        ("**62**", "62", True),  # a conclusion that is only the answer, in bold
         ("The answer is \\boxed{60", "60", True),  # a box never closed
         ("After 3 tries the answer is 61.", "62", False),
         # ... keeping its sign and decimals (MathArena reads -62 and 62.5 as 62)

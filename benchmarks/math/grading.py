@@ -134,8 +134,9 @@ def _strip_math_delimiters(text: str) -> str:
 
 
 def _bare_answer(conclusion: str) -> str | None:
-    """A conclusion that is nothing but a short math expression ("025", "$\\frac{1}{2}$") is its own answer."""
-    text = _strip_math_delimiters(conclusion).rstrip(".").strip()
+    """A conclusion that is nothing but a short math expression ("025", "$\\frac{1}{2}$", "**70**") is its own
+    answer."""
+    text = _strip_math_delimiters(conclusion.strip().strip("*`#").strip()).rstrip(".").strip()
     if not text or len(text) > _MAX_BARE_ANSWER or "\n" in text:
         return None
     if _PROSE_WORD.search(_LATEX_COMMAND.sub("", _TEXT_GROUP.sub("", text))):
