@@ -198,8 +198,8 @@ def main(args: argparse.Namespace) -> int:
 class Keys(NamedTuple):
     """API keys: passed along, never written to run.json or the report (None: $OPENAI_API_KEY)."""
 
-    responder: str | None = None
-    judge: str | None = None
+    responder: str | None
+    judge: str | None
 
 
 def _warn_self_judging(settings, console) -> None:
