@@ -12,6 +12,7 @@ BENCHMARKS = {
     "multichallenge": "pacore_benchmarks.multichallenge.cli",
     "overhead": "pacore_benchmarks.perf.overhead_cli",
     "faults": "pacore_benchmarks.perf.faults_cli",
+    "replicas": "pacore_benchmarks.perf.replicas_cli",
 }
 
 

@@ -104,9 +104,18 @@ def _serve_local(args: argparse.Namespace) -> int:
 
 
 def _serve_vllm(args: argparse.Namespace) -> int:
-    from pacore_graph.models.vllm_server import serve_vllm
+    import shlex
 
-    return serve_vllm(args.model, port=args.port, host=args.host, extra=args.vllm_args)
+    from pacore_graph.models.vllm_server import Cluster, serve_cluster, serve_vllm
+
+    if args.replicas == 1 and not args.emulate:
+        if not args.model:
+            raise ValueError("name the model to serve, e.g. pacore serve-vllm stepfun-ai/PaCoRe-8B")
+        return serve_vllm(args.model, port=args.port, host=args.host, extra=args.vllm_args)
+    cluster = Cluster(args.model, replicas=args.replicas, port=args.port, host=args.host, policy=args.policy,
+                      emulate=args.emulate, vllm_args=args.vllm_args, router_args=shlex.split(args.router_args),
+                      log_dir=args.log_dir)  # fmt: skip
+    return serve_cluster(cluster)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,10 +137,20 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--n-ctx", type=int, default=8192)
     local.set_defaults(func=_serve_local)
 
-    vllm = commands.add_parser("serve-vllm", help="run `vllm serve` with the flags PaCoRe-8B needs")
-    vllm.add_argument("model", help="e.g. stepfun-ai/PaCoRe-8B")
-    vllm.add_argument("--port", type=int, default=8000)
+    from pacore_graph.models.vllm_server import ROUTER_POLICIES, ROUTER_POLICY
+
+    vllm = commands.add_parser(
+        "serve-vllm", help="run `vllm serve` with the flags PaCoRe-8B needs; --replicas N puts vllm-router in front"
+    )
+    vllm.add_argument("model", nargs="?", help="e.g. stepfun-ai/PaCoRe-8B (with --emulate: the served name)")
+    vllm.add_argument("--port", type=int, default=8000, help="the server's port, or the router's (replicas: next N)")
     vllm.add_argument("--host", default="127.0.0.1")
+    vllm.add_argument("--replicas", type=int, default=1, help="vLLM servers, one GPU each, behind vllm-router")
+    vllm.add_argument("--policy", choices=ROUTER_POLICIES, default=ROUTER_POLICY,
+                      help=f"vllm-router's routing policy (default {ROUTER_POLICY}: measured by pacore bench replicas)")
+    vllm.add_argument("--emulate", action="store_true", help="emulated GPU replicas instead of vLLM (no GPU needed)")
+    vllm.add_argument("--router-args", default="", help="further flags for vllm-router, as one quoted string")
+    vllm.add_argument("--log-dir", help="where each server's log goes (default: a new temporary folder)")
     vllm.add_argument("vllm_args", nargs=argparse.REMAINDER, help="further flags passed to vllm serve")
     vllm.set_defaults(func=_serve_vllm)
 

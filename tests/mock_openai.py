@@ -26,12 +26,13 @@ def prompt_key(body: dict[str, Any]) -> str:
 
 
 class MockOpenAIServer:
-    """Run in a background thread; ``requests`` lists the JSON bodies in arrival order."""
+    """Run in a background thread; ``requests`` lists the JSON bodies in arrival order, ``keys`` their API keys."""
 
     def __init__(self, handler: Handler, model: str = "mock-model"):
         self.handler = handler
         self.model = model
         self.requests: list[dict[str, Any]] = []
+        self.keys: list[str | None] = []  # the bearer token of each request, None without one
         self._attempts: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
@@ -46,6 +47,7 @@ class MockOpenAIServer:
         body = await request.json()
         with self._lock:
             self.requests.append(body)
+            self.keys.append(request.headers.get("Authorization", "").removeprefix("Bearer ") or None)
             same_prompt = prompt_key(body)
             self._attempts[same_prompt] += 1
             attempt = self._attempts[same_prompt]

@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig, FaultRates, build_parser, config_from_args
+from pacore_benchmarks.perf.emulator_gpu import GpuClock, PrefixCache
 
 MODEL = "emulated-model"
 FAST = {"ttft": 0.0, "token_delay": 0.0, "output_tokens": 40}
@@ -341,3 +342,86 @@ def test_module_entry_serves_and_exits_with_its_parent():
     finally:
         if process.poll() is None:
             process.kill()
+
+
+# ------------------------------------------------------------------------ prefix cache and GPU time
+
+
+def test_prefix_cache_hits_whole_blocks_of_a_shared_prefix_only():
+    cache = PrefixCache(capacity_tokens=10_000, block_size=4)  # 4 tokens = 16 characters per block
+    text = "a" * 160  # 10 blocks
+    assert cache.admit(text, prompt_tokens=40) == 0
+    assert cache.admit(text, prompt_tokens=40) == 36  # the last token is always computed: 9 whole blocks
+    assert cache.admit("a" * 100 + "b" * 60, prompt_tokens=40) == 24  # 100 shared chars: 6 whole blocks
+    assert cache.admit("b" + "a" * 159, prompt_tokens=40) == 0  # same blocks later on, different prefix
+
+
+def test_prefix_cache_evicts_least_recently_used_tails_first():
+    cache = PrefixCache(capacity_tokens=16, block_size=4)  # 4 blocks
+    first, second = "x" * 48, "y" * 48  # 3 blocks each
+    cache.admit(first, 13)
+    cache.admit(second, 13)  # 6 blocks wanted, 4 kept: first's tail went first, its head stays
+    assert cache.admit(second, 13) == 12
+    assert cache.admit(first, 13) == 4  # only the head block of first survived
+
+
+def test_gpu_clock_queues_prefills_and_counts_their_stall():
+    clock = GpuClock(prefill_token_time=0.01)
+    assert clock.prefill(0, now=5.0) == 5.0  # fully cached: no prefill
+    assert clock.prefill(100, now=5.0) == 6.0
+    assert clock.prefill(50, now=5.5) == 6.5  # waits for the one before
+    assert clock.stalled(5.5) == pytest.approx(0.5) and clock.pending(5.5) == pytest.approx(1.0)
+    assert clock.stalled(7.0) == pytest.approx(1.5) and clock.pending(7.0) == 0.0
+
+
+def long_prompt(words: int) -> str:
+    return "reference " * words
+
+
+async def test_replica_reports_cached_tokens_in_usage_and_stats():
+    config = EmulatorConfig.gpu_replica(ttft=0.0, token_delay=0.0, output_tokens=30, answer_tokens=10,
+                                        prefill_token_time=1e-6)
+    with Emulator(config) as server:
+        first = json.loads((await post(server.base_url, body(long_prompt(2000))))[1])["usage"]
+        second = json.loads((await post(server.base_url, body(long_prompt(2000))))[1])["usage"]
+        stats = server.stats()
+    assert first["prompt_tokens_details"] == {"cached_tokens": 0}
+    cached = second["prompt_tokens_details"]["cached_tokens"]
+    assert first["prompt_tokens"] - 16 < cached < first["prompt_tokens"] and cached % 16 == 0
+    assert stats["requests"] == 2 and stats["prompt_tokens"] == 2 * first["prompt_tokens"]
+    assert stats["cached_tokens"] == cached and stats["completion_tokens"] == 60
+    uncached = stats["prompt_tokens"] - stats["cached_tokens"]
+    assert stats["prefill_s"] == pytest.approx(uncached * 1e-6, abs=1e-4)
+    assert stats["busy_s"] >= stats["prefill_s"]
+
+
+async def test_default_config_keeps_no_cache_and_reports_no_cached_tokens(emu):
+    _, raw = await post(emu.base_url, body(long_prompt(500)))
+    _, raw = await post(emu.base_url, body(long_prompt(500)))
+    assert "prompt_tokens_details" not in json.loads(raw)["usage"]
+    assert emu.stats()["cached_tokens"] == 0
+
+
+async def test_a_prefill_stalls_the_sequences_decoding_on_its_replica():
+    """A short reply alone would finish long before a long prompt's first token; a prefill holds it back."""
+    config = EmulatorConfig.gpu_replica(ttft=0.0, token_delay=0.001, output_tokens=200, answer_tokens=10,
+                                        prefill_token_time=1e-4)  # 10k uncached tokens: 1 s of prefill
+    events: list[str] = []
+    with Emulator(config) as server:
+        async with aiohttp.ClientSession() as session:
+
+            async def short() -> None:
+                async with session.post(server.base_url + "/chat/completions", json=body("short")) as response:
+                    await response.read()
+                events.append("short reply done")
+
+            async def long() -> None:
+                await asyncio.sleep(0.05)  # the short one is decoding when this prefill starts
+                payload = body(long_prompt(8000), stream=True)
+                async with session.post(server.base_url + "/chat/completions", json=payload) as response:
+                    await response.content.readany()
+                    events.append("long prompt's first token")
+                    await response.read()
+
+            await asyncio.gather(short(), long())
+    assert events == ["long prompt's first token", "short reply done"]

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 from pacore_graph.cli import main
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "math"
+DATA = Path(__file__).resolve().parent / "fixtures" / "math"
 
 
 def _rows(competition: str) -> list[dict]:
@@ -34,7 +35,7 @@ def test_grade_gold_all_correct_and_altered_all_wrong(tmp_path: Path, capsys, co
     gold = _write(tmp_path / "gold.jsonl", [{"id": r["id"], "response": f"\\boxed{{{r['answer']}}}"} for r in rows])
     assert main(["bench", "math", "grade", "--data", data, "--predictions", str(gold)]) == 0
     out = capsys.readouterr().out
-    assert "accuracy: 30/30 = 100.00%" in out
+    assert f"accuracy: {len(rows)}/{len(rows)} = 100.00%" in out
     verdicts = [json.loads(line) for line in (tmp_path / "gold.verdicts.jsonl").read_text().splitlines()]
     assert [v["id"] for v in verdicts] == [r["id"] for r in rows]
     assert all(v["correct"] and v["flag"] is None for v in verdicts)
@@ -46,7 +47,7 @@ def test_grade_gold_all_correct_and_altered_all_wrong(tmp_path: Path, capsys, co
     verdict_path = tmp_path / "out" / "v.jsonl"
     args = ["bench", "math", "grade", "--data", data, "--predictions", str(altered), "--verdicts", str(verdict_path)]
     assert main(args) == 0
-    assert "accuracy: 0/30 = 0.00%" in capsys.readouterr().out
+    assert f"accuracy: 0/{len(rows)} = 0.00%" in capsys.readouterr().out
     assert not any(json.loads(line)["correct"] for line in verdict_path.read_text().splitlines())
 
 
@@ -58,6 +59,7 @@ def test_grade_counts_partial_predictions_and_flags(tmp_path: Path, capsys) -> N
             {"id": rows[0]["id"], "response": f"<think>...</think>\\boxed{{{rows[0]['answer']}}}"},
             {"id": rows[1]["id"], "response": "I could not finish."},
             {"id": rows[1]["id"], "response": rows[1]["answer"]},  # a second sample, written bare
+            {"id": rows[0]["id"], "response": None},  # a failed generation: no answer
         ],
     )
     assert (
@@ -65,9 +67,34 @@ def test_grade_counts_partial_predictions_and_flags(tmp_path: Path, capsys) -> N
         == 0
     )
     out = capsys.readouterr().out
-    assert "graded 3 prediction(s) for 2 of 30 problems; flags: 1 no_boxed, 1 unboxed" in out
-    assert "28 problem(s) have no prediction" in out
-    assert "accuracy: 2/3 = 66.67%" in out
+    assert "graded 4 prediction(s) for 2 of 3 problems; flags: 1 no_boxed, 1 no_conclusion, 1 unboxed" in out
+    assert "accuracy: 2/4 = 50.00%" in out
+    # per problem: 1/2 and 1/2 right, the third has no prediction
+    assert "1 problem(s) have no prediction; counting them as wrong: 33.33%" in out
+
+
+def test_grade_held_out_style_responses(tmp_path: Path, capsys) -> None:
+    """Unboxed finals, a list boxed in pieces, a rounded decimal, a cut-off box: each graded as a reader would."""
+    cases = [
+        ("aime_2025", "aime_2025_I_1", "Adding the bases 21 and 49:\n\nFinal answer: 70", True),
+        ("aime_2025", "aime_2025_I_2", "<think>maybe 589</think>**Final Answer:** 588", True),
+        ("aime_2025", "aime_2025_I_3", "The answer is 16.", True),
+        ("aime_2024", "aime_2024_I_2", "so the answer is \\boxed{25", True),
+        ("aime_2024", "aime_2024_II_1", "$\\boxed{\\textbf{73}}$", True),
+        ("hmmt_feb_2024", "hmmt_feb_2024_4", "\\boxed{1.411765}", False),
+        ("hmmt_feb_2024", "hmmt_feb_2024_4", "The ratio is $\\frac{24}{17}$.", True),
+        ("hmmt_feb_2024", "hmmt_feb_2024_9", "The roots: $\\boxed{0}$, $\\boxed{\\pm i \\sqrt 6}$", True),
+        ("hmmt_feb_2024", "hmmt_feb_2024_9", "The roots: $\\boxed{0}$ and $\\boxed{i\\sqrt6}$", False),
+        ("hmmt_feb_2024", "hmmt_feb_2024_28", "\\boxed{128 - 64\\sqrt{3}\\text{ cm}^2}", True),
+    ]
+    for competition in ("aime_2025", "aime_2024", "hmmt_feb_2024"):
+        chosen = [(pid, response, correct) for comp, pid, response, correct in cases if comp == competition]
+        path = _write(tmp_path / f"{competition}.jsonl", [{"id": pid, "response": r} for pid, r, _ in chosen])
+        data = str(DATA / f"{competition}.jsonl")
+        assert main(["bench", "math", "grade", "--data", data, "--predictions", str(path)]) == 0
+        verdicts = [json.loads(line) for line in path.with_suffix(".verdicts.jsonl").read_text().splitlines()]
+        assert [(v["id"], v["correct"]) for v in verdicts] == [(pid, correct) for pid, _, correct in chosen]
+    capsys.readouterr()
 
 
 @pytest.mark.parametrize(
@@ -75,6 +102,8 @@ def test_grade_counts_partial_predictions_and_flags(tmp_path: Path, capsys) -> N
     [
         ('{"id": "aime_2025_I_1"}\n', "line 1: expected an object with fields 'id' and 'response'"),
         ('{"id": "nope", "response": "1"}\n', "1 prediction id(s) are not in"),
+        ('{"id": 1, "response": "1"}\n', "ids look like 'aime_2025_I_1'"),
+        ('{"id": "aime_2025_I_1", "response": 5}\n', "'response' must be a string (or null: no answer)"),
         ("not json\n", ":1: not valid JSON"),
         ("", "no predictions"),
     ],
@@ -85,6 +114,19 @@ def test_grade_bad_predictions(tmp_path: Path, capsys, content: str, message: st
     assert main(["bench", "math", "grade", "--data", str(DATA / "aime_2025.jsonl"), "--predictions", str(path)]) == 1
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1  # one clear message, no traceback
+
+
+def test_grade_without_data_or_predictions_says_what_to_pass(tmp_path: Path, capsys, monkeypatch) -> None:
+    assert main(["bench", "math", "grade", "--data", str(DATA / "aime_2025.jsonl")]) == 1
+    assert "grade needs --predictions FILE" in capsys.readouterr().err
+    predictions = _write(tmp_path / "p.jsonl", [{"id": "aime_2025_I_1", "response": "70"}])
+    monkeypatch.chdir(tmp_path)  # no ../shared here, and the hub is out of reach (or `datasets` is missing)
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    assert main(["bench", "math", "grade", "--predictions", str(predictions)]) == 1
+    note, error = capsys.readouterr().err.splitlines()  # what it tries, then one line saying what to pass
+    assert note.endswith("is not here: reading MathArena/aime_2025 from the hub")
+    assert "no --data given and ../shared/data/math/aime_2025.jsonl is not here, so" in error
+    assert "pass --data PATH.jsonl" in error
 
 
 def test_run_rejects_bad_input_before_starting_a_model(tmp_path: Path, capsys) -> None:

@@ -25,7 +25,7 @@ from pacore_graph.prompt import message_text
 from pacore_graph.records import Trajectory
 
 ROOT = Path(__file__).resolve().parents[1]
-AIME = ROOT.parent / "shared" / "data" / "math" / "aime_2025.jsonl"
+AIME = ROOT / "tests" / "fixtures" / "math" / "aime_2025.jsonl"
 POOL_TOKENS = 50
 SYNTH_TOKENS = 20
 

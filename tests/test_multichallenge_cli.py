@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
 import pytest
 from test_multichallenge_resume import MockServer, write_data
 
 from pacore_benchmarks.multichallenge import cli as mc_cli
 from pacore_benchmarks.multichallenge.cli import cli
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "multichallenge" / "benchmark_questions.jsonl"
 
 
 def run(capsys, *args: str) -> tuple[int, str]:
@@ -32,13 +36,23 @@ def test_register_adds_the_subcommand():
         (["--rounds", "four"], "comma-separated integers"),
         (["--samples", "0"], "--samples must be at least 1"),
         (["--data", "missing/questions.jsonl"], "not found"),
-        (["--axis", "memory"], "unknown axis 'MEMORY'"),
+        (["--axis", "memory", "--data", str(FIXTURE)], "unknown axis 'MEMORY'"),
     ],
 )
 def test_bad_arguments_get_one_clear_message(capsys, tmp_path, args, message):
     code, text = run(capsys, *args, "--output", str(tmp_path / "out"))
     assert code == 2 and message in " ".join(text.split())
     assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+def test_no_data_and_no_shared_copy_says_what_to_pass(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no ../shared here, and the hub is out of reach (or `datasets` is missing)
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    code, text = run(capsys, "--output", str(tmp_path / "out"))
+    text = " ".join(text.split())
+    assert code == 2
+    assert "no --data given and ../shared/data/multichallenge/benchmark_questions.jsonl is not here" in text
+    assert "--data PATH" in text and not (tmp_path / "out").exists()
 
 
 def test_unreachable_server_stops_the_run_with_a_clear_message(capsys, tmp_path):

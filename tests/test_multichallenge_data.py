@@ -1,4 +1,4 @@
-"""MultiChallenge data: the shared copy loads whole; malformed rows are reported by id and skipped."""
+"""MultiChallenge data: official rows load (a fixture excerpt); malformed rows are reported by id and skipped."""
 
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ from pacore_benchmarks.multichallenge.data import (
     select,
 )
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO / LOCAL_PATH
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "multichallenge" / "benchmark_questions.jsonl"
 
 
 def _row(qid: str, **overrides) -> dict:
@@ -39,21 +38,24 @@ def _row(qid: str, **overrides) -> dict:
     return row
 
 
-def test_shared_copy_loads_all_rows_with_official_axis_counts():
-    dataset = load_dataset(SHARED)
+def test_official_rows_load_with_their_axes():
+    dataset = load_dataset(FIXTURE)
     assert dataset.skipped == []
-    assert len(dataset.conversations) == 273
+    first_two = [c.question_id for c in dataset.conversations][:2]
+    assert first_two == ["674552683acc22154b07a598", "674552684d7f0f0dad442da6"]
     counts = Counter(c.axis for c in dataset.conversations)
     assert counts == {
-        "INFERENCE_MEMORY": 113,
-        "INSTRUCTION_RETENTION": 69,
-        "SELF_COHERENCE": 50,
-        "RELIABLE_VERSION_EDITING": 41,
+        "INFERENCE_MEMORY": 2,
+        "SELF_COHERENCE": 1,
+        "INSTRUCTION_RETENTION": 1,
+        "RELIABLE_VERSION_EDITING": 2,
     }
+    assert set(counts) == set(AXES)
+    assert all(c.pass_criteria == "YES" and c.target_question.strip() for c in dataset.conversations)
 
 
 def test_messages_keep_the_whole_history_in_order():
-    conv = load_dataset(SHARED).conversations[0]
+    conv = load_dataset(FIXTURE).conversations[0]
     messages = conv.messages()
     assert len(messages) == len(conv.conversation)
     assert isinstance(messages[-1], HumanMessage)
@@ -125,16 +127,22 @@ def test_directory_and_empty_file_are_refused(tmp_path):
 
 
 def test_default_source_prefers_the_local_copy(tmp_path):
-    assert default_source(REPO) == str(LOCAL_PATH)
-    assert default_source(tmp_path) == HUB_NAME
+    project = tmp_path / "project"
+    project.mkdir()
+    assert default_source(project) == HUB_NAME
+    shared = project / LOCAL_PATH
+    shared.parent.mkdir(parents=True)
+    shared.write_bytes(FIXTURE.read_bytes())
+    assert default_source(project) == str(LOCAL_PATH)
 
 
 def test_select_filters_axis_then_limits_in_file_order():
-    conversations = load_dataset(SHARED).conversations
-    picked = select(conversations, axis="reliable_version_editing", limit=3)
-    assert [c.axis for c in picked] == ["RELIABLE_VERSION_EDITING"] * 3
-    expected = [c.question_id for c in conversations if c.axis == "RELIABLE_VERSION_EDITING"][:3]
-    assert [c.question_id for c in picked] == expected
+    conversations = load_dataset(FIXTURE).conversations
+    picked = select(conversations, axis="reliable_version_editing", limit=1)
+    assert [c.question_id for c in picked] == ["67455ecca969fda3803814da"]
+    expected = [c.question_id for c in conversations if c.axis == "RELIABLE_VERSION_EDITING"]
+    assert [c.question_id for c in select(conversations, axis="RELIABLE_VERSION_EDITING", limit=3)] == expected
+    assert len(expected) == 2
     assert len(select(conversations, limit=4)) == 4
     with pytest.raises(DataError, match="unknown axis"):
         select(conversations, axis="MEMORY")
@@ -165,8 +173,10 @@ def test_unreachable_hub_is_one_clear_error(monkeypatch):
     datasets = pytest.importorskip("datasets")
 
     def offline(name, split):
-        raise ConnectionError("no network")
+        raise ConnectionError("no network\n(a long second line of details)")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    with pytest.raises(DataError, match="cannot load 'someone/dataset' from the hub: no network"):
+    expected = r"cannot load 'someone/dataset' from the hub \(ConnectionError: no network\)"
+    with pytest.raises(DataError, match=expected) as err:
         load_dataset("someone/dataset")
+    assert "\n" not in str(err.value) and "pass --data PATH" in str(err.value)

@@ -12,19 +12,20 @@ import pytest
 
 import pacore_graph.models
 from pacore_benchmarks.multichallenge.cli import cli
-from pacore_benchmarks.multichallenge.data import LOCAL_PATH
 
+DATA = Path(__file__).resolve().parent / "fixtures" / "multichallenge" / "benchmark_questions.jsonl"
 pytestmark = [pytest.mark.embedded, pytest.mark.timeout(600)]
 
 
 def test_embedded_run_writes_rows_table_report_then_resumes_without_model(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
-    assert LOCAL_PATH.exists()
-    args = ["--limit", "2", "--rounds", "2", "--max-tokens", "48", "--judge-max-tokens", "128",
+    args = ["--data", str(DATA), "--limit", "2", "--rounds", "2", "--max-tokens", "48", "--judge-max-tokens", "128",
             "--output", str(tmp_path)]  # fmt: skip
     assert cli(args) == 0
-    first = capsys.readouterr().out
+    printed = capsys.readouterr()
+    first = printed.out
     assert "INFERENCE_MEMORY" in first and "OVERALL" in first  # the terminal table
+    assert "WARNING: the judge is the responder itself" in " ".join(printed.err.split())  # one model, both sides
 
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert [r["question_id"] for r in rows] == ["674552683acc22154b07a598", "674552684d7f0f0dad442da6"]
@@ -35,8 +36,10 @@ def test_embedded_run_writes_rows_table_report_then_resumes_without_model(tmp_pa
         assert row["ttc"] > 0 and not row["ttc_approximate"]  # the server reports usage
         assert (row["verdict"] in ("YES", "NO")) != bool(row["judge_error"])
         assert row["passed"] == (row["verdict"] == row["pass_criteria"])
+        assert row["judge_format"] == "json_object"  # llama.cpp refuses the official json_schema
     report = (tmp_path / "report.md").read_text()
     assert "| INFERENCE_MEMORY | 1 |" in report and "| OVERALL | 2 |" in report
+    assert "**Warning:** the judge is the responder itself" in report
     assert json.loads((tmp_path / "scores.json").read_text())["rows"] == 2
     assert (tmp_path / "axis_scores.png").exists()
 

@@ -1,4 +1,5 @@
-"""MultiChallenge judge: lenient parsing, retries of unreadable replies, structured-output fallback."""
+"""MultiChallenge judge: the official request by default, lenient parsing, retries of unreadable replies,
+structured-output fallback. (The official request at a mock server: test_multichallenge_official.py.)"""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.outputs import ChatGeneration, ChatResult
 
 from pacore_benchmarks.multichallenge.judge import (
+    OFFICIAL_JUDGE_PROMPT,
+    OFFICIAL_RESPONSE_FORMAT,
     STRUCTURED_FORMATS,
     Judge,
     UnreadableVerdict,
@@ -83,19 +86,36 @@ def test_garbage_and_missing_verdicts_are_refused(text, problem):
 
 
 def test_prompt_shows_only_response_and_target_question():
-    messages = judge_messages("RESPONSE-TEXT", "Does it mention X?")
-    assert isinstance(messages[0], SystemMessage) and isinstance(messages[1], HumanMessage)
-    assert "RESPONSE-TEXT" in messages[1].content and "Does it mention X?" in messages[1].content
-    assert "verdict" in messages[0].content
+    (official,) = judge_messages("RESPONSE-TEXT", "Does it mention X?")
+    assert isinstance(official, HumanMessage)
+    assert official.content == OFFICIAL_JUDGE_PROMPT.format("RESPONSE-TEXT", "Does it mention X?")
+    assert "<MODEL_RESPONSE>\nRESPONSE-TEXT\n</MODEL_RESPONSE>" in official.content
+    assert "Be VERY STRICT!:\n<CRITERIA>\nDoes it mention X?\n</CRITERIA>" in official.content
+    system, user = judge_messages("RESPONSE-TEXT", "Does it mention X?", prompt="project")
+    assert isinstance(system, SystemMessage) and isinstance(user, HumanMessage)
+    assert "RESPONSE-TEXT" in user.content and "Does it mention X?" in user.content
+    assert "verdict" in system.content
 
 
-async def test_judge_calls_at_temperature_zero_with_a_schema():
+async def test_judge_calls_at_temperature_zero_with_the_official_schema_and_no_token_cap():
     fake = JudgeFake(reply=lambda m, kw: '{"reasoning": "ok", "verdict": "YES"}')
-    outcome = await Judge(fake, max_tokens=64).ajudge("resp", "question?")
+    outcome = await Judge(fake).ajudge("resp", "question?")
     assert outcome.verdict == "YES" and outcome.error is None and outcome.attempts == 1
+    assert outcome.response_format == "json_schema"
+    ((messages, kwargs),) = fake.calls
+    assert len(messages) == 1 and kwargs == {"temperature": 0.0, "response_format": OFFICIAL_RESPONSE_FORMAT}
+    fake = JudgeFake(reply=lambda m, kw: '{"reasoning": "ok", "verdict": "NO"}')
+    assert (await Judge(fake, prompt="project", max_tokens=64).ajudge("resp", "q?")).verdict == "NO"
     ((_, kwargs),) = fake.calls
-    assert kwargs["temperature"] == 0 and kwargs["max_tokens"] == 64
-    assert kwargs["response_format"] == STRUCTURED_FORMATS[0]
+    assert kwargs == {"temperature": 0.0, "max_tokens": 64, "response_format": STRUCTURED_FORMATS[0]}
+
+
+async def test_unreadable_reply_is_asked_again_unchanged_with_the_official_prompt():
+    replies = iter(["hmm", '{"reasoning": "fixed", "verdict": "NO"}'])
+    fake = JudgeFake(reply=lambda m, kw: next(replies))
+    outcome = await Judge(fake).ajudge("resp", "q?")
+    assert outcome.verdict == "NO" and outcome.attempts == 2
+    assert fake.calls[0] == fake.calls[1]  # the official request, both times
 
 
 async def test_unreadable_reply_is_retried_with_a_note_then_read():
@@ -104,7 +124,7 @@ async def test_unreadable_reply_is_retried_with_a_note_then_read():
         return "hmm" if len(messages) == 2 else '{"reasoning": "fixed", "verdict": "NO"}'
 
     fake = JudgeFake(reply=reply)
-    outcome = await Judge(fake).ajudge("resp", "q?")
+    outcome = await Judge(fake, prompt="project").ajudge("resp", "q?")
     assert outcome.verdict == "NO" and outcome.attempts == 2
     retry_prompt = fake.calls[1][0]
     assert retry_prompt[-2].content == "hmm" and "could not be read" in retry_prompt[-1].content
@@ -129,9 +149,10 @@ async def test_structured_output_falls_back_when_the_server_refuses_the_format()
     fake = JudgeFake(reply=reply)
     judge = Judge(fake)
     assert (await judge.ajudge("a", "q?")).verdict == "YES"
-    assert (await judge.ajudge("b", "q?")).verdict == "YES"
+    outcome = await judge.ajudge("b", "q?")
+    assert outcome.verdict == "YES" and outcome.response_format == "json_object"  # recorded in the row
     formats = [kw.get("response_format") for _, kw in fake.calls]
-    assert formats == [STRUCTURED_FORMATS[0], STRUCTURED_FORMATS[1], STRUCTURED_FORMATS[1]]
+    assert formats == [OFFICIAL_RESPONSE_FORMAT, STRUCTURED_FORMATS[1], STRUCTURED_FORMATS[1]]
 
 
 async def test_other_call_failures_propagate():

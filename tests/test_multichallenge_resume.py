@@ -22,7 +22,7 @@ import pytest
 from aiohttp import web
 
 REPO = Path(__file__).resolve().parents[1]
-JUDGE_MARK = "You grade one reply"
+JUDGE_MARK = "<MODEL_RESPONSE>"  # the official judge prompt
 
 
 class MockServer:
@@ -77,7 +77,7 @@ class MockServer:
         messages = body["messages"]
         last = messages[-1]["content"]
         if JUDGE_MARK in messages[0]["content"]:
-            kind, key = "judge", last.split("Question about this reply: ")[1].split("?")[0]
+            kind, key = "judge", last.split("<CRITERIA>\n")[1].split("?")[0]
             content = json.dumps({"reasoning": "fine", "verdict": "YES" if "GOOD" in last else "NO"})
         else:
             key = messages[0]["content"]

@@ -85,7 +85,7 @@ async def test_one_row_per_conversation_and_sample_with_rounds_ttc_and_verdict(t
         assert row["response"].startswith("final-") and "<think>" not in row["response"]
         assert [r["k"] for r in row["rounds"]] == [2, 1]
         assert row["ttc"] == 30  # 3 trajectories x 10 completion tokens
-        assert row["verdict"] == "YES" and row["judge_reasoning"] == "checked"
+        assert row["verdict"] == "YES" and row["judge_reasoning"] == "checked" and row["judge_format"] == "none"
         assert row["passed"] is (row["pass_criteria"] == "YES")
     assert len(responder.seen) == 4 * 3 and len(judge.seen) == 4
     # The judge sees the final response and the target question only, never the conversation.

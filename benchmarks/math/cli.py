@@ -3,6 +3,10 @@
 pacore bench math --data PATH [--limit N] [--base-url URL] [--model M] [--methods single,vote,pacore]
                   [--preset low,medium,high | --rounds 32,4 ...] [--samples N] [--pool N] --output DIR
 pacore bench math grade --data PATH --predictions FILE [--verdicts FILE]
+
+A predictions file is JSON lines (or one JSON list) of {"id": ..., "response": ...}: the id of a problem in
+--data and the model's whole response (reasoning before </think> is ignored; a null response counts as
+wrong). Several rows may share an id (samples). Grading follows MathArena's rules (see grading.py).
 """
 
 from __future__ import annotations
@@ -88,6 +92,22 @@ def _data_source(args: argparse.Namespace) -> str:
     return str(DEFAULT_LOCAL_DATA) if DEFAULT_LOCAL_DATA.exists() else DEFAULT_HUB_DATA
 
 
+def _load(args: argparse.Namespace) -> list[Any]:
+    """The problems; without --data and without the shared copy, the hub, and an error that says what to pass."""
+    from pacore_benchmarks.math.data import DataError, load_problems  # noqa: PLC0415
+
+    source = _data_source(args)
+    defaulted = not args.data and source == DEFAULT_HUB_DATA
+    if defaulted:
+        print(f"no --data given and {DEFAULT_LOCAL_DATA} is not here: reading {source} from the hub", file=sys.stderr)
+    try:
+        return load_problems(source, args.limit)
+    except DataError as exc:
+        if not defaulted:
+            raise
+        raise DataError(f"no --data given and {DEFAULT_LOCAL_DATA} is not here, so {exc}") from None
+
+
 def main(args: argparse.Namespace) -> int:
     try:
         if args.action == "grade":
@@ -128,8 +148,8 @@ def read_predictions(path: Path) -> list[dict[str, Any]]:
     for number, row in rows:
         if not isinstance(row, dict) or "id" not in row or "response" not in row:
             raise DataError(f"{path} {where} {number}: expected an object with fields 'id' and 'response'")
-        if not isinstance(row["response"], str):
-            raise DataError(f"{path} {where} {number}: 'response' must be a string")
+        if row["response"] is not None and not isinstance(row["response"], str):
+            raise DataError(f"{path} {where} {number}: 'response' must be a string (or null: no answer)")
         predictions.append({"id": str(row["id"]), "response": row["response"]})
     if not predictions:
         raise DataError(f"{path}: no predictions in it")
@@ -137,19 +157,22 @@ def read_predictions(path: Path) -> list[dict[str, Any]]:
 
 
 def grade_command(args: argparse.Namespace) -> int:
-    from pacore_benchmarks.math.data import DataError, load_problems  # noqa: PLC0415
+    from pacore_benchmarks.math.data import DataError  # noqa: PLC0415
     from pacore_benchmarks.math.runner import grade_predictions  # noqa: PLC0415
 
     if not args.predictions:
-        raise DataError("grade needs --predictions FILE (rows of {id, response})")
-    problems = load_problems(_data_source(args), args.limit)
+        raise DataError("grade needs --predictions FILE (JSON lines of {\"id\": ..., \"response\": ...})")
     predictions_path = Path(args.predictions)
     predictions = read_predictions(predictions_path)
+    problems = _load(args)
     known = {p.id for p in problems}
     unknown = sorted({p["id"] for p in predictions} - known)
     if unknown:
         shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
-        raise DataError(f"{len(unknown)} prediction id(s) are not in {_data_source(args)}: {shown}")
+        raise DataError(
+            f"{len(unknown)} prediction id(s) are not in {_data_source(args)}: {shown} "
+            f"(its ids look like {problems[0].id!r}; pass the matching --data)"
+        )
     verdicts = grade_predictions(problems, predictions)
     verdicts_path = Path(args.verdicts) if args.verdicts else predictions_path.with_suffix(".verdicts.jsonl")
     verdicts_path.parent.mkdir(parents=True, exist_ok=True)
@@ -163,10 +186,14 @@ def grade_command(args: argparse.Namespace) -> int:
     missing = len(known - answered)
     flagged = ", ".join(f"{count} {flag}" for flag, count in sorted(flags.items())) or "none"
     print(f"graded {len(verdicts)} prediction(s) for {len(answered)} of {len(known)} problems; flags: {flagged}")
-    if missing:
-        print(f"{missing} problem(s) have no prediction (not counted)")
     print(f"verdicts: {verdicts_path}")
     print(f"accuracy: {correct}/{len(verdicts)} = {100 * correct / len(verdicts):.2f}%")
+    if missing:
+        per_problem: dict[str, list[bool]] = {}
+        for verdict in verdicts:
+            per_problem.setdefault(verdict["id"], []).append(verdict["correct"])
+        over_all = sum(sum(marks) / len(marks) for marks in per_problem.values()) / len(known)
+        print(f"{missing} problem(s) have no prediction; counting them as wrong: {100 * over_all:.2f}%")
     return 0
 
 
@@ -221,9 +248,7 @@ def run_command(args: argparse.Namespace) -> int:
         max_inflight=args.max_inflight,
         pacore_overrides=overrides,
     )
-    from pacore_benchmarks.math.data import load_problems  # noqa: PLC0415
-
-    load_problems(settings.data, settings.limit)  # bad data fails before any server starts
+    _load(args)  # bad data fails before any server starts
     if embedded:
         print(
             f"no --base-url: using the embedded SmolLM2 with max_tokens {max_tokens}, schedules "

@@ -1,8 +1,11 @@
 """Competition math problems (AIME, HMMT) from a local .jsonl file or a MathArena hub name.
 
-The prompt is MathArena's: the competition's instruction, a blank line, then the problem. MathArena's
-configs (eth-sri/matharena, ``configs/competitions``) give every final-answer competition the same
-"reason step by step ... \\boxed{}" instruction and add the integer range for AIME.
+The prompt is MathArena's: the competition's instruction, a blank line, then the problem. The
+instruction is the one in the competition's current MathArena config (eth-sri/matharena,
+``configs/competitions``; read at e927660, May 2026). Since 2026-02-05 (commit e629578) AIME 2025,
+HMMT Feb 2025 and the later final-answer competitions say "Put your final answer within \\boxed{}.";
+AIME 2024 and HMMT Feb 2024 keep the older "Please reason step by step, ..." sentence. AIME adds the
+integer range. A competition MathArena does not list gets the current sentence.
 """
 
 from __future__ import annotations
@@ -12,8 +15,25 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+OLDER_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+CURRENT_INSTRUCTION = "Put your final answer within \\boxed{}."
 AIME_RANGE = "The answer is an integer between 0 and 999 inclusive."
+ROW_FIELDS = "JSON lines with id, problem, answer, as in MathArena's data"
+# Competition name prefixes (MathArena's config names; the longest matching prefix wins).
+INSTRUCTIONS = {
+    "aime": f"{CURRENT_INSTRUCTION}\n{AIME_RANGE}",
+    "aime_2024": f"{OLDER_INSTRUCTION}\n{AIME_RANGE}",
+    "hmmt_feb_2024": OLDER_INSTRUCTION,
+    "cmimc_2025": f"{CURRENT_INSTRUCTION} Thus, format your final answer as follows:\n\n### Final answer\n\n"
+    "The final answer is \\boxed{your final answer}.",
+}
+
+
+def instruction_for(competition: str) -> str:
+    """MathArena's current instruction for a competition such as ``aime_2025_I`` or ``hmmt_feb_2024``."""
+    name = competition.lower()
+    matches = [prefix for prefix in INSTRUCTIONS if name.startswith(prefix)]
+    return INSTRUCTIONS[max(matches, key=len)] if matches else CURRENT_INSTRUCTION
 
 
 class DataError(ValueError):
@@ -30,12 +50,8 @@ class Problem(BaseModel):
     problem_idx: int | None = None
     extra: dict = Field(default_factory=dict)
 
-    @property
-    def is_aime(self) -> bool:
-        return (self.competition or self.id).lower().startswith("aime")
-
     def instruction(self) -> str:
-        return f"{BOXED_INSTRUCTION}\n{AIME_RANGE}" if self.is_aime else BOXED_INSTRUCTION
+        return instruction_for(self.competition or self.id)
 
     def prompt(self) -> str:
         """The user message, exactly as MathArena builds it: instruction, blank line, problem."""
@@ -111,13 +127,15 @@ def read_hub(name: str) -> list[Problem]:
     except ModuleNotFoundError:
         raise DataError(
             f"{name!r} is not a local file, and loading it from the hub needs the `datasets` package "
-            "(pip install datasets); offline, pass a .jsonl path such as ../shared/data/math/aime_2025.jsonl"
+            f"(pip install datasets); or pass --data PATH.jsonl ({ROW_FIELDS})"
         ) from None
     try:
         rows = datasets.load_dataset(name, split="train").to_list()
     except Exception as exc:  # the hub raises many types: offline, missing repo, auth
+        reason = (str(exc).strip().splitlines() or [""])[0][:200]
         raise DataError(
-            f"cannot load {name!r} from the hub ({type(exc).__name__}: {exc}); offline, pass a .jsonl path"
+            f"cannot load {name!r} from the hub ({type(exc).__name__}: {reason}); "
+            f"offline, pass --data PATH.jsonl ({ROW_FIELDS})"
         ) from exc
     competition = name.rsplit("/", 1)[-1]
     problems = [_problem_from_row(row, f"{name} row {i}", competition) for i, row in enumerate(rows)]

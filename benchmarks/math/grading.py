@@ -1,9 +1,23 @@
-"""Grading a response against a gold answer: the last ``\\boxed{}`` of its conclusion, checked by math-verify.
+"""Grading a response against a gold answer, by MathArena's non-strict rules where they are right.
+
+MathArena (eth-sri/matharena, ``extract_and_grade`` with ``strict_parsing: false``, as its AIME and HMMT
+configs run it) reads the answer from the final message: its last ``\\boxed{}``; when the gold answer is a
+list (it has a comma) and several boxes are written, all boxes on the last line that has one, joined by
+commas; when no box is complete, the last integer of the message. A decimal matches an exact answer
+only within an absolute and relative error of 1e-10, so ``0.444444`` is not ``4/9``.
+
+Where MathArena is wrong, this grader stays right: ``\\textbf{890}`` and ``\\text{20}`` are numbers, a
+unit in ``\\text{}`` after the answer is not part of it (MathArena reads ``\\frac{448}{3}\\text{ cm}^2``
+as 448/9), ``0`` equals ``0`` (MathArena divides 0 by 0 and so fails every answer containing 0),
+``\\sqrt 10`` is the root of 10, and the last number of an unboxed message keeps its sign and decimals
+(MathArena reads ``-5`` as 5 and ``3.5`` as 5) and brings the math span it stands in (``The answer is
+$\\frac{24}{17}$.``: MathArena reads 17). A conclusion that is nothing but a short expression is its
+own answer.
 
 math-verify bounds its parsing and comparison time with ``signal.alarm``, which Python only allows in the
 main thread. The grader therefore refuses to run elsewhere instead of silently running without a bound:
-the runner grades from the event loop's (main) thread. Anything that cannot be graded (no boxed answer,
-an unparsable one, a timeout) counts as wrong and carries a flag saying why.
+the runner grades from the event loop's (main) thread. Anything that cannot be graded (no answer, an
+unparsable one, a timeout) counts as wrong and carries a flag saying why.
 """
 
 from __future__ import annotations
@@ -12,7 +26,7 @@ import logging
 import math
 import re
 import threading
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel
 
@@ -25,37 +39,90 @@ _BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _INT_SEPARATORS = re.compile(r"\{,\}|\\[,!;: ]|~|\s")
 _THOUSANDS = re.compile(r"^-?\d{1,3}(,\d{3})+$")
 _INTEGER = re.compile(r"^-?\d+$")
-_LATEX_WRAPPERS = re.compile(r"^\\(?:text|textbf|mathrm|mathbf)\{(.*)\}$")
+# The last number of a message: a minus sign counts when it is not a binary minus ("a-5" ends in 5).
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?!\w)")
+_DECIMAL = re.compile(r"-?\d*\.\d+")
+_MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
 _LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")
 _PROSE_WORD = re.compile(r"[A-Za-z]{2,}")
-_TEXT_GROUP = re.compile(r"\\(?:text|mathrm|textbf|mbox)\s*\{[^{}]*\}")
+_TEXT_GROUP = re.compile(r"\\(?:text|textbf|textrm|textit|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
+_CONJUNCTION = re.compile(r"^\s*(?:and|or)\s*$", re.IGNORECASE)
+# A unit after the answer: \text{ cm}^2, \,\mathrm{km}, \text{ degrees}.
+_UNIT = re.compile(
+    r"(?:\\[,;: ]|~|\s)*(?:\\(?:text|mbox)\s*\{\s*[A-Za-z]|\\mathrm\s*\{\s*[A-Za-z]{2})[A-Za-z\s.]*\}"
+    r"(?:\^\{?[23]\}?)?[\s.]*$"
+)
+_SQRT_DIGITS = re.compile(r"\\sqrt\s*(\d+)")  # \sqrt 10 and \sqrt10 mean the root of 10
+_UNICODE = {"\u2212": "-", "\u221a": "\\sqrt", "\u03c0": "\\pi", "\u00d7": "\\cdot", "\u202f": " "}
 _MAX_BARE_ANSWER = 120
+# math-verify rounds floats to this many decimals before comparing them (its default, 6, takes 0.444444
+# for 4/9); MathArena's relative-error rule decides single numbers, this bounds numbers inside lists.
+_FLOAT_ROUNDING = 10
+_DECIMAL_ERROR = 1e-10
 
 
 class Verdict(BaseModel):
     """The grade of one response. ``flag`` says why it could not be graded normally (it is then wrong),
-    or ``unboxed`` when a bare answer with no ``\\boxed{}`` was graded as is."""
+    or ``unboxed`` when an answer with no ``\\boxed{}`` was graded (the whole conclusion or its last number)."""
 
     correct: bool
     extracted: str | None = None
     flag: Flag | None = None
 
 
-def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (or ``\\fbox``), braces balanced; None when there is none."""
-    starts = [m.end() for m in _BOX_OPEN.finditer(text)]
-    for start in reversed(starts):
-        depth = 1
-        for position in range(start, len(text)):
-            char = text[position]
-            if char == "{":
-                depth += 1
-            elif char == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[start:position].strip()
-        # unbalanced (cut off mid-answer): try the previous box
+def _closing_brace(text: str, start: int) -> int | None:
+    """Index of the brace closing the one opened just before ``start``; None when it never closes."""
+    depth = 1
+    for position in range(start, len(text)):
+        if text[position] == "{":
+            depth += 1
+        elif text[position] == "}":
+            depth -= 1
+            if depth == 0:
+                return position
     return None
+
+
+def boxes(text: str) -> list[tuple[int, str]]:
+    """Every complete ``\\boxed{...}`` (or ``\\fbox``): (start, content), braces balanced, in order.
+
+    A box that never closes (cut off mid-answer) is left out; a box inside another is part of the outer
+    one's content, without its own ``\\boxed``.
+    """
+    found: list[tuple[int, str]] = []
+    end_of_last = -1
+    for match in _BOX_OPEN.finditer(text):
+        close = None if match.start() < end_of_last else _closing_brace(text, match.end())
+        if close is not None:
+            found.append((match.start(), _unbox(text[match.end() : close]).strip()))
+            end_of_last = close
+    return found
+
+
+def _unbox(content: str) -> str:
+    """``\\boxed{x}`` inside a box is just x."""
+    match = _BOX_OPEN.search(content)
+    while match:
+        close = _closing_brace(content, match.end())
+        if close is None:
+            break
+        content = content[: match.start()] + content[match.end() : close] + content[close + 1 :]
+        match = _BOX_OPEN.search(content, match.start())
+    return content
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last complete ``\\boxed{...}``; None when there is none."""
+    found = boxes(text)
+    return found[-1][1] if found else None
+
+
+def _boxed_answer(text: str, found: list[tuple[int, str]], list_answer: bool) -> str:
+    """The last box; for a list answer written as several boxes, all boxes on the last line with one."""
+    if not list_answer or len(found) == 1:
+        return found[-1][1]
+    line = text.count("\n", 0, found[-1][0])
+    return ",".join(content for start, content in found if text.count("\n", 0, start) == line)
 
 
 def _strip_math_delimiters(text: str) -> str:
@@ -67,8 +134,9 @@ def _strip_math_delimiters(text: str) -> str:
 
 
 def _bare_answer(conclusion: str) -> str | None:
-    """A conclusion that is nothing but a short math expression ("025", "$\\frac{1}{2}$") is its own answer."""
-    text = _strip_math_delimiters(conclusion).rstrip(".").strip()
+    """A conclusion that is nothing but a short math expression ("025", "$\\frac{1}{2}$", "**70**") is its own
+    answer."""
+    text = _strip_math_delimiters(conclusion.strip().strip("*`#").strip()).rstrip(".").strip()
     if not text or len(text) > _MAX_BARE_ANSWER or "\n" in text:
         return None
     if _PROSE_WORD.search(_LATEX_COMMAND.sub("", _TEXT_GROUP.sub("", text))):
@@ -76,65 +144,117 @@ def _bare_answer(conclusion: str) -> str | None:
     return text
 
 
-def extract_answer(response: str) -> tuple[str | None, Flag | None]:
+def last_number(text: str) -> str | None:
+    """MathArena's fallback, the last number written, but with its sign and decimals, and when it stands
+    in a math span (``The answer is $\\frac{24}{17}$.``) the whole span; None when there is no number."""
+    numbers = list(_NUMBER.finditer(text))
+    if not numbers:
+        return None
+    last = numbers[-1]
+    for span in _MATH_SPAN.finditer(text):
+        if span.start() <= last.start() and last.end() <= span.end():
+            content = next(group for group in span.groups() if group is not None).strip()
+            if len(content) <= _MAX_BARE_ANSWER:
+                return content
+    return last.group()
+
+
+def extract_answer(response: str, list_answer: bool = False) -> tuple[str | None, Flag | None]:
     """The answer text a response commits to, and a flag when it is missing or not boxed.
 
     Only the conclusion counts: text before the last ``</think>`` is reasoning (see compaction).
+    ``list_answer``: the gold is a list, so several boxes on the last line are one answer.
     """
     conclusion = compact(response or "").conclusion
     if not conclusion.strip():
         return None, "no_conclusion"
-    boxed = last_boxed(conclusion)
-    if boxed is not None:
-        return boxed, None
-    if _BOX_OPEN.search(conclusion):
-        return None, "unparsable"  # a box opened and never closed: cut off mid-answer
-    bare = _bare_answer(conclusion)
-    if bare is not None:
-        return bare, "unboxed"
-    return None, "no_boxed"
+    for char, latex in _UNICODE.items():
+        conclusion = conclusion.replace(char, latex)
+    found = boxes(conclusion)
+    if found:
+        return _boxed_answer(conclusion, found, list_answer), None
+    bare = None if _BOX_OPEN.search(conclusion) else _bare_answer(conclusion)
+    answer = bare if bare is not None else last_number(conclusion)
+    return (answer, "unboxed") if answer is not None else (None, "no_boxed")
+
+
+def _text_group(match: re.Match[str]) -> str:
+    """``\\text{20}`` is 20, ``\\text{ and }`` a comma, ``\\mathrm{i}`` i; words beside a number
+    (``\\text{(C) } 70``) go, as in MathArena; a text answer (``\\text{Alice}``) stays."""
+    content = match.group(1)
+    if not re.search(r"[A-Za-z]", content):
+        return content
+    if _CONJUNCTION.match(content):
+        return ","
+    if not match.group(0).startswith(("\\text", "\\mbox")):  # \mathrm{i} is i (math-verify drops it as a unit)
+        return content if len(content.strip()) == 1 else match.group(0)
+    outside = match.string[: match.start()] + match.string[match.end() :]
+    return " " if re.search(r"\d", _TEXT_GROUP.sub("", outside)) else match.group(0)
+
+
+def normalize_answer(answer: str) -> str:
+    """The forms MathArena's parser accepts, made readable to math-verify (see the module docstring)."""
+    answer = _SQRT_DIGITS.sub(r"\\sqrt{\1}", answer)
+    unit = _UNIT.search(answer)
+    if unit and re.search(r"\d", answer[: unit.start()]):
+        answer = answer[: unit.start()]
+    return _TEXT_GROUP.sub(_text_group, answer).strip()
 
 
 def as_integer(text: str) -> int | None:
     """``"025"``, ``"7{,}521"``, ``"7,521"``, ``"\\text{25}"`` -> int; anything else -> None."""
-    text = _strip_math_delimiters(text)
-    wrapped = _LATEX_WRAPPERS.match(text)
-    if wrapped:
-        text = wrapped.group(1)
-    text = _INT_SEPARATORS.sub("", text).rstrip(".")
+    text = _INT_SEPARATORS.sub("", normalize_answer(_strip_math_delimiters(text))).rstrip(".")
     if _THOUSANDS.match(text):
         text = text.replace(",", "")
     return int(text) if _INTEGER.match(text) else None
 
 
-def _numbers_disagree(gold: list[Any], candidate: list[Any]) -> bool:
-    """A second look when math-verify says "equal" to two plain numbers.
-
-    math-verify compares exact numbers by ``(a - b).evalf(chop=True) == 0``, which chops differences that
-    are small next to 1 or huge next to the precision: it calls 4^2024/C(4048,2024) - 2 equal to
-    5^2024/C(4048,2024) - 2, and 1/2^100 equal to 2/2^100. Both sides are evaluated to 50 digits here and
-    compared relatively: exact forms must agree to 12 digits; with a decimal on either side, math-verify's
-    own 6-decimal rounding stands (1/3 = 0.333333).
-    """
+def _number(text: str, parsed: list[Any]) -> Any:
+    """The value of one answer as a sympy number (a decimal literal exactly: 0.1 is 1/10), else None."""
     import sympy  # noqa: PLC0415
 
-    gold_expr = next((g for g in gold if isinstance(g, sympy.Expr)), None)
-    candidate_expr = next((c for c in candidate if isinstance(c, sympy.Expr)), None)
-    if gold_expr is None or candidate_expr is None:
-        return False
+    if _DECIMAL.fullmatch(_strip_math_delimiters(text)):
+        return sympy.Rational(_strip_math_delimiters(text))
+    expr = next((p for p in parsed if isinstance(p, sympy.Expr)), None)
+    return expr if expr is not None and expr.is_number else None
+
+
+def plain_numbers(gold: str, gold_parsed: list[Any], candidate: str, parsed: list[Any]) -> NumberPair | None:
+    """Both answers' values to 50 digits, their difference, and whether both are exact forms (no decimal);
+    None unless both are plain numbers."""
+    import sympy  # noqa: PLC0415
+
+    a, b = _number(gold, gold_parsed), _number(candidate, parsed)
+    if a is None or b is None:
+        return None
+    exact = not any(_DECIMAL.fullmatch(_strip_math_delimiters(t)) for t in (gold, candidate)) and not (
+        a.has(sympy.Float) or b.has(sympy.Float)
+    )
     try:
-        if not (gold_expr.is_number and candidate_expr.is_number):
-            return False
-        exact = not (gold_expr.has(sympy.Float) or candidate_expr.has(sympy.Float))
-        a = complex(sympy.N(gold_expr, 50))
-        b = complex(sympy.N(candidate_expr, 50))
+        values = [complex(sympy.N(x, 50)) for x in (a, b, a - b)]
     except (TypeError, ValueError, OverflowError, ArithmeticError):
-        return False
-    if not all(map(math.isfinite, (a.real, a.imag, b.real, b.imag))):
-        return False
-    if exact:
-        return abs(a - b) > 1e-12 * max(abs(a), abs(b))
-    return abs(a - b) > 1e-6 * max(1.0, abs(a))
+        return None
+    if not all(math.isfinite(part) for value in values for part in (value.real, value.imag)):
+        return None
+    return NumberPair(abs(values[0]), abs(values[1]), abs(values[2]), exact)
+
+
+class NumberPair(NamedTuple):
+    gold: float  # magnitudes
+    candidate: float
+    difference: float
+    exact: bool
+
+
+def numbers_equal(pair: NumberPair) -> bool:
+    """Exact forms must agree to 12 digits relatively (math-verify's own check chops differences that are
+    small next to 1 or huge next to its precision: it calls 4^2024/C(4048,2024) - 2 equal to
+    5^2024/C(4048,2024) - 2, and 1/2^100 equal to 2/2^100). With a decimal on either side, MathArena's
+    rule: absolute and relative error below 1e-10, so 0.444444 is not 4/9; but 0 equals 0.0."""
+    scale = max(pair.gold, pair.candidate)
+    if pair.exact:
+        return pair.difference <= 1e-12 * scale
+    return pair.difference == 0 or (pair.difference < _DECIMAL_ERROR and pair.difference < _DECIMAL_ERROR * scale)
 
 
 def _squeeze(text: str) -> str:
@@ -193,17 +313,24 @@ class MathGrader:
 
     def equivalent(self, gold: str, candidate: str) -> bool:
         """Whether ``candidate`` is the same answer as ``gold`` (integers as integers, then math-verify)."""
+        return self._compare(gold, candidate)[0]
+
+    def _compare(self, gold: str, candidate: str) -> tuple[bool, Flag | None]:
+        gold, candidate = normalize_answer(gold), normalize_answer(candidate)
+        if _squeeze(gold) == _squeeze(candidate) and candidate.strip():
+            return True, None  # even when math-verify cannot parse it
         gold_int = as_integer(gold)
         candidate_int = as_integer(candidate)
         if gold_int is not None and candidate_int is not None:
-            return gold_int == candidate_int
-        if _squeeze(gold) == _squeeze(candidate):
-            return True
-        return self._verify(gold, candidate)[0]
+            return gold_int == candidate_int, None
+        return self._verify(gold, candidate)
 
     def _verify(self, gold: str, candidate: str) -> tuple[bool, Flag | None]:
+        """math-verify, except that two plain numbers with a decimal among them follow MathArena's rule,
+        and two exact numbers it calls equal must also agree to 12 digits (see ``numbers_equal``)."""
         from math_verify import verify  # noqa: PLC0415
         from math_verify.errors import TimeoutException  # noqa: PLC0415
+        from math_verify.utils import timeout  # noqa: PLC0415
 
         gold_parsed, _ = self.parse(gold)
         parsed, flag = self.parse(candidate)
@@ -211,39 +338,30 @@ class MathGrader:
             return False, flag
         self._require_main_thread()
         try:
-            ok = verify(gold_parsed, parsed, timeout_seconds=self.verify_timeout, raise_on_error=True)
+            numbers = timeout(self.verify_timeout)(plain_numbers)(gold, gold_parsed, candidate, parsed)
+            if numbers is not None and not numbers.exact:
+                return numbers_equal(numbers), None
+            ok = verify(
+                gold_parsed,
+                parsed,
+                float_rounding=_FLOAT_ROUNDING,
+                timeout_seconds=self.verify_timeout,
+                raise_on_error=True,
+            )
         except TimeoutException:
             return False, "timeout"
         except Exception:  # noqa: BLE001
             return False, "unparsable"
-        if ok and self._second_look_disagrees(gold_parsed, parsed):
-            return False, None
-        return bool(ok), None
-
-    def _second_look_disagrees(self, gold: list[Any], candidate: list[Any]) -> bool:
-        """``_numbers_disagree`` under the same time bound; when it runs out, math-verify's "equal" stands."""
-        from math_verify.errors import TimeoutException  # noqa: PLC0415
-        from math_verify.utils import timeout  # noqa: PLC0415
-
-        try:
-            return timeout(self.verify_timeout)(_numbers_disagree)(gold, candidate)
-        except TimeoutException:
-            return False
+        return bool(ok) and (numbers is None or numbers_equal(numbers)), None
 
     def grade_answer(self, answer: str | None, gold: str, flag: Flag | None = None) -> Verdict:
         """Grade an extracted answer (None: nothing to grade)."""
         if answer is None:
             return Verdict(correct=False, extracted=None, flag=flag)
-        if _squeeze(answer) == _squeeze(gold) and answer.strip():
-            return Verdict(correct=True, extracted=answer, flag=flag)  # even when math-verify cannot parse it
-        gold_int = as_integer(gold)
-        answer_int = as_integer(answer)
-        if gold_int is not None and answer_int is not None:
-            return Verdict(correct=gold_int == answer_int, extracted=answer, flag=flag)
-        ok, verify_flag = self._verify(gold, answer)
-        return Verdict(correct=ok, extracted=answer, flag=verify_flag or flag)
+        ok, compare_flag = self._compare(gold, answer)
+        return Verdict(correct=ok, extracted=answer, flag=compare_flag or flag)
 
     def grade(self, response: str, gold: str) -> Verdict:
-        """Grade a whole response: its conclusion's last boxed answer against the gold."""
-        answer, flag = extract_answer(response)
+        """Grade a whole response against the gold; a gold with a comma is a list answer (as in MathArena)."""
+        answer, flag = extract_answer(response, list_answer="," in gold)
         return self.grade_answer(answer, gold, flag)

@@ -1,8 +1,11 @@
 """``pacore bench multichallenge``: PaCoRe (or a plain call) on MultiChallenge, judged by an LLM.
 
-Both the responder and the judge default to the embedded SmolLM2 server, so the command runs on a
-fresh machine; on the embedded model responses are capped at 512 tokens unless ``--max-tokens`` says
-otherwise (a 135M model left uncapped tends to ramble to the end of its context).
+The judge is the official MultiChallenge judge request (``--judge-prompt official``) sent to the model
+you name with ``--judge-base-url``/``--judge-model``/``--judge-api-key``; the official evaluation used
+gpt-4o-2024-08-06. Left out, the judge is the responder itself, with a loud warning: a model grading its
+own answers. Both default to the embedded SmolLM2 server, so the command runs on a fresh machine; on the
+embedded model responses and judge replies are capped at 512 tokens unless ``--max-tokens`` /
+``--judge-max-tokens`` say otherwise (a 135M model left uncapped tends to ramble to the end of its context).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import os
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 EMBEDDED_MAX_TOKENS = 512
 
@@ -47,17 +50,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="responder server (repeat for replicas; default: embedded SmolLM2)",
     )
     parser.add_argument("--model", help="responder model name (default: the server's first model)")
+    parser.add_argument("--api-key", help="responder API key (default: $OPENAI_API_KEY)")
     parser.add_argument(
         "--judge-base-url",
         action="append",
         default=[],
         dest="judge_base_urls",
         metavar="URL",
-        help="judge server (default: the responder's, i.e. embedded SmolLM2 when none is given)",
+        help="judge server, e.g. https://api.openai.com/v1 (default: the responder's: self-judging, with a warning)",
     )
     parser.add_argument(
         "--judge-model",
-        help="judge model name (default: --model on the responder's server, else the judge server's first model)",
+        help="judge model, officially gpt-4o-2024-08-06 (default: --model on the responder's server, "
+        "else the judge server's first model)",
+    )
+    parser.add_argument("--judge-api-key", help="judge API key (default: --api-key, else $OPENAI_API_KEY)")
+    parser.add_argument(
+        "--judge-prompt",
+        choices=["official", "project"],
+        default="official",
+        help="official: the MultiChallenge judge request byte for byte (default); project: this project's own prompt",
     )
     schedule = parser.add_mutually_exclusive_group()
     schedule.add_argument(
@@ -73,7 +85,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         help=f"cap per generated message; 0 = none (default: none, {EMBEDDED_MAX_TOKENS} on the embedded model)",
     )
-    parser.add_argument("--judge-max-tokens", type=int, default=512, help="cap on a judge reply")
+    parser.add_argument(
+        "--judge-max-tokens",
+        type=int,
+        help=f"cap on a judge reply; 0 = none (default: none, as the official judge; {EMBEDDED_MAX_TOKENS} on the "
+        "embedded model)",
+    )
     parser.add_argument(
         "--context-window",
         type=int,
@@ -110,7 +127,14 @@ def _default_output(rounds: list[int], preset: str | None) -> str:
 def main(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from pacore_benchmarks.multichallenge.data import DataError, default_source, load_dataset, select
+    from pacore_benchmarks.multichallenge.data import (
+        HUB_NAME,
+        LOCAL_PATH,
+        DataError,
+        default_source,
+        load_dataset,
+        select,
+    )
     from pacore_benchmarks.multichallenge.settings import RunSettings, SettingsMismatch, check_or_save
     from pacore_graph.config import PaCoReConfig
     from pacore_graph.models.embedded import DEFAULT_CONTEXT
@@ -127,10 +151,13 @@ def main(args: argparse.Namespace) -> int:
             return _fail(f"--{name} must be at least 1")
 
     base_urls = args.base_urls or ([os.environ["OPENAI_BASE_URL"]] if os.environ.get("OPENAI_BASE_URL") else [])
-    # The judge defaults to the responder's endpoint and model: the embedded model when none is given.
+    # The judge defaults to the responder's endpoint and model (warned about below).
     judge_urls = args.judge_base_urls or base_urls
     embedded = not base_urls
     max_tokens = args.max_tokens if args.max_tokens is not None else (EMBEDDED_MAX_TOKENS if embedded else None)
+    judge_max_tokens = args.judge_max_tokens
+    if judge_max_tokens is None and not judge_urls:
+        judge_max_tokens = EMBEDDED_MAX_TOKENS
     settings = RunSettings(
         data=args.data or default_source(),
         output=args.output or _default_output(rounds, preset),
@@ -140,30 +167,50 @@ def main(args: argparse.Namespace) -> int:
         model=args.model,
         judge_base_urls=judge_urls,
         judge_model=args.judge_model or (None if args.judge_base_urls else args.model),
+        judge_prompt=args.judge_prompt,
         rounds=rounds,
         preset=preset,
         samples=args.samples,
         concurrency=args.concurrency,
         max_tokens=max_tokens or None,
-        judge_max_tokens=args.judge_max_tokens or None,
+        judge_max_tokens=judge_max_tokens or None,
         temperature=args.temperature,
         seed=args.seed,
         context_window=args.context_window or (DEFAULT_CONTEXT if embedded else None),
     )
 
+    defaulted = not args.data and settings.data == HUB_NAME
+    if defaulted:
+        print(f"no --data given and {LOCAL_PATH} is not here: reading {HUB_NAME} from the hub", file=sys.stderr)
     try:
         dataset = load_dataset(settings.data)
         conversations = select(dataset.conversations, axis=settings.axis, limit=settings.limit)
     except DataError as exc:
-        return _fail(str(exc))
+        return _fail(f"no --data given and {LOCAL_PATH} is not here, so {exc}" if defaulted else str(exc))
     try:
         check_or_save(settings)
     except SettingsMismatch as exc:
         return _fail(str(exc))
-    return asyncio.run(_run(settings, dataset, conversations))
+    keys = Keys(responder=args.api_key, judge=args.judge_api_key or args.api_key)
+    return asyncio.run(_run(settings, dataset, conversations, keys))
 
 
-async def _run(settings, dataset, conversations) -> int:
+class Keys(NamedTuple):
+    """API keys: passed along, never written to run.json or the report (None: $OPENAI_API_KEY)."""
+
+    responder: str | None
+    judge: str | None
+
+
+def _warn_self_judging(settings, console) -> None:
+    from pacore_benchmarks.multichallenge.report import self_judging_warning
+
+    warning = self_judging_warning(settings)
+    if warning:
+        console.print(f"[bold red]WARNING:[/] [red]{warning}[/]", highlight=False, soft_wrap=True)
+
+
+async def _run(settings, dataset, conversations, keys: Keys) -> int:
     from rich.console import Console
 
     from pacore_benchmarks.multichallenge.runner import RunOutcome, open_results
@@ -184,16 +231,17 @@ async def _run(settings, dataset, conversations) -> int:
     )
     outcome = RunOutcome()
     if pending:
+        _warn_self_judging(settings, Console(stderr=True))
         try:
-            outcome = await _respond_and_judge(settings, conversations, results, console)
+            outcome = await _respond_and_judge(settings, conversations, results, console, keys)
         except _Fatal as exc:
             _fail(str(exc))
-            _write_reports(settings, dataset, conversations, results, console, unfinished=pending)
+            _write_reports(settings, dataset, conversations, results, console)
             return 2
     unfinished = len(wanted - results.done())
     for line in outcome.unfinished[:20]:
         console.print(f"[yellow]unfinished {line}[/]", highlight=False)
-    _write_reports(settings, dataset, conversations, results, console, unfinished=unfinished)
+    _write_reports(settings, dataset, conversations, results, console)
     if unfinished:
         console.print(f"[yellow]{unfinished} row(s) unfinished: rerun the same command to finish them[/]")
         return 1
@@ -218,27 +266,29 @@ def _check_server(urls: list[str], model: str | None) -> None:
             raise _Fatal(f"model {model!r} is not served at {url} (it serves: {', '.join(served)})")
 
 
-async def _respond_and_judge(settings, conversations, results, console):
+async def _respond_and_judge(settings, conversations, results, console, keys: Keys):
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from pacore_benchmarks.multichallenge.judge import OFFICIAL_EXTRA_BODY
     from pacore_benchmarks.multichallenge.runner import CHECKPOINTS_NAME, MultiChallengeRunner
     from pacore_graph.errors import PaCoReError
-    from pacore_graph.models import serving
+    from pacore_graph.models import chat_model, serving
 
     _check_server(settings.base_urls, settings.model)
     _check_server(settings.judge_base_urls, settings.judge_model)
-    same_side = (settings.judge_base_urls, settings.judge_model) == (settings.base_urls, settings.model)
     with ExitStack() as stack:
         try:
-            if not settings.base_urls or not settings.judge_base_urls:
+            if not settings.base_urls:
                 console.print("starting the embedded SmolLM2 server ...")
-            responder = stack.enter_context(serving(settings.base_urls or None, settings.model))
-            judge = (
-                responder
-                if same_side
-                else stack.enter_context(serving(settings.judge_base_urls or None, settings.judge_model))
-            )
+            responder = stack.enter_context(serving(settings.base_urls or None, settings.model, keys.responder))
+            # The judge has a client of its own, sending what the official one sends, even on the same server.
+            judge_args = (settings.judge_model, keys.judge)
+            judge_client = {"extra_body": OFFICIAL_EXTRA_BODY}
+            if settings.judge_base_urls == settings.base_urls:  # the embedded server included
+                judge = chat_model(responder.base_urls, *judge_args, **judge_client)
+            else:
+                judge = stack.enter_context(serving(settings.judge_base_urls, *judge_args, **judge_client))
         except PaCoReError as exc:
             raise _Fatal(str(exc)) from None
         async with AsyncSqliteSaver.from_conn_string(str(Path(settings.output) / CHECKPOINTS_NAME)) as saver:
@@ -278,19 +328,23 @@ async def _close(*models: Any) -> None:
             await close()
 
 
-def _write_reports(settings, dataset, conversations, results, console, *, unfinished: int) -> None:
+def _write_reports(settings, dataset, conversations, results, console) -> None:
+    from collections import Counter
+
     from pacore_benchmarks.multichallenge.report import markdown_report, plot_scores, print_summary
     from pacore_benchmarks.multichallenge.scoring import score_rows
 
     output = Path(settings.output)
-    wanted = {c.question_id for c in conversations}
+    wanted = {c.question_id: c.axis for c in conversations}
     rows = [r for r in results.rows if r["question_id"] in wanted and int(r["sample"]) < settings.samples]
-    scores = score_rows(rows)
+    scores = score_rows(rows, wanted, settings.samples)
     print_summary(scores, settings, console)
+    _warn_self_judging(settings, console)
     plot = output / "axis_scores.png"
     has_plot = bool(rows) and plot_scores(scores, plot)
+    formats = Counter(r["judge_format"] for r in rows if r.get("judge_format"))
     report = markdown_report(
-        scores, settings, skipped=dataset.skipped, unfinished=unfinished, plot_name=plot.name if has_plot else None
+        scores, settings, skipped=dataset.skipped, judge_formats=formats, plot_name=plot.name if has_plot else None
     )
     (output / "report.md").write_text(report, encoding="utf-8")
     (output / "scores.json").write_text(scores.model_dump_json(indent=2), encoding="utf-8")

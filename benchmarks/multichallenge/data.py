@@ -156,7 +156,11 @@ def _read_hub(name: str) -> Iterable[tuple[int, Any]]:
     try:
         table = datasets.load_dataset(name, split=HUB_SPLIT)
     except Exception as exc:  # noqa: BLE001 - any hub failure becomes one clear message
-        raise DataError(f"cannot load {name!r} from the hub: {exc}") from exc
+        reason = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise DataError(
+            f"cannot load {name!r} from the hub ({type(exc).__name__}: {reason}); "
+            "offline, pass --data PATH to a benchmark_questions.jsonl"
+        ) from exc
     for index, row in enumerate(table, start=1):
         row = dict(row)
         conv = row.get("conversation")

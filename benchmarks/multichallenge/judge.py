@@ -1,10 +1,17 @@
 """The MultiChallenge judge: a YES/NO question about the final response, answered by an LLM.
 
-As in the official evaluation the judge sees only the final response and the TARGET_QUESTION, never
-the conversation. Its reply is asked for as JSON (and constrained by a JSON schema where the server
-honours ``response_format``), but parsed leniently, because small or unconstrained judges wrap, bold,
-or abbreviate their verdicts. A reply that still cannot be read is retried with a note saying why,
-and then counted as a judge error, never as a pass.
+By default the request is the official one (ekwinox117/multi-challenge at 5ccefcc, ``src/evaluator.py``
+and ``src/models/openai.py``): one user message, ``JUDGE_PROMPT`` formatted with the final response and
+the TARGET_QUESTION, temperature 0, and the structured output ``{reasoning, verdict}`` that the openai
+SDK's ``beta.chat.completions.parse(response_format=JudgeResponse)`` sends. The official evaluator asks
+for ``max_tokens=4096``, but its OpenAIModel takes no such argument, so no limit is sent. The project's
+own prompt (a system message, ``<reply>``, a JSON answer) stays available as ``prompt="project"``.
+
+Either way the judge sees only the final response and the TARGET_QUESTION, never the conversation. Its
+reply is parsed leniently, because small or unconstrained judges wrap, bold, or abbreviate their
+verdicts. A reply that cannot be read is asked again (the official prompt unchanged; the project's with a
+note saying why), and then counted as a judge error, never as a pass. A server that refuses the
+structured output is asked with the next format of ``formats``; the format used is recorded.
 """
 
 from __future__ import annotations
@@ -18,6 +25,46 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from pydantic import BaseModel
 
 Verdict = Literal["YES", "NO"]
+JudgePrompt = Literal["official", "project"]
+
+OFFICIAL_JUDGE_MODEL = "gpt-4o-2024-08-06"
+# Byte for byte the official JUDGE_PROMPT; formatted positionally with (response, target_question).
+OFFICIAL_JUDGE_PROMPT = """You are tasked with evaluating a model response to see if it meets a specific criteria.
+The criteria will always be YES/NO evaluation.
+
+The model response is as follows:
+<MODEL_RESPONSE>
+{}
+</MODEL_RESPONSE>
+
+The criteria that the model response must meet is as follows. Be VERY STRICT!:
+<CRITERIA>
+{}
+</CRITERIA>
+
+Print your reasoning followed by your verdict, either "YES" or "NO"."""
+
+# What the openai SDK sends for the official pydantic model JudgeResponse(reasoning: str, verdict: YES|NO).
+OFFICIAL_RESPONSE_FORMAT: dict[str, Any] = {
+    "type": "json_schema",
+    "json_schema": {
+        "schema": {
+            "properties": {
+                "reasoning": {"title": "Reasoning", "type": "string"},
+                "verdict": {"enum": ["YES", "NO"], "title": "Verdict", "type": "string"},
+            },
+            "required": ["reasoning", "verdict"],
+            "title": "JudgeResponse",
+            "type": "object",
+            "additionalProperties": False,
+        },
+        "name": "JudgeResponse",
+        "strict": True,
+    },
+}
+
+# The official client (openai SDK ``parse``) also sends this; give it to the judge's chat model.
+OFFICIAL_EXTRA_BODY: dict[str, Any] = {"stream": False}
 
 JUDGE_SYSTEM = (
     "You grade one reply written by an AI assistant at the end of a conversation. You are shown that "
@@ -55,6 +102,7 @@ STRUCTURED_FORMATS: tuple[dict[str, Any] | None, ...] = (
     {"type": "json_object", "schema": VERDICT_SCHEMA},
     None,
 )
+OFFICIAL_FORMATS: tuple[dict[str, Any] | None, ...] = (OFFICIAL_RESPONSE_FORMAT, *STRUCTURED_FORMATS[1:])
 
 
 class JudgeReply(BaseModel):
@@ -72,6 +120,7 @@ class JudgeOutcome(BaseModel):
     error: str | None = None
     attempts: int = 0
     raw: str = ""
+    response_format: str = "none"  # the structured output the server accepted: json_schema, json_object, none
 
 
 class UnreadableVerdict(ValueError):
@@ -159,7 +208,10 @@ def parse_judge_reply(text: str) -> JudgeReply:
 # ---------------------------------------------------------------- calling
 
 
-def judge_messages(response: str, question: str) -> list[BaseMessage]:
+def judge_messages(response: str, question: str, prompt: JudgePrompt = "official") -> list[BaseMessage]:
+    """The judge's request: the official single user message, or the project's system + user pair."""
+    if prompt == "official":
+        return [HumanMessage(content=OFFICIAL_JUDGE_PROMPT.format(response, question))]
     return [
         SystemMessage(content=JUDGE_SYSTEM),
         HumanMessage(content=JUDGE_USER.format(response=response, question=question)),
@@ -185,19 +237,21 @@ class Judge:
         self,
         model: BaseChatModel,
         *,
+        prompt: JudgePrompt = "official",
         attempts: int = 3,
-        max_tokens: int | None = 512,
-        formats: tuple[dict[str, Any] | None, ...] = STRUCTURED_FORMATS,
+        max_tokens: int | None = None,
+        formats: tuple[dict[str, Any] | None, ...] | None = None,
     ):
         if attempts < 1:
             raise ValueError("judge attempts must be at least 1")
-        if not formats:
+        if formats is not None and not formats:
             raise ValueError("judge formats must not be empty (use (None,) for the prompt alone)")
-        self.params: dict[str, Any] = {"temperature": 0}
+        self.params: dict[str, Any] = {"temperature": 0.0}  # the official client sends float(0)
         if max_tokens is not None:
             self.params["max_tokens"] = max_tokens
         self.model = model
-        self.formats = list(formats)
+        self.prompt = prompt
+        self.formats = list(formats or (OFFICIAL_FORMATS if prompt == "official" else STRUCTURED_FORMATS))
         self.attempts = attempts
 
     @property
@@ -216,8 +270,12 @@ class Judge:
                 if self.formats and self.formats[0] is fmt:  # another call may have moved on already
                     self.formats.pop(0)
 
+    @property
+    def format_name(self) -> str:
+        return "none" if self.response_format is None else self.response_format["type"]
+
     async def ajudge(self, response: str, question: str) -> JudgeOutcome:
-        messages = judge_messages(response, question)
+        messages = judge_messages(response, question, self.prompt)
         raw = ""
         problem = ""
         for attempt in range(1, self.attempts + 1):
@@ -226,13 +284,21 @@ class Judge:
                 verdict = parse_judge_reply(raw)
             except UnreadableVerdict as exc:
                 problem = str(exc)
-                # The retry differs from the first prompt, so a deterministic judge can change its reply.
-                note = HumanMessage(content=RETRY_NOTE.format(problem=problem))
-                messages = [*messages, AIMessage(content=raw), note]
+                if self.prompt == "project":
+                    # The retry differs from the first prompt, so a deterministic judge can change its reply.
+                    note = HumanMessage(content=RETRY_NOTE.format(problem=problem))
+                    messages = [*messages, AIMessage(content=raw), note]
                 continue
-            return JudgeOutcome(verdict=verdict.verdict, reasoning=verdict.reasoning, attempts=attempt, raw=raw)
+            return JudgeOutcome(
+                verdict=verdict.verdict,
+                reasoning=verdict.reasoning,
+                attempts=attempt,
+                raw=raw,
+                response_format=self.format_name,
+            )
         return JudgeOutcome(
             error=f"unreadable judge reply after {self.attempts} attempts: {problem}",
             attempts=self.attempts,
             raw=raw,
+            response_format=self.format_name,
         )

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from pacore_benchmarks.multichallenge.data import SkippedRow
+from pacore_benchmarks.multichallenge.judge import OFFICIAL_JUDGE_MODEL
 from pacore_benchmarks.multichallenge.scoring import Scores
 from pacore_benchmarks.multichallenge.settings import PAPER_REFERENCE, RunSettings
 from pacore_graph.models.embedded import MODEL_ALIAS as EMBEDDED_MODEL
@@ -22,33 +24,19 @@ def _ttc(value: float | None) -> str:
 
 
 def _columns(scores: Scores) -> list[str]:
-    n = max(scores.max_samples, 1)
-    return ["axis", "conv", "pass@1 %", f"any@{n} %", "mean TTC", "resp err", "judge err"]
+    official = f"official (any of {scores.samples}) %" if scores.samples > 1 else "official %"
+    return ["axis", "conv", "pass@1 %", official, "mean TTC", "unfinished", "resp err", "judge err"]
 
 
 def _table_rows(scores: Scores) -> list[list[str]]:
     rows = [
-        [
-            a.axis,
-            str(a.conversations),
-            _pct(a.pass_at_1),
-            _pct(a.any_pass),
-            _ttc(a.mean_ttc),
-            str(a.response_errors),
-            str(a.judge_errors),
-        ]
+        [a.axis, str(a.conversations), _pct(a.pass_at_1), _pct(a.official), _ttc(a.mean_ttc)]
+        + [str(a.unfinished), str(a.response_errors), str(a.judge_errors)]
         for a in scores.axes
     ]
     rows.append(
-        [
-            "OVERALL",
-            str(scores.conversations),
-            _pct(scores.overall_pass_at_1),
-            _pct(scores.overall_any_pass),
-            _ttc(scores.mean_ttc),
-            str(scores.response_errors),
-            str(scores.judge_errors),
-        ]
+        ["OVERALL", str(scores.conversations), _pct(scores.overall_pass_at_1), _pct(scores.overall_official)]
+        + [_ttc(scores.mean_ttc), str(scores.unfinished), str(scores.response_errors), str(scores.judge_errors)]
     )
     return rows
 
@@ -78,12 +66,37 @@ def _endpoint(urls: list[str], model: str | None) -> str:
     return f"`{model or 'first listed model'}` at {', '.join(urls)}"
 
 
+def self_judging_warning(settings: RunSettings) -> str | None:
+    """The warning to show when the judge is (or may be) the responder grading its own answers."""
+    if not settings.judge_is_responder():
+        return None
+    return (
+        f"the judge is the responder itself ({_endpoint(settings.base_urls, settings.model)}): the model grades "
+        f"its own answers, so the scores are not comparable with published MultiChallenge figures (official "
+        f"judge: {OFFICIAL_JUDGE_MODEL}); pass --judge-base-url and --judge-model"
+    )
+
+
+def _judge_line(settings: RunSettings, formats: Mapping[str, int] | None) -> str:
+    if settings.judge_prompt == "official":
+        prompt = "the official MultiChallenge judge prompt (one user message, verdict YES/NO)"
+    else:
+        prompt = "the project's own judge prompt (not the official one)"
+    used = ", ".join(f"{name} ({count} rows)" for name, count in sorted((formats or {}).items()))
+    return (
+        f"- Judge: {_endpoint(settings.judge_base_urls, settings.judge_model)}, {prompt}, temperature 0, "
+        f"max_tokens {settings.judge_max_tokens or 'unlimited'}"
+        + (f", structured output {used}" if used else "")
+        + "; it sees only the final response and TARGET_QUESTION; pass = verdict equals PASS_CRITERIA"
+    )
+
+
 def markdown_report(
     scores: Scores,
     settings: RunSettings,
     *,
     skipped: list[SkippedRow] | None = None,
-    unfinished: int = 0,
+    judge_formats: Mapping[str, int] | None = None,
     plot_name: str | None = None,
 ) -> str:
     lines = [
@@ -94,10 +107,9 @@ def markdown_report(
         + (f", first {settings.limit} conversations" if settings.limit is not None else ""),
         f"- Responses: {_endpoint(settings.base_urls, settings.model)}, {settings.schedule_label()}, "
         f"temperature {settings.temperature}, max_tokens {settings.max_tokens or 'unlimited'}",
-        f"- Judge: {_endpoint(settings.judge_base_urls, settings.judge_model)}, temperature 0, "
-        "sees only the final response and TARGET_QUESTION; pass = verdict equals PASS_CRITERIA",
-        f"- Samples per conversation: {settings.samples}",
-        f"- Rows scored: {scores.rows} over {scores.conversations} conversations",
+        _judge_line(settings, judge_formats),
+        f"- Samples (attempts) per conversation: {settings.samples}",
+        f"- Rows: {scores.rows} over {scores.conversations} conversations, {scores.unfinished} unfinished",
         "",
         "| " + " | ".join(_columns(scores)) + " |",
         "|" + "---|" * len(_columns(scores)),
@@ -106,17 +118,21 @@ def markdown_report(
         lines.append("| " + " | ".join(row) + " |")
     lines += [
         "",
-        "Scores are percentages; conv = conversations, any@N = any-pass@N (at least one of N samples "
-        "passed), resp err / judge err = rows whose response / judgement failed. OVERALL is the mean of "
-        "the axis scores. TTC is the effective test-time "
-        "compute: completion tokens summed over every trajectory of every round. Rows with a response "
-        "or judge error count as not passed.",
+        "Scores are percentages; conv = conversations. official = MultiChallenge's official aggregation "
+        "(ekwinox117/multi-challenge): a conversation passes when any of its attempts passed. pass@1 = the "
+        "mean over a conversation's attempts. Both count unfinished rows, response errors (resp err) and "
+        "judge errors as not passed, and keep them in the denominator. OVERALL is the mean of the axis "
+        "scores. TTC is the effective test-time compute: completion tokens summed over every trajectory of "
+        "every round.",
         "",
     ]
-    if unfinished:
+    warning = self_judging_warning(settings)
+    if warning:
+        lines += [f"**Warning:** {warning}.", ""]
+    if scores.unfinished:
         lines += [
-            f"**Incomplete:** {unfinished} (conversation, sample) rows are not finished; rerun the same "
-            "command with the same `--output` to finish them.",
+            f"**Incomplete:** {scores.unfinished} (conversation, sample) rows are not finished and count as "
+            "failures; rerun the same command with the same `--output` to finish them.",
             "",
         ]
     if plot_name:

@@ -141,10 +141,13 @@ class MultiChallengeRunner:
         self.checkpointer = checkpointer
         graph = build_chat_graph(responder, config or pacore_config(settings, context_window))
         self.graph = graph.compile(checkpointer=checkpointer)
-        judge_kwargs: dict[str, Any] = {"attempts": settings.judge_attempts, "max_tokens": settings.judge_max_tokens}
-        if judge_formats is not None:
-            judge_kwargs["formats"] = judge_formats
-        self.judge = Judge(judge_model, **judge_kwargs)
+        self.judge = Judge(
+            judge_model,
+            prompt=settings.judge_prompt,
+            attempts=settings.judge_attempts,
+            max_tokens=settings.judge_max_tokens,
+            formats=judge_formats,
+        )
 
     def pending(self, conversations: list[Conversation]) -> list[tuple[Conversation, int]]:
         done = self.results.done()
@@ -267,6 +270,7 @@ class MultiChallengeRunner:
             row["judge_reasoning"] = verdict.reasoning
             row["judge_error"] = verdict.error
             row["judge_attempts"] = verdict.attempts
+            row["judge_format"] = verdict.response_format
             if verdict.error:
                 row["judge_raw"] = verdict.raw[:2000]
         row["passed"] = row["verdict"] is not None and row["verdict"] == conv.pass_criteria

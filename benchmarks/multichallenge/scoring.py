@@ -1,15 +1,19 @@
-"""MultiChallenge scores from result rows.
+"""MultiChallenge scores from result rows, over every (conversation, sample) the run was asked for.
 
-Official protocol: a conversation passes when the judge's verdict equals PASS_CRITERIA; an axis scores
-the mean over its conversations; overall is the mean of the axis scores (not of all conversations, so
-the 113 INFERENCE_MEMORY rows do not dominate). With several samples per conversation, pass@1 is the
-per-conversation mean over samples and any-pass@N asks whether at least one sample passed.
-Rows whose response or judgement failed count as not passed: an error must never look like a pass.
+A row passes when the judge's verdict equals PASS_CRITERIA; an axis scores the mean over its
+conversations; overall is the mean of the axis scores (not of all conversations, so the 113
+INFERENCE_MEMORY rows do not dominate). Two aggregations stand side by side:
+- the official one (ekwinox117/multi-challenge ``ResultParser.calculate_scores``): a conversation passes
+  when any of its attempts passed;
+- pass@1: per conversation, the mean over its samples.
+With one sample they are equal. A (conversation, sample) with no result row (unfinished), a failed
+response and a failed judgement all count as not passed and stay in the denominator: an error must never
+look like a pass, nor shrink the test. (The official evaluator files a failed judgement under an axis
+named "NA"; here it stays in its conversation's axis.)
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from statistics import fmean
 from typing import Any
@@ -22,9 +26,10 @@ from pacore_benchmarks.multichallenge.data import AXES
 class AxisScore(BaseModel):
     axis: str
     conversations: int
-    rows: int  # (conversation, sample) pairs scored
+    rows: int  # (conversation, sample) pairs asked for
+    unfinished: int  # of them without a result row (counted as not passed)
     pass_at_1: float
-    any_pass: float
+    official: float  # MultiChallenge's official score: a conversation passes if any attempt passed
     mean_ttc: float | None
     response_errors: int
     judge_errors: int
@@ -33,60 +38,63 @@ class AxisScore(BaseModel):
 class Scores(BaseModel):
     axes: list[AxisScore]
     overall_pass_at_1: float | None
-    overall_any_pass: float | None
+    overall_official: float | None
     mean_ttc: float | None  # over all rows that have a response
-    max_samples: int  # N in any-pass@N: the most samples any conversation has
+    samples: int  # attempts per conversation: N in the official any-of-N
     conversations: int
     rows: int
+    unfinished: int
     response_errors: int
     judge_errors: int
 
 
-def row_passed(row: Mapping[str, Any]) -> bool:
+def row_passed(row: Mapping[str, Any] | None) -> bool:
     """A row passes only with a response, a verdict, no error, and verdict == PASS_CRITERIA."""
-    if row.get("error") or row.get("judge_error") or row.get("verdict") is None:
+    if row is None or row.get("error") or row.get("judge_error") or row.get("verdict") is None:
         return False
     return row["verdict"] == row["pass_criteria"]
 
 
-def score_rows(rows: Iterable[Mapping[str, Any]]) -> Scores:
-    by_conversation: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
-    axis_of: dict[str, str] = {}
-    for row in rows:
-        by_conversation[row["question_id"]].append(row)
-        axis_of[row["question_id"]] = row["axis"]
+def score_rows(rows: Iterable[Mapping[str, Any]], wanted: Mapping[str, str], samples: int) -> Scores:
+    """Score the conversations ``wanted`` (question id -> axis), ``samples`` attempts each.
 
+    Rows of other conversations or of higher samples are ignored; a missing row is unfinished.
+    """
+    found = {(row["question_id"], int(row["sample"])): row for row in rows}
     axes: list[AxisScore] = []
-    for axis in [*AXES, *sorted(set(axis_of.values()) - set(AXES))]:
-        ids = [qid for qid, a in axis_of.items() if a == axis]
+    for axis in [*AXES, *sorted(set(wanted.values()) - set(AXES))]:
+        ids = [qid for qid, a in wanted.items() if a == axis]
         if not ids:
             continue
-        axis_rows = [r for qid in ids for r in by_conversation[qid]]
-        per_conv = [[row_passed(r) for r in by_conversation[qid]] for qid in ids]
-        ttcs = [r["ttc"] for r in axis_rows if r.get("ttc") is not None]
+        grid = [[found.get((qid, sample)) for sample in range(samples)] for qid in ids]
+        present = [row for attempts in grid for row in attempts if row is not None]
+        passed = [[row_passed(row) for row in attempts] for attempts in grid]
+        ttcs = [row["ttc"] for row in present if row.get("ttc") is not None]
         axes.append(
             AxisScore(
                 axis=axis,
                 conversations=len(ids),
-                rows=len(axis_rows),
-                pass_at_1=fmean(fmean(p) for p in per_conv),
-                any_pass=fmean(float(any(p)) for p in per_conv),
+                rows=len(ids) * samples,
+                unfinished=len(ids) * samples - len(present),
+                pass_at_1=fmean(fmean(p) for p in passed),
+                official=fmean(float(any(p)) for p in passed),
                 mean_ttc=fmean(ttcs) if ttcs else None,
-                response_errors=sum(1 for r in axis_rows if r.get("error")),
-                judge_errors=sum(1 for r in axis_rows if not r.get("error") and r.get("judge_error")),
+                response_errors=sum(1 for row in present if row.get("error")),
+                judge_errors=sum(1 for row in present if not row.get("error") and row.get("judge_error")),
             )
         )
-
-    all_rows = [r for conv in by_conversation.values() for r in conv]
-    all_ttcs = [r["ttc"] for r in all_rows if r.get("ttc") is not None]
+    all_ttcs = [
+        row["ttc"] for key, row in found.items() if key[0] in wanted and key[1] < samples and row.get("ttc") is not None
+    ]
     return Scores(
-        mean_ttc=fmean(all_ttcs) if all_ttcs else None,
         axes=axes,
         overall_pass_at_1=fmean(a.pass_at_1 for a in axes) if axes else None,
-        overall_any_pass=fmean(a.any_pass for a in axes) if axes else None,
-        max_samples=max((len(c) for c in by_conversation.values()), default=0),
-        conversations=len(by_conversation),
-        rows=len(all_rows),
+        overall_official=fmean(a.official for a in axes) if axes else None,
+        mean_ttc=fmean(all_ttcs) if all_ttcs else None,
+        samples=samples,
+        conversations=len(wanted),
+        rows=len(wanted) * samples,
+        unfinished=sum(a.unfinished for a in axes),
         response_errors=sum(a.response_errors for a in axes),
         judge_errors=sum(a.judge_errors for a in axes),
     )

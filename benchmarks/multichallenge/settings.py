@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -18,6 +19,7 @@ IDENTITY_FIELDS = (
     "model",
     "judge_base_urls",
     "judge_model",
+    "judge_prompt",
     "rounds",
     "max_tokens",
     "judge_max_tokens",
@@ -36,14 +38,15 @@ class RunSettings(BaseModel):
     axis: str | None = None
     base_urls: list[str] = Field(default_factory=list)  # empty: the embedded model
     model: str | None = None
-    judge_base_urls: list[str] = Field(default_factory=list)
-    judge_model: str | None = None
+    judge_base_urls: list[str] = Field(default_factory=list)  # empty: the embedded model
+    judge_model: str | None = None  # None: the judge server's first model
+    judge_prompt: Literal["official", "project"] = "official"
     rounds: list[int] = Field(default_factory=lambda: [4])  # [] = plain single call
     preset: str | None = None  # for the report only; ``rounds`` is what runs
     samples: int = Field(default=1, ge=1)
     concurrency: int = Field(default=4, ge=1)
     max_tokens: int | None = None
-    judge_max_tokens: int | None = 512
+    judge_max_tokens: int | None = None  # the official judge sends no limit
     judge_attempts: int = Field(default=3, ge=1)
     temperature: float = 1.0
     seed: int = 42
@@ -54,6 +57,12 @@ class RunSettings(BaseModel):
             return "plain single call (--rounds 0)"
         label = f"PaCoRe {self.rounds} + final 1"
         return f"{label} (preset {self.preset})" if self.preset else label
+
+    def judge_is_responder(self) -> bool:
+        """Same servers and the same model, or a model name left to the server that may be the same."""
+        if self.judge_base_urls != self.base_urls:
+            return False
+        return self.judge_model is None or self.model is None or self.judge_model == self.model
 
     def identity(self) -> dict:
         return self.model_dump(include=set(IDENTITY_FIELDS))
@@ -71,7 +80,9 @@ def check_or_save(settings: RunSettings) -> None:
     """Refuse to resume into a folder whose saved run differs in anything that defines the results."""
     path = settings_path(Path(settings.output))
     if path.exists():
-        saved = RunSettings.model_validate(json.loads(path.read_text(encoding="utf-8")))
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw.setdefault("judge_prompt", "project")  # folders written before the official judge became the default
+        saved = RunSettings.model_validate(raw)
         old, new = saved.identity(), settings.identity()
         diffs = [f"{k}: {old[k]!r} -> {new[k]!r}" for k in IDENTITY_FIELDS if old[k] != new[k]]
         if diffs:

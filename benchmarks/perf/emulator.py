@@ -6,7 +6,8 @@
 It runs in a child process so that its CPU never counts as the client's, and the client's event loop
 never slows it down. The child exits when its parent goes away (it watches its stdin).
 
-Command line: ``python -m pacore_benchmarks.perf.emulator --port 8000 --ttft 0.5 --fault http_500=0.05``.
+Command line: ``python -m pacore_benchmarks.perf.emulator --port 8000 --ttft 0.5 --fault http_500=0.05``;
+``--gpu-replica 2`` serves as replica 2 of an emulated GPU cluster (:meth:`EmulatorConfig.gpu_replica`).
 """
 
 from __future__ import annotations
@@ -155,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m pacore_benchmarks.perf.emulator", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config-json", help="a whole EmulatorConfig as JSON (other flags override it)")
+    parser.add_argument("--gpu-replica", type=int, metavar="N",
+                        help="start from replica N of an emulated GPU cluster: prefix cache, prefill cost, "
+                             "PaCoRe-sized conclusions (other flags override it)")
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)
     parser.add_argument("--model")
@@ -162,6 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ttft", type=float, help="seconds to first token")
     parser.add_argument("--token-delay", type=float, help="seconds per token")
     parser.add_argument("--output-tokens", type=_parse_length, help="N or MIN-MAX")
+    parser.add_argument("--answer-tokens", type=_parse_length, help="conclusion tokens: N or MIN-MAX")
+    parser.add_argument("--prefill-token-time", type=float, help="seconds per uncached prompt token")
+    parser.add_argument("--prefix-cache-tokens", type=int, help="prefix cache capacity in tokens (0: none)")
+    parser.add_argument("--block-size", type=int, help="tokens per prefix-cache block")
     parser.add_argument("--reasoning", choices=["reasoning", "reasoning_content", "both", "think", "none"])
     parser.add_argument("--no-usage", action="store_true", help="omit token usage")
     parser.add_argument("--slots", type=int, help="requests served at once; the rest queue")
@@ -174,9 +182,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> EmulatorConfig:
-    data: dict[str, Any] = json.loads(args.config_json) if args.config_json else {}
-    for name in ("host", "port", "model", "seed", "ttft", "token_delay", "output_tokens", "reasoning", "slots",
-                 "max_model_len", "request_log"):
+    data: dict[str, Any] = {}
+    if args.gpu_replica is not None:
+        data = EmulatorConfig.gpu_replica(args.gpu_replica).model_dump()
+    data.update(json.loads(args.config_json) if args.config_json else {})
+    for name in ("host", "port", "model", "seed", "ttft", "token_delay", "output_tokens", "answer_tokens",
+                 "reasoning", "slots", "max_model_len", "request_log", "prefill_token_time", "prefix_cache_tokens",
+                 "block_size"):
         value = getattr(args, name)
         if value is not None:
             data[name] = value

@@ -6,7 +6,7 @@ emulator's own process) without importing any server code.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -59,7 +59,9 @@ class EmulatorConfig(BaseModel):
     output_tokens: int | tuple[int, int] = Field(
         64, description="completion length in tokens: a fixed count or an inclusive (min, max) range"
     )
-    answer_tokens: int = Field(8, ge=1, description="tokens of the conclusion, the rest is reasoning")
+    answer_tokens: int | tuple[int, int] = Field(
+        8, description="tokens of the conclusion (a count or an inclusive range), the rest is reasoning"
+    )
     reasoning: ReasoningStyle = Field(
         "reasoning", description="where the reasoning goes: vLLM fields, <think> tags in content, or nowhere"
     )
@@ -72,18 +74,25 @@ class EmulatorConfig(BaseModel):
     slots: int | None = Field(
         None, ge=1, description="requests served at once (like vLLM max_num_seqs); the rest wait in a queue"
     )
+    replica: int = Field(0, ge=0, description="index among replicas of one model; salts replies so they differ")
+    prefill_token_time: float = Field(
+        0.0, ge=0, description="seconds per uncached prompt token; prefills run one at a time and stall decoding"
+    )
+    prefix_cache_tokens: int = Field(0, ge=0, description="prefix cache capacity in tokens (LRU); 0: no cache")
+    block_size: int = Field(16, ge=1, description="tokens per cached block, as vLLM's --block-size")
     faults: FaultRates = Field(default_factory=FaultRates)
     hang_seconds: float = Field(3600.0, ge=0, description="how long a 'timeout' fault holds the connection")
     request_log: str | None = Field(None, description="JSON lines file of every request received")
 
     @model_validator(mode="after")
     def _valid_lengths(self) -> EmulatorConfig:
-        if isinstance(self.output_tokens, tuple):
-            low, high = self.output_tokens
-            if not 1 <= low <= high:
-                raise ValueError(f"output_tokens range {self.output_tokens} must satisfy 1 <= min <= max")
-        elif self.output_tokens < 1:
-            raise ValueError(f"output_tokens must be at least 1, got {self.output_tokens}")
+        for name in ("output_tokens", "answer_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, tuple):
+                if not 1 <= value[0] <= value[1]:
+                    raise ValueError(f"{name} range {value} must satisfy 1 <= min <= max")
+            elif value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
         return self
 
     def mean_latency(self) -> float:
@@ -93,3 +102,27 @@ class EmulatorConfig(BaseModel):
         else:
             tokens = self.output_tokens
         return self.ttft + tokens * self.token_delay
+
+    @classmethod
+    def gpu_replica(cls, replica: int = 0, **overrides: Any) -> EmulatorConfig:
+        """One replica of an emulated GPU server, for clusters (``pacore serve-vllm --emulate``, ``pacore
+        bench replicas``): a prefix cache, prefill that costs, PaCoRe-sized conclusions, a batch limit.
+
+        Proportions follow PaCoRe-8B on one 80 GB GPU: the prefix cache holds about what such a GPU keeps
+        for an 8B model after its weights, and one uncached token of prefill costs a fiftieth of one decode
+        step. Time runs faster and reasoning is far shorter than on a GPU (a whole [32, 4] problem takes
+        seconds), so conclusions quoted as references (about 500 to 3600 prompt tokens each) and hence the
+        synthesis prompts (tens of thousands of tokens for [32, 4]) keep their real size.
+        """
+        settings: dict[str, Any] = {
+            "replica": replica,
+            "ttft": 0.02,
+            "token_delay": 0.0005,
+            "output_tokens": (1600, 2400),  # reasoning plus conclusion
+            "answer_tokens": (200, 1500),  # the conclusion; its filler words count about 2.4 prompt tokens each
+            "prefill_token_time": 1e-5,  # a 50k-token synthesis prompt: 0.5 s of prefill
+            "prefix_cache_tokens": 350_000,
+            "slots": 256,
+        }
+        settings.update(overrides)
+        return cls(**settings)

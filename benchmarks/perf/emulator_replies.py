@@ -101,6 +101,7 @@ class ReplyPlan:
     cut_fraction: float
     created: int = field(default_factory=lambda: int(time.time()))
     request_id: str = ""
+    cached_tokens: int | None = None  # prompt tokens found in the prefix cache; None: the emulator keeps none
 
     @property
     def completion_tokens(self) -> int:
@@ -111,7 +112,8 @@ def plan_reply(config: EmulatorConfig, body: dict[str, Any], occurrence: int) ->
     """Decide everything about one request's reply up front (cheap; no I/O)."""
     messages = body.get("messages") or []
     key = request_key(messages)
-    digest = _digest(config.seed, key, occurrence)
+    salt = (config.seed, config.replica) if config.replica else (config.seed,)  # replica 0: replies as ever
+    digest = _digest(*salt, key, occurrence)
     rng = random.Random(digest)
     fault = config.faults.pick(_unit(_digest("fault", digest)))
 
@@ -123,11 +125,9 @@ def plan_reply(config: EmulatorConfig, body: dict[str, Any], occurrence: int) ->
         own = problem_answer(config.seed, problem)
         answer = own if rng.random() < AGREEMENT else rng.randrange(ANSWER_RANGE)
 
-    if isinstance(config.output_tokens, tuple):
-        length = rng.randint(*config.output_tokens)
-    else:
-        length = config.output_tokens
-    pieces = _pieces(config, rng, length, answer)
+    length = rng.randint(*config.output_tokens) if isinstance(config.output_tokens, tuple) else config.output_tokens
+    conclusion = rng.randint(*config.answer_tokens) if isinstance(config.answer_tokens, tuple) else config.answer_tokens
+    pieces = _pieces(config.reasoning, rng, length, conclusion, answer)
     limit = body.get("max_completion_tokens") or body.get("max_tokens")
     finish = "stop"
     if isinstance(limit, int) and 0 < limit < len(pieces):
@@ -144,14 +144,15 @@ def plan_reply(config: EmulatorConfig, body: dict[str, Any], occurrence: int) ->
     )
 
 
-def _pieces(config: EmulatorConfig, rng: random.Random, length: int, answer: int) -> list[tuple[str, str]]:
+def _pieces(
+    style: str, rng: random.Random, length: int, conclusion_tokens: int, answer: int
+) -> list[tuple[str, str]]:
     conclusion_words = [" The", " answer", " is", f" \\boxed{{{answer}}}."]
-    n_answer = min(length, max(config.answer_tokens, len(conclusion_words)))
+    n_answer = min(length, max(conclusion_tokens, len(conclusion_words)))
     fillers = n_answer - len(conclusion_words)
     conclusion = [CLOSING[i % len(CLOSING)] for i in range(max(fillers, 0))] + conclusion_words
     conclusion = conclusion[len(conclusion) - n_answer:]
     conclusion[0] = conclusion[0].lstrip()
-    style = config.reasoning
     if style == "think":
         n_reason = max(length - n_answer - 2, 0)
         words = [" " + w for w in rng.choices(VOCAB, k=n_reason)]
@@ -179,12 +180,15 @@ def _reasoning_fields(style: str, text: str | None) -> dict[str, str | None]:
     return {}
 
 
-def usage_dict(plan: ReplyPlan) -> dict[str, int]:
-    return {
+def usage_dict(plan: ReplyPlan) -> dict[str, Any]:
+    usage: dict[str, Any] = {
         "prompt_tokens": plan.prompt_tokens,
         "completion_tokens": plan.completion_tokens,
         "total_tokens": plan.prompt_tokens + plan.completion_tokens,
     }
+    if plan.cached_tokens is not None:  # as vLLM reports prefix-cache hits
+        usage["prompt_tokens_details"] = {"cached_tokens": plan.cached_tokens}
+    return usage
 
 
 def completion_body(config: EmulatorConfig, plan: ReplyPlan) -> bytes:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from pacore_benchmarks.perf.emulator_config import EmulatorConfig
+from pacore_benchmarks.perf.emulator_gpu import GpuClock, PrefixCache, prompt_text
 from pacore_benchmarks.perf.emulator_replies import (
     ReplyPlan,
     completion_body,
@@ -156,6 +157,7 @@ class _Stream:
     offsets: list[int]
     tail: bytes
     start: float
+    stalled: float  # the replica's prefill seconds done at start: later prefills hold the stream back
     sent: int  # events written so far
     cut_at: int | None
     release: Any
@@ -174,16 +176,25 @@ class EmulatorServer:
         self.ticker: asyncio.Task[None] | None = None
         self.queue: deque[tuple[_Connection, dict[str, Any], ReplyPlan]] = deque()
         self.active = 0
+        self.gpu = GpuClock(config.prefill_token_time)
+        self.cache = PrefixCache(config.prefix_cache_tokens, config.block_size) if config.prefix_cache_tokens else None
+        self.busy_since: float | None = None
         self.reset()
 
     def reset(self) -> None:
-        """Zero the counters and forget seen prompts; requests still in flight keep their slots."""
+        """Zero the counters, forget seen prompts and empty the prefix cache; requests in flight keep their slots."""
         self.seen: Counter[str] = Counter()
         self.counts: Counter[str] = Counter()
         self.peak_active = self.active
         self.peak_queue = 0
         self.tokens_out = 0
         self.cpu_start = time.process_time()
+        self.busy_s = 0.0
+        self.prefill_start = self.gpu.stalled(self.loop.time())
+        if self.busy_since is not None:
+            self.busy_since = self.loop.time()
+        if self.cache is not None:
+            self.cache.clear()
 
     async def start(self) -> int:
         self.server = await self.loop.create_server(
@@ -192,6 +203,7 @@ class EmulatorServer:
         return self.server.sockets[0].getsockname()[1]
 
     def stats(self) -> dict[str, Any]:
+        now = self.loop.time()
         return {
             "requests": self.counts["requests"],
             "completed": self.counts["completed"],
@@ -202,6 +214,12 @@ class EmulatorServer:
             "peak_queue": self.peak_queue,
             "tokens_out": self.tokens_out,
             "cpu_s": round(time.process_time() - self.cpu_start, 4),
+            # what the replica computed: prompt tokens admitted, those the prefix cache served, completions
+            "prompt_tokens": self.counts["prompt_tokens"],
+            "cached_tokens": self.counts["cached_tokens"],
+            "completion_tokens": self.counts["completion_tokens"],
+            "prefill_s": round(self.gpu.stalled(now) - self.prefill_start, 4),
+            "busy_s": round(self.busy_s + (now - self.busy_since if self.busy_since is not None else 0.0), 4),
         }
 
     # ------------------------------------------------------------------------------------ routing
@@ -290,6 +308,8 @@ class EmulatorServer:
 
     def _acquire(self, conn: _Connection) -> Any:
         """Take a slot; returns the one-shot callback that gives it back (on finish or disconnect)."""
+        if self.active == 0:
+            self.busy_since = self.loop.time()
         self.active += 1
         self.peak_active = max(self.peak_active, self.active)
         released = False
@@ -301,6 +321,9 @@ class EmulatorServer:
             released = True
             conn.on_lost = None
             self.active -= 1
+            if self.active == 0 and self.busy_since is not None:
+                self.busy_s += self.loop.time() - self.busy_since
+                self.busy_since = None
             self._admit()
 
         conn.on_lost = release
@@ -314,14 +337,37 @@ class EmulatorServer:
                 self._serve(conn, body, plan)
 
     def _serve(self, conn: _Connection, body: dict[str, Any], plan: ReplyPlan) -> None:
+        """Take a slot, prefill what the prefix cache lacks, then answer after the time to first token
+        (a stream) or the whole decode (a plain reply), both held back by the replica's later prefills."""
         release = self._acquire(conn)
+        if self.cache is not None:
+            plan.cached_tokens = self.cache.admit(prompt_text(body["messages"]), plan.prompt_tokens)
+        cached = plan.cached_tokens or 0
+        self.counts["prompt_tokens"] += plan.prompt_tokens
+        self.counts["cached_tokens"] += cached
+        start = self.gpu.prefill(plan.prompt_tokens - cached, self.loop.time())
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            conn.timer = self.loop.call_later(self.config.ttft, self._begin_stream, conn, plan, include_usage,
-                                              release)
+            self._after_work(conn, start, self.config.ttft, self._begin_stream, conn, plan, include_usage, release)
         else:
-            delay = self.config.ttft + plan.completion_tokens * self.config.token_delay
-            conn.timer = self.loop.call_later(delay, self._finish_plain, conn, plan, release)
+            work = self.config.ttft + plan.completion_tokens * self.config.token_delay
+            self._after_work(conn, start, work, self._finish_plain, conn, plan, release)
+
+    def _after_work(self, conn: _Connection, start: float, work: float, callback: Any, *args: Any) -> None:
+        """Call back once ``work`` seconds of decoding from ``start`` are done; prefills stall the count."""
+        stalled = self.gpu.stalled(start)
+        wait = start - self.loop.time() + work + self.gpu.pending(start)
+        conn.timer = self.loop.call_later(wait, self._check_work, conn, start, stalled, work, callback, args)
+
+    def _check_work(self, conn: _Connection, start: float, stalled: float, work: float, callback: Any,
+                    args: tuple[Any, ...]) -> None:
+        now = self.loop.time()
+        left = work - ((now - start) - (self.gpu.stalled(now) - stalled))
+        if left > 1e-6:  # a prefill queued since held this sequence back
+            conn.timer = self.loop.call_later(left + self.gpu.pending(now), self._check_work, conn, start, stalled,
+                                              work, callback, args)
+        else:
+            callback(*args)
 
     def _finish_plain(self, conn: _Connection, plan: ReplyPlan, release: Any) -> None:
         conn.timer = None
@@ -336,6 +382,7 @@ class EmulatorServer:
             conn.close()
         else:
             self.counts["completed"] += 1
+            self.counts["completion_tokens"] += plan.completion_tokens
             self.tokens_out += plan.completion_tokens
             conn.respond(200, body)
 
@@ -355,7 +402,8 @@ class EmulatorServer:
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n"
         )
-        stream = _Stream(conn, payload, offsets, tail, self.loop.time(), 0, cut_at, release)
+        now = self.loop.time()
+        stream = _Stream(conn, payload, offsets, tail, now, self.gpu.stalled(now), 0, cut_at, release)
         self.streams.append(stream)
         self._advance(stream, stream.start)
         if self.ticker is None or self.ticker.done():
@@ -368,7 +416,8 @@ class EmulatorServer:
             s.release()
             return True
         delay = self.config.token_delay
-        due = len(s.offsets) if delay <= 0 else min(len(s.offsets), 1 + int((now - s.start) / delay) + 1)
+        elapsed = (now - s.start) - (self.gpu.stalled(now) - s.stalled)
+        due = len(s.offsets) if delay <= 0 else min(len(s.offsets), 1 + int(elapsed / delay) + 1)
         if s.cut_at is not None:
             due = min(due, s.cut_at)
         if due > s.sent:
@@ -386,6 +435,7 @@ class EmulatorServer:
             if finished:
                 s.release()
                 self.counts["completed"] += 1
+                self.counts["completion_tokens"] += len(s.offsets) - 1
                 conn.done()
                 return True
         if s.cut_at is not None and s.sent >= s.cut_at:

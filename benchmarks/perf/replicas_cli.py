@@ -1,0 +1,64 @@
+"""``pacore bench replicas [--quick]``: routing over emulated replicas, a table, then one JSON object.
+
+The last line printed is JSON with ``prefill_ratio_best_vs_spread``, ``wall_ratio_best_vs_spread``, ``lost``
+(under the best policy with a replica killed mid-run) and ``default_policy`` (plus every run's figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+TARGETS = {"prefill_ratio": 0.5, "wall_ratio": 1.0}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "replicas", help="one PaCoRe workload over 4 emulated GPU replicas: client spreading vs vllm-router policies"
+    )
+    parser.add_argument("--quick", action="store_true", help="4 problems per schedule, about a minute")
+    parser.add_argument("--problems", type=int, help="problems per schedule (default 8; quick 4)")
+    parser.add_argument("--replicas", type=int, help="emulated replicas (default 4)")
+    parser.add_argument("--no-kill", action="store_true", help="skip the runs with a replica killed mid-run")
+    parser.add_argument("--log-dir", help="keep the routers' logs here (default: a temporary folder)")
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    import asyncio
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from pacore_benchmarks.perf.replicas import PolicyRun, ReplicasSettings, run_benchmark
+
+    overrides = {name: value for name, value in (("problems", args.problems), ("replicas", args.replicas))
+                 if value is not None}  # fmt: skip
+    if args.no_kill:
+        overrides["kill"] = False
+    settings = ReplicasSettings.quick(**overrides) if args.quick else ReplicasSettings(**overrides)
+    console = Console(stderr=True)
+
+    def progress(run: PolicyRun) -> None:
+        killed = f", replica {run.killed} killed" if run.killed is not None else ""
+        console.print(f"{run.policy}{killed}: {run.wall_s} s, {run.prefill_tokens} prefill tokens, lost {run.lost}")
+
+    schedules = " and ".join(str(s) for s in settings.schedules)
+    console.print(f"{settings.problems} problems each of {schedules} over {settings.replicas} emulated replicas")
+    report = asyncio.run(run_benchmark(settings, args.log_dir, on_run=progress))
+
+    table = Table(title="pacore bench replicas")
+    for column in ("routing", "wall s", "prompt tokens", "prefill tokens", "prefill/prompt", "requests per replica",
+                   "busy max/mean", "lost", "retries"):
+        table.add_column(column, justify="left" if column == "routing" else "right")
+    for run in [*report.runs, *report.kills]:
+        name = run.policy + (f" (replica {run.killed} killed)" if run.killed is not None else "")
+        table.add_row(name, f"{run.wall_s:.1f}", str(run.prompt_tokens), str(run.prefill_tokens),
+                      f"{run.prefill_ratio:.2f}", " ".join(str(r.requests) for r in run.replicas),
+                      f"{run.balance:.2f}", str(run.lost), str(run.retries))  # fmt: skip
+    Console().print(table)
+    summary = report.summary()
+    print(json.dumps(summary), flush=True)
+    good = (summary["prefill_ratio_best_vs_spread"] <= TARGETS["prefill_ratio"]
+            and summary["wall_ratio_best_vs_spread"] <= TARGETS["wall_ratio"] and not summary["lost"])  # fmt: skip
+    return 0 if good else 1

@@ -1,0 +1,156 @@
+"""Past one server: vllm-router (the real PyPI package) in front of emulator replicas, a replica killed
+mid-run, the session key, and ``pacore serve-vllm`` as a whole (emulated) cluster and without GPUs."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
+from pacore_benchmarks.perf.replicas import ReplicasSettings, run_benchmark
+from pacore_benchmarks.perf.session_key import SessionKeyedChatModel, session_key
+from pacore_graph.config import PaCoReConfig
+from pacore_graph.models.embedded import free_port
+from pacore_graph.models.vllm_server import ServerProcess, router_command
+from pacore_graph.run import asolve
+
+# Small and quick replies; prompts long enough (hundreds of tokens) for whole cached blocks.
+SMALL_REPLICA = {"ttft": 0.01, "token_delay": 0.0005, "output_tokens": (60, 120), "answer_tokens": (20, 40),
+                 "prefill_token_time": 1e-6}  # fmt: skip
+PROBLEM = "Problem {n}: count the pairs (a, b) of positive integers with a + b = {m}. " + "Think it through. " * 60
+
+
+def free_port_block(size: int) -> int:
+    """A port with ``size - 1`` free ones after it, below the ephemeral range: a client's outgoing socket may hold
+    any ephemeral port, so a cluster's port + 1 ... port + N picked there could already be taken."""
+    for base in range(20000, 32000, size):
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(base, base + size):
+                    held.enter_context(socket.socket()).bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return base
+    raise RuntimeError("no block of free ports below 32000")
+
+
+def pacore(*args: str) -> list[str]:
+    return [str(Path(sys.executable).parent / "pacore"), *args]
+
+
+def test_session_key_is_the_prompt_up_to_the_last_user_message():
+    system = {"role": "system", "content": "be brief"}
+    task = {"role": "user", "content": "fix the bug"}
+    turn = [system, task, {"role": "assistant", "content": "ls"}, {"role": "tool", "content": "a.py"}]
+    assert session_key([system, task]) == session_key(turn)  # an agent's later turns stay with their prefix
+    assert session_key([system, task]) != session_key([system, {"role": "user", "content": "synthesis..."}])
+    assert session_key([system]) == session_key([dict(system)])
+
+
+@pytest.fixture
+def replicas(tmp_path):
+    configs = [EmulatorConfig.gpu_replica(index, request_log=str(tmp_path / f"replica-{index}.jsonl"),
+                                          **SMALL_REPLICA) for index in range(3)]  # fmt: skip
+    emulators = []
+    try:
+        for config in configs:
+            emulators.append(Emulator(config).start())
+        yield emulators
+    finally:
+        for emulator in emulators:
+            emulator.stop()
+
+
+@pytest.fixture
+def router(replicas, tmp_path):
+    port = free_port()
+    command = router_command([e.root_url for e in replicas], port=port, policy="consistent_hash")
+    server = ServerProcess("vllm-router", command, f"http://127.0.0.1:{port}", tmp_path / "router.log").start()
+    try:
+        server.wait_ready(60)
+        yield server
+    finally:
+        server.stop()
+    assert not server.alive()
+
+
+async def test_router_keeps_each_prompt_on_one_replica_where_its_prefix_is_cached(replicas, router, tmp_path):
+    model = SessionKeyedChatModel(base_urls=[router.url + "/v1"], model=replicas[0].config.model)
+    problems = [PROBLEM.format(n=n, m=n + 5) for n in range(4)]
+    try:
+        results = [await asolve(model, problem, PaCoReConfig(rounds=[4])) for problem in problems]
+    finally:
+        await model.aclose()
+    assert all(result.answer.strip() and not result.failures for result in results)
+
+    where: dict[str, set[int]] = defaultdict(set)  # prompt -> replicas that served it
+    for index in range(len(replicas)):
+        for line in (tmp_path / f"replica-{index}.jsonl").read_text().splitlines():
+            where[json.dumps(json.loads(line)["body"]["messages"])].add(index)
+    assert len(where) == 2 * len(problems)  # each problem: one round-1 prompt (4 times), one synthesis
+    assert all(len(served_by) == 1 for served_by in where.values())
+    assert len(set().union(*where.values())) > 1  # and the prompts were spread over the replicas
+    stats = [replica.stats() for replica in replicas]
+    first_round = sum(result.rounds[0].trajectories[0].prompt_tokens for result in results)
+    assert sum(s["cached_tokens"] for s in stats) >= 3 * first_round * 0.9  # 3 of each 4 repeats from the cache
+
+
+async def test_a_replica_killed_mid_run_loses_nothing_through_the_router(tmp_path):
+    emulator = EmulatorConfig.gpu_replica(**{**SMALL_REPLICA, "token_delay": 0.002, "output_tokens": (150, 300)})
+    settings = ReplicasSettings(replicas=2, problems=3, schedules=[[8]], policies=["consistent_hash"],
+                                kill_spread=False, emulator=emulator)  # fmt: skip
+    report = await run_benchmark(settings, str(tmp_path))
+    clean, killed = report.runs[-1], report.kills[0]
+    assert clean.policy == killed.policy == "consistent_hash" and clean.lost == 0
+    assert killed.killed is not None and killed.cut > 0  # it died serving requests
+    assert killed.answered == killed.problems == 3 and killed.lost == 0
+    summary = report.summary()
+    assert summary["lost"] == 0 and set(summary["runs"]) == {"spread", "consistent_hash"}
+
+
+def _refused(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_serve_vllm_emulate_runs_a_cluster_that_pacore_solve_uses_and_stops_on_ctrl_c(tmp_path):
+    port = free_port_block(3)
+    serve = subprocess.Popen(pacore("serve-vllm", "--emulate", "--replicas", "2", "--port", str(port),
+                                    "--log-dir", str(tmp_path)),
+                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        banner = serve.stderr.readline()
+        assert f"http://127.0.0.1:{port}/v1 over 2 emulated replicas" in banner, banner
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as response:
+            assert json.load(response)["data"][0]["id"] == "emulated-model"
+        solved = subprocess.run(pacore("solve", "What is 17*23?", "--rounds", "3",
+                                       "--base-url", f"http://127.0.0.1:{port}/v1"),
+                                capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert solved.returncode == 0, solved.stderr
+        assert "\\boxed{" in solved.stdout and "failed trajectories: 0" in solved.stderr
+        serve.send_signal(signal.SIGINT)
+        assert serve.wait(timeout=60) == 0
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+    assert all(_refused(p) for p in (port, port + 1, port + 2))  # router and replicas gone
+    assert {p.name for p in tmp_path.iterdir()} == {"router.log", "replica-0.log", "replica-1.log"}
+
+
+def test_serve_vllm_says_what_is_missing_without_vllm_or_gpus():
+    done = subprocess.run(pacore("serve-vllm", "stepfun-ai/PaCoRe-8B", "--replicas", "999"),
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 1
+    message = done.stderr.strip()
+    assert message.startswith("pacore: ") and "\n" not in message
+    assert ("vLLM is not installed" in message or "no NVIDIA GPU" in message or "999 GPUs" in message), message
