@@ -3,7 +3,8 @@
 Conformance tests need exact control (this reply for that prompt, a 500 for the first attempt of that
 trajectory), which a benchmark emulator with fault *rates* does not give. ``handler(body, attempt)``
 returns a reply dict (message fields), an ``int`` HTTP status to fail with, or ``bytes`` to send as a
-(malformed) body with status 200.
+(malformed) body with status 200. A reply's ``delay`` holds the answer back that many seconds, like a long
+generation; a client that closes the connection meanwhile is recorded in ``disconnected``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class MockOpenAIServer:
         self.model = model
         self.requests: list[dict[str, Any]] = []
         self.keys: list[str | None] = []  # the bearer token of each request, None without one
+        self.disconnected: list[dict[str, Any]] = []  # bodies whose client went away before the answer
         self._attempts: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
@@ -52,6 +54,10 @@ class MockOpenAIServer:
             self._attempts[same_prompt] += 1
             attempt = self._attempts[same_prompt]
         reply = self.handler(body, attempt)
+        if isinstance(reply, dict) and reply.get("delay") and not await self._still_connected(request, reply["delay"]):
+            with self._lock:
+                self.disconnected.append(body)
+            return web.Response(status=499)  # nobody is left to read it
         if isinstance(reply, bytes):  # a garbage body with status 200
             return web.Response(body=reply, content_type="application/json")
         if isinstance(reply, int):
@@ -72,6 +78,20 @@ class MockOpenAIServer:
                 "usage": usage,
             }
         )
+
+    async def _still_connected(self, request: web.Request, seconds: float) -> bool:
+        """Wait ``seconds``; False as soon as the client closes its connection."""
+        deadline = asyncio.get_running_loop().time() + seconds
+        try:
+            while asyncio.get_running_loop().time() < deadline:
+                if request.transport is None or request.transport.is_closing():
+                    return False
+                await asyncio.sleep(0.005)
+        except asyncio.CancelledError:  # servers that cancel the handler of a closed connection
+            with self._lock:
+                self.disconnected.append(await request.json())
+            raise
+        return True
 
     async def _stream(self, request, message, finish_reason, usage) -> web.StreamResponse:
         """SSE as vLLM sends it: reasoning deltas, content deltas a few characters at a time, usage last."""

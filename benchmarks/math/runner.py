@@ -32,10 +32,10 @@ from pacore_benchmarks.math.grading import MathGrader, Verdict
 from pacore_benchmarks.math.plot import markdown_table, per_problem_table, plot_curve
 from pacore_benchmarks.math.pool import PoolError, PoolReplayExplorer, PoolStore, as_trajectory, draw
 from pacore_benchmarks.math.summary import Point, per_problem, schedule_label, summarize
-from pacore_benchmarks.math.vote import majority_vote
 from pacore_benchmarks.results import ResultsFile
 from pacore_graph.accounting import completion_tokens
 from pacore_graph.config import PRESETS, PaCoReConfig
+from pacore_graph.coordination.vote import majority_vote
 from pacore_graph.episode import EpisodeContext
 from pacore_graph.errors import ModelRequestError, PaCoReError
 from pacore_graph.retry import with_retries
