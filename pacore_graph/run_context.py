@@ -49,6 +49,11 @@ class PaCoReContext:
     _rounds: dict[int, tuple[list[BaseMessage], RoundBarrier]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    _fanned_out: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
+
+    def fanned_out(self, round_index: int) -> None:
+        """This process sends the round's K tasks: all of them will run here (see RoundBarrier)."""
+        self._fanned_out.add(round_index)
 
     def emit(self, event: dict[str, Any]) -> None:
         """A progress event to the listener, else to LangGraph's custom stream (about 0.2 ms an event)."""
@@ -71,7 +76,7 @@ class PaCoReContext:
                 messages = synthesis_messages(
                     messages, fit_references(references, messages, settings), settings.template
                 )
-            entry = self._rounds[round_index] = (messages, RoundBarrier(k))
+            entry = self._rounds[round_index] = (messages, RoundBarrier(k, round_index in self._fanned_out))
         return entry
 
     def child_config(self, node_config: RunnableConfig, round_index: int, index: int, final: bool) -> RunnableConfig:
