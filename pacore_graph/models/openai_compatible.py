@@ -229,7 +229,8 @@ class OpenAICompatibleChatModel(BaseChatModel):
         llm_cache = self.cache if self.cache is not None else get_llm_cache()
         if kwargs.get("stream") is not False or llm_cache or self.rate_limiter or self.output_version == "v1":
             return await super().ainvoke(input, config, stop=stop, **kwargs)
-        config = ensure_config(config)
+        # Callbacks given (as PaCoRe's explorer gives them) make the ambient config irrelevant to the run.
+        config = dict(config) if config and "callbacks" in config else ensure_config(config)  # type: ignore[assignment]
         messages = _as_messages(input)
         params = self._get_invocation_params(stop=stop, **kwargs)
         metadata = {**(config.get("metadata") or {}), **self._get_ls_params(stop=stop, **kwargs)}
