@@ -113,6 +113,8 @@ def build_pacore_graph(
         return {"round_index": 0, "results": Overwrite([]), "rounds": Overwrite([]), "answer": None, "outcome": None}
 
     def announce(run: PaCoReContext, round_index: int) -> None:
+        """The round is fanned out from this node's task, in this process (routers see no runtime)."""
+        run.fanned_out(round_index)
         run.emit({"event": "round_started", "round": round_index, "k": schedule[round_index], "rounds": len(schedule)})
 
     def fan_out(state: PaCoReState, config: RunnableConfig) -> list[Send] | str:

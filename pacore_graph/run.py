@@ -74,11 +74,14 @@ class PaCoReRunner:
             stream_metadata={key: value for key, value in metadata.items() if key.startswith("langgraph_")},
         )
 
-    def run_config(self, runnable_config: RunnableConfig | None) -> RunnableConfig:
-        # All K trajectory tasks start together: a graph-level max_concurrency of the caller does not
-        # throttle them (PaCoReConfig.max_concurrency bounds the model calls), and a sync run gets a
-        # thread per trajectory instead of the default pool of a few.
-        return {**(runnable_config or {}), "max_concurrency": max(self.config.schedule)}
+    def run_config(self, runnable_config: RunnableConfig | None, *, sync: bool) -> RunnableConfig:
+        """All K trajectory tasks start together: a graph-level max_concurrency of the caller does not
+        throttle them (PaCoReConfig.max_concurrency bounds the model calls), and a sync run gets a thread
+        per trajectory instead of the default pool of a few."""
+        config = dict(runnable_config or {})
+        if sync or config.get("max_concurrency"):
+            config["max_concurrency"] = max(self.config.schedule)
+        return config  # type: ignore[return-value]
 
     async def arun(
         self,
@@ -97,7 +100,7 @@ class PaCoReRunner:
         graph_input = None if resume else START_INPUT
         with spaced_full_collections(self.config.spaced_gc):
             state = await self.graph.ainvoke(
-                graph_input, self.run_config(runnable_config), context=run, durability=durability
+                graph_input, self.run_config(runnable_config, sync=False), context=run, durability=durability
             )
         return build_result(state, run.trace)
 
@@ -115,7 +118,11 @@ class PaCoReRunner:
         graph_input = None if resume else START_INPUT
         with spaced_full_collections(self.config.spaced_gc):
             state = call_interruptibly(
-                self.graph.invoke, graph_input, self.run_config(runnable_config), context=run, durability=durability
+                self.graph.invoke,
+                graph_input,
+                self.run_config(runnable_config, sync=True),
+                context=run,
+                durability=durability,
             )
         return build_result(state, run.trace)
 

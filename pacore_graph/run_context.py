@@ -53,6 +53,11 @@ class PaCoReContext:
         default_factory=dict, init=False, repr=False, compare=False
     )
     _control: RunControl | None = field(default=None, init=False, repr=False, compare=False)
+    _fanned_out: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
+
+    def fanned_out(self, round_index: int) -> None:
+        """This process sends the round's K tasks: all of them will run here (see RoundBarrier)."""
+        self._fanned_out.add(round_index)
 
     def emit(self, event: dict[str, Any]) -> None:
         """A progress event to the listener, else to LangGraph's custom stream (about 0.2 ms an event)."""
@@ -71,7 +76,7 @@ class PaCoReContext:
         K of a round unless each sees its own subset) and the round's barrier, made on first use."""
         entry = self._rounds.get(round_index)
         if entry is None:
-            entry = self._rounds[round_index] = ({}, RoundBarrier(k))
+            entry = self._rounds[round_index] = ({}, RoundBarrier(k, round_index in self._fanned_out))
         by_references, barrier = entry
         key = tuple(references)
         messages = by_references.get(key)

@@ -33,19 +33,24 @@ def _background_loop() -> asyncio.AbstractEventLoop:
     with _lock:
         if _loop is None or _loop.is_closed():
             _loop = asyncio.new_event_loop()
-            threading.Thread(target=_loop.run_forever, name="pacore-sync-loop", daemon=True).start()
-            atexit.register(_shut_down, _loop)
+            thread = threading.Thread(target=_loop.run_forever, name="pacore-sync-loop", daemon=True)
+            thread.start()
+            atexit.register(_shut_down, _loop, thread)
         return _loop
 
 
-def _shut_down(loop: asyncio.AbstractEventLoop) -> None:
-    """At exit: finalize the loop's async generators, which closes the pooled HTTP sessions cleanly."""
-    if loop.is_running():
-        try:
-            asyncio.run_coroutine_threadsafe(loop.shutdown_asyncgens(), loop).result(timeout=5)
-        except (concurrent.futures.TimeoutError, RuntimeError):
-            pass
-        loop.call_soon_threadsafe(loop.stop)
+def _shut_down(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    """At exit: finalize the loop's async generators (which closes the pooled HTTP sessions), then the loop."""
+    if not loop.is_running():
+        return
+    try:
+        asyncio.run_coroutine_threadsafe(loop.shutdown_asyncgens(), loop).result(timeout=5)
+    except (concurrent.futures.TimeoutError, RuntimeError):
+        return
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=5)
+    if not thread.is_alive():
+        loop.close()
 
 
 class _CancelScope:
@@ -88,8 +93,8 @@ def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
     started: list[asyncio.Task] = []  # filled on the loop; callbacks run in order, so before any cancel
 
     def finish(task: asyncio.Task) -> None:
-        if task.cancelled():
-            outcome.cancel()
+        if task.cancelled():  # an exception, not cancel(): futures.wait() sees only a notified cancel
+            outcome.set_exception(concurrent.futures.CancelledError())
         elif task.exception() is not None:
             outcome.set_exception(task.exception())  # type: ignore[arg-type]
         else:

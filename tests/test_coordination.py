@@ -63,9 +63,9 @@ def references_in(text: str) -> list[str]:
 async def disconnects(server, expected: int) -> int:
     """How many clients closed early, once the server has noticed ``expected`` of them (or after 10 s)."""
     deadline = time.monotonic() + 10
-    while len(server.disconnected) < expected and time.monotonic() < deadline:
+    while server.disconnected < expected and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
-    return len(server.disconnected)
+    return server.disconnected
 
 
 FAST_SEVENS = [reply(7, delay=0.05 * n) for n in range(1, 4)]

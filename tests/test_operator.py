@@ -260,6 +260,56 @@ async def test_agent_explorer_runs_whole_episodes_through_the_same_fan_out():
     assert len(result.trajectories) == 3 and "state" in result.trajectories[0].extra
 
 
+class TaskState(MessagesState):
+    task: str
+
+
+def task_agent() -> StateGraph:
+    """One step: answers with the task it was given and the number of messages it saw."""
+
+    def step(state: TaskState):
+        return {"messages": [AIMessage(f"did {state['task']} after {len(state['messages'])} message(s)")]}
+
+    builder = StateGraph(TaskState)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    builder.add_edge("step", END)
+    return builder
+
+
+@pytest.mark.parametrize("isolate", [True, False])
+async def test_agent_episodes_get_the_payload_and_hand_records_to_the_sink(tmp_path, isolate):
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    from pacore_graph import EpisodeContext, PaCoReRunner
+
+    seen: list[EpisodeContext] = []
+
+    def episode_input(messages, episode: EpisodeContext):
+        seen.append(episode)
+        return {"messages": messages, "task": episode.payload["task"]}
+
+    explorer = AgentExplorer(
+        task_agent().compile(),
+        input=episode_input,
+        output=lambda state: state["messages"][-1],
+        record=lambda state, episode: {"round": episode.round_index, "index": episode.index, "final": episode.final},
+        isolate=isolate,
+    )
+    records: list[dict] = []
+    async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "c.sqlite")) as saver:
+        runner = PaCoReRunner(explorer, PaCoReConfig(rounds=[2]), checkpointer=saver)
+        result = await runner.arun("fix it", {"configurable": {"thread_id": "t"}}, payload={"task": "T-7"},
+                                   on_record=records.append)  # fmt: skip
+        namespaces = {c.config["configurable"]["checkpoint_ns"] async for c in saver.alist(None)}
+    assert result.answer == "did T-7 after 1 message(s)"
+    assert sorted((r["round"], r["index"], r["final"]) for r in records) == [(0, 0, False), (0, 1, False), (1, 0, True)]
+    assert all(e.config["metadata"]["pacore_round"] == e.round_index for e in seen)
+    agent_checkpoints = [ns for ns in namespaces if ns.startswith("trajectory:")]
+    # isolated episodes are not subgraphs of the PaCoRe graph: their steps are not checkpointed
+    assert (agent_checkpoints == []) is isolate
+
+
 async def test_a_crashing_episode_is_recorded_and_left_out():
     def agent_step(state: MessagesState):
         if "Reference" not in state["messages"][-1].content and len(state["messages"]) == 1:

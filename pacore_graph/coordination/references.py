@@ -19,9 +19,8 @@ import re
 from math import comb
 from typing import TYPE_CHECKING, NamedTuple
 
-from pacore_graph.compaction import reference_text
 from pacore_graph.coordination.answers import answer_key
-from pacore_graph.records import RoundData, TrajectoryData
+from pacore_graph.records import RoundData, RoundRecord, TrajectoryRecord
 
 if TYPE_CHECKING:
     from pacore_graph.config import PaCoReConfig
@@ -49,27 +48,22 @@ class References(NamedTuple):
         return fields
 
 
-def reference_texts(round_data: RoundData) -> list[str]:
-    """What a round passes on, in template order: each usable conclusion with its tool calls."""
-    by_index = {record["index"]: record for record in round_data["trajectories"]}
-    return [reference_text(*_parts(by_index[i])) for i in round_data["reference_order"]]
-
-
 def next_round_references(
     previous: RoundData | None, k: int, round_index: int, settings: PaCoReConfig
 ) -> list[References]:
     """One :class:`References` per trajectory of round ``round_index`` (``previous`` is None for round 1)."""
     if previous is None:
         return [References([])] * k
+    round_record = RoundRecord.model_validate(previous)
     subset, dedup = settings.reference_subset, settings.dedup_references
     if subset is None and not dedup:
-        return [References(reference_texts(previous))] * k
-    by_index = {record["index"]: record for record in previous["trajectories"]}
-    pool = previous["reference_order"]
+        return [References(round_record.references)] * k
+    by_index = {record.index: record for record in round_record.trajectories}
+    pool = [by_index[index] for index in round_record.reference_order]
     if subset is None:
-        return [_collapse([by_index[i] for i in pool], dedup)] * k
+        return [_collapse(pool, dedup)] * k
     draws = _subsets(len(pool), subset, k, round_index, settings.seed, settings.distinct_subsets)
-    return [_collapse([by_index[pool[position]] for position in draw], dedup) for draw in draws]
+    return [_collapse([pool[position] for position in draw], dedup) for draw in draws]
 
 
 def _subsets(size: int, subset: int, k: int, round_index: int, seed: int, distinct: bool) -> list[list[int]]:
@@ -91,27 +85,23 @@ def _subsets(size: int, subset: int, k: int, round_index: int, seed: int, distin
     return draws
 
 
-def _collapse(records: list[TrajectoryData], dedup: bool) -> References:
+def _collapse(records: list[TrajectoryRecord], dedup: bool) -> References:
     """The records' texts, with identical ones shown once (first place kept) when ``dedup``."""
     texts: list[str] = []
     indices: list[int] = []
     counts: list[int] = []
     seen: dict[tuple[str | None, str], int] = {}
     for record in records:
-        text = reference_text(*_parts(record))
-        key = (answer_key(record.get("answer")), _SPACES.sub(" ", text).strip())
+        text = record.reference
+        key = (answer_key(record.answer), _SPACES.sub(" ", text).strip())
         if dedup and key in seen:
             counts[seen[key]] += 1
             continue
         seen[key] = len(texts)
         texts.append(text)
-        indices.append(record["index"])
+        indices.append(record.index)
         counts.append(1)
     if dedup:
         noted = zip(texts, counts, strict=True)
         texts = [text + DUPLICATES_NOTE.format(count=count) if count > 1 else text for text, count in noted]
     return References(texts, indices, counts if dedup else None)
-
-
-def _parts(record: TrajectoryData) -> tuple[str, list]:
-    return record.get("conclusion", ""), record.get("tool_calls") or []
