@@ -31,6 +31,29 @@ from pacore_graph.config import PaCoReConfig
 from pacore_graph.coordination import Budget, EarlyStop, boxed_answer
 
 METHODS = ("paper", "budget", "early_stop", "subset", "dedup", "vote")
+VARIANTS = (*METHODS[1:], "verifier")  # what `pacore bench math` offers beside the paper's PaCoRe
+
+
+def method_options(method: str, *, agree: int = 6, subset: int = 8, budget_tokens: int | None = None) -> dict[str, Any]:
+    """The PaCoReConfig fields of one coordination method (the paper's: none). Shared by this benchmark and
+    ``pacore bench math``, so that both measure the same settings."""
+    boxed = {"answer_extractor": "boxed"}
+    match method:
+        case "paper":
+            return {}
+        case "budget" if budget_tokens is not None:
+            return {**boxed, "budget": Budget(tokens=budget_tokens)}
+        case "budget":
+            raise ValueError("the budget method needs a token budget per problem")
+        case "early_stop":
+            return {**boxed, "early_stop": EarlyStop(agree=agree, unbeatable=True, skip_unanimous=True)}
+        case "subset":
+            return {"reference_subset": subset}
+        case "dedup":
+            return {**boxed, "dedup_references": True}
+        case "vote" | "verifier":
+            return {**boxed, "final_selector": method}
+    raise ValueError(f"unknown coordination method {method!r}: choose from {', '.join(('paper', *VARIANTS))}")
 
 
 def bench_emulator() -> EmulatorConfig:
@@ -73,17 +96,10 @@ class CoordinationSettings(BaseModel):
         """The operator's configuration of one method (``paper_tokens``: the paper's mean tokens per problem)."""
         everyone = {"rounds": self.schedule, "max_concurrency": self.concurrency * max(self.schedule),
                     "spaced_gc": True}  # fmt: skip
-        options: dict[str, dict[str, Any]] = {
-            "paper": {},
-            "budget": {"answer_extractor": "boxed",
-                       "budget": Budget(tokens=max(1, round(self.budget_share * paper_tokens)))},
-            "early_stop": {"answer_extractor": "boxed",
-                           "early_stop": EarlyStop(agree=self.agree, unbeatable=True, skip_unanimous=True)},
-            "subset": {"reference_subset": self.subset},
-            "dedup": {"answer_extractor": "boxed", "dedup_references": True},
-            "vote": {"answer_extractor": "boxed", "final_selector": "vote"},
-        }  # fmt: skip
-        return PaCoReConfig(**everyone, **options[method])
+        budget = max(1, round(self.budget_share * paper_tokens))
+        return PaCoReConfig(
+            **everyone, **method_options(method, agree=self.agree, subset=self.subset, budget_tokens=budget)
+        )
 
 
 class MethodRun(BaseModel):
