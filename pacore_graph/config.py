@@ -134,12 +134,10 @@ class PaCoReConfig(BaseModel):
 
     @model_validator(mode="after")
     def _coordination_is_complete(self) -> PaCoReConfig:
-        needs_answers = [name for name, used in (("early_stop", self.early_stop.active),
-                         ("final_selector='vote'", self.final_selector == "vote")) if used]  # fmt: skip
-        if needs_answers and self.answer_extractor is None:
-            raise ValueError(
-                f"{needs_answers[0]} compares answers: set answer_extractor ('boxed' for math, or 'module:function')"
-            )
+        compares = {"early_stop": self.early_stop.active, "final_selector='vote'": self.final_selector == "vote"}
+        for option, used in compares.items():
+            if used and self.answer_extractor is None:
+                raise ValueError(f"{option} compares answers: set answer_extractor ('boxed' or 'module:function')")
         if self.final_selector != "synthesis" and not self.rounds:
             raise ValueError(
                 f"final_selector={self.final_selector!r} chooses among a round's conclusions, and rounds is empty"
