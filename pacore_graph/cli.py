@@ -33,8 +33,11 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace, **overrides: Any) -> PaCoReConfig:
-    """A PaCoReConfig from --preset / --rounds and the optional sampling flags."""
-    fields: dict[str, Any] = {}
+    """A PaCoReConfig from --preset / --rounds and the optional sampling flags.
+
+    The command owns its process, so full GC passes are spaced out during runs (``spaced_gc``).
+    """
+    fields: dict[str, Any] = {"spaced_gc": True}
     if getattr(args, "rounds", None) is not None:
         fields["rounds"] = parse_rounds(args.rounds)
     elif getattr(args, "preset", None):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
@@ -34,3 +37,24 @@ def compact(content: str, reasoning: str | None = None, finish_reason: str | Non
     if content.lstrip().startswith(THINK_OPEN):
         return Compacted("", (reasoning + content.lstrip()[len(THINK_OPEN) :]).strip(), truncated)
     return Compacted(content, reasoning, truncated)
+
+
+def render_tool_calls(tool_calls: Sequence[Mapping[str, Any]]) -> str:
+    """One line per call, ``Tool call: name({"arg": "value"})``: how the next round reads a trajectory's calls."""
+    lines = []
+    for call in tool_calls:
+        args = json.dumps(call.get("args") or {}, ensure_ascii=False)
+        lines.append(f"Tool call: {call.get('name', '')}({args})")
+    return "\n".join(lines)
+
+
+def reference_text(conclusion: str, tool_calls: Sequence[Mapping[str, Any]] = ()) -> str:
+    """A trajectory as the next round's template shows it: its conclusion, then its tool calls if any.
+
+    A trajectory of a tool-using model may end in calls instead of (or after) text; the synthesis must see
+    which tools it would call with which arguments, or the final round could not weigh them.
+    """
+    if not tool_calls:
+        return conclusion
+    calls = render_tool_calls(tool_calls)
+    return f"{conclusion.rstrip()}\n\n{calls}" if conclusion.strip() else calls

@@ -62,11 +62,12 @@ class PaCoReConfig(BaseModel):
     request_timeout: float | None = Field(
         7200.0, gt=0, description="seconds one generation may take (None: no limit); hour-long is normal"
     )
-    stream: bool = Field(False, description="stream tokens from the server (progress per token)")
+    stream: bool = Field(False, description="every request streams from the server (SSE), not only the final one")
     spaced_gc: bool = Field(
-        True,
-        description="while runs are in flight, make CPython's full GC passes ~10x rarer (each one stalls "
-        "the event loop for 100+ ms at 1024 trajectories in flight); see pacore_graph.gc_policy",
+        False,
+        description="opt-in: while runs are in flight, make CPython's full GC passes ~10x rarer (each one "
+        "stalls the event loop for 100+ ms at 1024 trajectories in flight); the thresholds are process-wide, "
+        "so the CLI and benchmarks turn it on, a library user decides; see pacore_graph.gc_policy",
     )
     model_kwargs: dict = Field(default_factory=dict, description="extra request fields, e.g. chat_template_kwargs")
 

@@ -1,8 +1,17 @@
-"""Errors of a PaCoRe run, and which failures are worth a retry."""
+"""Errors of a PaCoRe run, and which failures are worth a retry.
+
+Callers test types and fields, never message text: a :class:`RoundFailedError` carries its round's
+:class:`~pacore_graph.records.RoundRecord`; a :class:`ModelRequestError` its HTTP status.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pacore_graph.records import RoundRecord
 
 
 class PaCoReError(RuntimeError):
@@ -10,7 +19,28 @@ class PaCoReError(RuntimeError):
 
 
 class RoundFailedError(PaCoReError):
-    """No trajectory of a round produced a usable conclusion: there is nothing to synthesise over."""
+    """No trajectory of a round produced a usable conclusion: there is nothing to synthesise over.
+
+    ``round`` holds every trajectory's record (its error, HTTP status, whether that error was
+    transient, or why its conclusion was unusable). Resuming the thread (``invoke(None, config)``)
+    runs the failed trajectories of that round again; finished rounds are kept.
+    """
+
+    def __init__(self, round: RoundRecord):
+        self.round = round
+        super().__init__(describe_failed_round(round))
+
+    def __reduce__(self):
+        return (type(self), (self.round,))
+
+    @property
+    def round_index(self) -> int:
+        return self.round.round_index
+
+    @property
+    def transient(self) -> bool:
+        """Some trajectory failed for a reason that may pass: trying the round again later may work."""
+        return self.round.transient
 
 
 class ModelRequestError(PaCoReError):
@@ -22,6 +52,23 @@ class ModelRequestError(PaCoReError):
         self.retryable = retryable
 
 
+def describe_failed_round(round: RoundRecord) -> str:
+    """One line: which round, and why each of (at most five of) its trajectories gave nothing."""
+    reasons = []
+    for record in round.trajectories:
+        if record.failed:
+            reasons.append(f"#{record.index} failed after {record.attempts} attempt(s): {record.error}")
+        elif record.truncated:
+            reasons.append(f"#{record.index} was cut off by the length limit before any conclusion")
+        else:
+            reasons.append(f"#{record.index} returned an empty conclusion")
+    shown = "; ".join(reasons[:5]) + (f"; ... ({len(reasons) - 5} more)" if len(reasons) > 5 else "")
+    return (
+        f"round {round.round_index + 1}: none of its {round.k} trajectories produced a usable "
+        f"conclusion, so there is nothing to pass on: {shown}"
+    ).replace("\n", " ")
+
+
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
 
 
@@ -30,37 +77,44 @@ def status_is_retryable(status: int) -> bool:
     return status >= 500 or status in RETRYABLE_STATUSES
 
 
-def is_transient(exc: BaseException) -> bool:
-    """Whether a failed model call may succeed if tried again.
+def _classes(module: str, *names: str) -> tuple[type, ...]:
+    """Exception classes of ``module`` if it is already imported: an error of a library we never loaded
+    cannot be one of its classes, so nothing is imported just to classify."""
+    loaded = sys.modules.get(module)
+    return tuple(getattr(loaded, name) for name in names if hasattr(loaded, name)) if loaded else ()
 
-    Covers our own client, the openai SDK (which ChatOpenAI raises) and httpx / aiohttp transport errors
-    without importing any of them eagerly.
+
+def error_status(exc: BaseException) -> int | None:
+    """The HTTP status an error carries (our client, openai, httpx, aiohttp), if any."""
+    for attribute in ("status", "status_code"):
+        status = getattr(exc, attribute, None)
+        if isinstance(status, int):
+            return status
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a failed model call may succeed if tried again, decided by the error's class.
+
+    Covers our own client, LangChain's typed model errors (which ChatOpenAI raises), the openai SDK,
+    and httpx / aiohttp transport errors.
     """
     if isinstance(exc, ModelRequestError):
         return exc.retryable
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
         return True
-    module = type(exc).__module__.split(".")[0]
-    name = type(exc).__name__
-    if module == "aiohttp":
-        return name != "InvalidURL"
-    if module in {"openai", "httpx", "httpcore"}:
-        status = getattr(exc, "status_code", None)
-        if status is not None:
-            return status_is_retryable(int(status))
-        return name in {
-            "APIConnectionError",
-            "APITimeoutError",
-            "ConnectError",
-            "ReadTimeout",
-            "RemoteProtocolError",
-            "ReadError",
-            "WriteError",
-            "ConnectTimeout",
-            "PoolTimeout",
-            "TimeoutException",
-        }
-    status = getattr(exc, "status_code", None) or getattr(exc, "status", None)
-    if isinstance(status, int):
-        return status_is_retryable(status)
-    return False
+    model_error = _classes("langchain_core.exceptions", "ModelError")
+    if model_error and isinstance(exc, model_error):
+        return bool(getattr(exc, "is_retryable", False))
+    if isinstance(exc, _classes("openai", "APIConnectionError")):  # APITimeoutError included
+        return True
+    if isinstance(exc, _classes("httpx", "TransportError")) or isinstance(exc, _classes("httpcore", "NetworkError")):
+        return True
+    if isinstance(exc, _classes("httpcore", "TimeoutException", "RemoteProtocolError")):
+        return True
+    if isinstance(exc, _classes("aiohttp", "ClientError")) and not isinstance(exc, _classes("aiohttp", "InvalidURL")):
+        return error_status(exc) is None or status_is_retryable(error_status(exc))  # type: ignore[arg-type]
+    status = error_status(exc)
+    return status is not None and status_is_retryable(status)

@@ -10,7 +10,8 @@ and 0.3 ms more CPU per trajectory at [32, 4]).
 While at least one run is in flight, the oldest generation's threshold is raised so that full passes
 are about ten times rarer; young collections are unchanged, so short-lived cycles are still freed
 promptly. The previous thresholds come back when the last run ends, unless someone else changed them
-meanwhile. ``PaCoReConfig(spaced_gc=False)`` leaves the collector alone.
+meanwhile. The thresholds are process-wide state, so this is opt-in: ``PaCoReConfig(spaced_gc=True)``
+(the ``pacore`` command and the benchmarks set it); by default the collector is left alone.
 """
 
 from __future__ import annotations

@@ -4,68 +4,76 @@
 
 Each trajectory is one task (several nodes per trajectory would advance in lockstep with the slowest
 branch). The next round is fanned out straight from ``collect``: a separate controller node would cost
-one more superstep (and checkpoint) per round. State holds the caller's messages, the previous round's
-conclusions and small per-trajectory records: never reasoning or whole trajectories, which go to a
-trace only when asked for.
+one more superstep (and checkpoint) per round.
+
+State is plain JSON data: the round counter, this round's trajectory records and every finished
+round's records (conclusions and counts, never reasoning). The conversation is not in state: it comes
+with every run in the runtime context (:class:`~pacore_graph.run_context.PaCoReContext`), so the
+checkpoints of a chat thread do not grow with the chat. A Send carries indices plus the one thing only
+it knows, the previous round's references.
+
+Every node runs both ways: ``ainvoke`` under an async graph, ``invoke`` under a sync one (so a sync
+checkpointer such as ``SqliteSaver`` works). Nodes are plain Runnables, not sync functions, because
+LangGraph runs sync functions of an async graph through a thread pool.
 """
 
 from __future__ import annotations
 
+import asyncio
 import operator
+import uuid
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any, TypedDict
 
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
-from langchain_core.runnables import RunnableConfig
-from langgraph.config import get_stream_writer
+from langchain_core.messages import AIMessage
+from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Overwrite, Send
 
 from pacore_graph.accounting import completion_tokens
 from pacore_graph.compaction import compact
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.context import fit_references
-from pacore_graph.errors import RoundFailedError
+from pacore_graph.episode import EpisodeContext
+from pacore_graph.errors import RoundFailedError, error_status, is_transient
 from pacore_graph.explorer import Explorer, as_explorer
 from pacore_graph.limits import ConcurrencyLimiter
-from pacore_graph.prompt import last_user_index, order_references, synthesis_messages
-from pacore_graph.records import RoundRecord, Trajectory, TrajectoryRecord
+from pacore_graph.prompt import last_user_index, order_references
+from pacore_graph.records import RoundData, RoundRecord, Trajectory, TrajectoryData, usable
 from pacore_graph.retry import with_retries
-
-TRACE_KEY = "pacore_trace"  # configurable key: a list that receives every full Trajectory
-EVENTS_KEY = "pacore_events"  # configurable key: a callable that receives every progress event
+from pacore_graph.run_context import PaCoReContext, current_context
+from pacore_graph.sync import run_sync
 
 
 class PaCoReState(TypedDict, total=False):
-    messages: list[AnyMessage]  # the caller's messages, unchanged across rounds
     round_index: int
-    references: list[str]  # the previous round's conclusions, in template order
-    results: Annotated[list[TrajectoryRecord], operator.add]  # this round's records (reset each round)
-    rounds: Annotated[list[RoundRecord], operator.add]
-    answer: AIMessage
+    results: Annotated[list[TrajectoryData], operator.add]  # this round's records (reset each round)
+    rounds: Annotated[list[RoundData], operator.add]
+    answer: AIMessage | None
 
 
 class TrajectoryTask(TypedDict):
-    """The Send argument: indices plus the round's messages (one shared list object for all K)."""
+    """The Send argument: indices plus the previous round's references (empty in round 1)."""
 
-    messages: list[BaseMessage]
     round_index: int
     index: int
+    references: list[str]
 
 
-def _emit(event: dict[str, Any], config: RunnableConfig) -> None:
-    """Send a progress event to the run's listener, else to LangGraph's custom stream.
+class _Step(Runnable[Any, Any]):
+    """A node or router with a sync and an async body; no run of its own (LangGraph traces the task)."""
 
-    A listener in ``configurable`` (what PaCoReRunner and PaCoReNode use) costs next to nothing; LangGraph's
-    custom stream mode costs about 0.2 ms of client CPU per event, which adds up at K events a round.
-    """
-    listener = (config.get("configurable") or {}).get(EVENTS_KEY)
-    if listener is not None:
-        listener(event)
-        return
-    try:
-        get_stream_writer()(event)
-    except RuntimeError:  # called outside a graph run
-        pass
+    def __init__(self, name: str, sync: Callable[..., Any], asynchronous: Callable[..., Any] | None = None):
+        self.name = name
+        self._sync = sync
+        self._async = asynchronous
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return self._sync(input, config or {})
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        if self._async is None:
+            return self._sync(input, config or {})
+        return await self._async(input, config or {})
 
 
 def build_pacore_graph(
@@ -74,152 +82,181 @@ def build_pacore_graph(
     *,
     limiter: ConcurrencyLimiter | None = None,
 ) -> StateGraph:
-    """An uncompiled StateGraph running PaCoRe over ``messages``; compile with your own checkpointer.
+    """An uncompiled StateGraph running PaCoRe; compile with your own checkpointer.
 
-    Input: ``{"messages": [...]}``. Output adds ``answer`` (an AIMessage) and ``rounds``.
+    Run it with ``graph.invoke({}, config, context=PaCoReContext(messages=[...]))``. Output: ``answer``
+    (an AIMessage) and ``rounds`` (plain data; :class:`~pacore_graph.records.RoundRecord` reads it).
     """
     settings = config or PaCoReConfig()  # `config` is LangGraph's name for the RunnableConfig below
     explorer: Explorer = as_explorer(model_or_explorer, settings)
     limiter = limiter or ConcurrencyLimiter(settings.max_concurrency)
     schedule = settings.schedule
+    final_round = len(schedule) - 1
 
-    # Every node and router is async: LangGraph runs sync ones through a thread pool.
-    async def begin(state: PaCoReState, config: RunnableConfig) -> dict[str, Any]:
+    def begin(state: PaCoReState, config: RunnableConfig) -> dict[str, Any]:
         """A new input starts at round 1, also on a thread that already ran (checkpointer, next turn)."""
+        run = current_context()
+        if not run.messages:
+            raise ValueError("the message list is empty: PaCoRe needs at least one user message")
         if len(schedule) > 1:
-            last_user_index(state["messages"])  # fail now, not after round 1 was paid for
-        announce(0, config)
-        return {"round_index": 0, "references": [], "results": Overwrite([]), "rounds": Overwrite([])}
+            last_user_index(run.messages)  # fail now, not after round 1 was paid for
+        announce(run, 0)
+        return {"round_index": 0, "results": Overwrite([]), "rounds": Overwrite([]), "answer": None}
 
-    def announce(round_index: int, config: RunnableConfig) -> None:
-        started = {"event": "round_started", "round": round_index, "k": schedule[round_index], "rounds": len(schedule)}
-        _emit(started, config)
+    def announce(run: PaCoReContext, round_index: int) -> None:
+        """The round is fanned out from this node's task, in this process (routers see no runtime)."""
+        run.fanned_out(round_index)
+        run.emit({"event": "round_started", "round": round_index, "k": schedule[round_index], "rounds": len(schedule)})
 
-    async def fan_out(state: PaCoReState) -> list[Send] | str:
+    def fan_out(state: PaCoReState, config: RunnableConfig) -> list[Send] | str:
         """The Send tasks of the round ``state["round_index"]`` names, or END after the final round."""
         round_index = state["round_index"]
         if round_index == len(schedule):
             return END
-        messages = state["messages"]
-        if round_index > 0:
-            references = fit_references(state["references"], messages, settings)
-            messages = synthesis_messages(messages, references, settings.template)
+        references = RoundRecord.model_validate(state["rounds"][-1]).references if round_index > 0 else []
         return [
-            Send("trajectory", TrajectoryTask(messages=messages, round_index=round_index, index=index))
+            Send("trajectory", TrajectoryTask(round_index=round_index, index=index, references=references))
             for index in range(schedule[round_index])
         ]
 
     async def trajectory(task: TrajectoryTask, config: RunnableConfig) -> dict[str, Any]:
-        """One trajectory, retried on transient failures; a final failure is recorded, never raised."""
-        round_index, index, messages = task["round_index"], task["index"], task["messages"]
+        """One trajectory, retried on transient failures; a final failure is recorded, or raised when the
+        whole round failed (see :mod:`pacore_graph.barrier`)."""
+        run = current_context()
+        round_index, index = task["round_index"], task["index"]
+        k = schedule[round_index]
+        messages, barrier = run.round(round_index, k, task["references"], settings)
+        final = round_index == final_round
+        child = run.child_config(config, round_index, index, final)
+        episode = EpisodeContext(round_index, index, final, child, run.payload, run.on_record)
+        attempts = 0
 
         async def attempt() -> Trajectory:
-            return await explorer.explore(messages, round_index=round_index, index=index)
+            nonlocal attempts
+            attempts += 1
+            return await explorer.explore(messages, episode)
 
+        barrier.start()
         try:
-            outcome, attempts = await with_retries(
-                attempt, settings.retry, settings.request_timeout, slot=limiter.semaphore()
-            )
+            outcome, _ = await with_retries(attempt, settings.retry, settings.request_timeout, slot=limiter.semaphore())
+        except asyncio.CancelledError:
+            barrier.leave()
+            raise
         except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"[:2000]
-            attempts = getattr(exc, "pacore_attempts", 1)
-            _emit({"event": "trajectory_failed", "round": round_index, "index": index, "error": error}, config)
-            return {"results": [TrajectoryRecord(round_index=round_index, index=index, error=error, attempts=attempts)]}
-        record = _record(outcome, round_index, index, attempts, settings)
-        trace = (config.get("configurable") or {}).get(TRACE_KEY)
-        if trace is not None:
+            record = failure_record(round_index, index, exc, attempts)
+            run.emit({"event": "trajectory_failed", "round": round_index, "index": index, "error": record["error"]})
+            if await barrier.fail(record):
+                raise RoundFailedError(round_record(round_index, k, barrier.records.values())) from exc
+            return {"results": [record]}
+        record = trajectory_record(outcome, round_index, index, attempts, settings)
+        barrier.finish(record, usable(record))
+        if run.trace is not None:
             outcome.extra.setdefault("round_index", round_index)
             outcome.extra.setdefault("index", index)
-            trace.append(outcome)
-        _emit(
+            run.trace.append(outcome)
+        run.emit(
             {
                 "event": "trajectory_finished",
                 "round": round_index,
                 "index": index,
-                "completion_tokens": record.completion_tokens,
-                "truncated": record.truncated,
-            },
-            config,
+                "completion_tokens": record["completion_tokens"],
+                "truncated": record["truncated"],
+            }
         )
         return {"results": [record]}
 
-    async def collect(state: PaCoReState, config: RunnableConfig) -> dict[str, Any]:
+    def collect(state: PaCoReState, config: RunnableConfig) -> dict[str, Any]:
         """Order and compact the round; after the final round its one conclusion is the answer."""
+        run = current_context()
         round_index = state["round_index"]
-        records = sorted(state.get("results", []), key=lambda record: record.index)
-        order = order_references([r.content_length for r in records], settings.seed, settings.reference_order)
-        references = [records[position].conclusion for position in order if records[position].usable]
-        round_record = RoundRecord(
-            round_index=round_index, k=schedule[round_index], references=references, trajectories=records
-        )
-        _emit(
+        records = sorted(state.get("results", []), key=lambda record: record["index"])
+        order = order_references([r.get("content_length", 0) for r in records], settings.seed, settings.reference_order)
+        chosen = [records[position] for position in order if usable(records[position])]
+        round_data = RoundData(
+            round_index=round_index, k=schedule[round_index], reference_order=[r["index"] for r in chosen],
+            trajectories=records,
+        )  # fmt: skip
+        run.emit(
             {
                 "event": "round_finished",
                 "round": round_index,
-                "k": round_record.k,
-                "completion_tokens": round_record.completion_tokens,
-                "failed": len(round_record.failures),
-            },
-            config,
+                "k": round_data["k"],
+                "completion_tokens": sum(r.get("completion_tokens", 0) for r in records),
+                "failed": sum(1 for r in records if r.get("error") is not None),
+            }
         )
-        if not references:
-            raise RoundFailedError(_no_references_message(round_record))
-        update = {
-            "results": Overwrite([]),
-            "rounds": [round_record],
-            "references": references,
-            "round_index": round_index + 1,
-        }
-        if round_index + 1 == len(schedule):
-            update["answer"] = AIMessage(content=references[0], name="pacore")
+        if not chosen:
+            raise RoundFailedError(RoundRecord.model_validate(round_data))
+        update: dict[str, Any] = {"results": Overwrite([]), "rounds": [round_data], "round_index": round_index + 1}
+        if round_index == final_round:
+            update["answer"] = answer_message(chosen[0])
         else:
-            announce(round_index + 1, config)
+            announce(run, round_index + 1)
         return update
 
-    builder = StateGraph(PaCoReState)
-    builder.add_node("begin", begin)
-    builder.add_node("trajectory", trajectory)
-    builder.add_node("collect", collect)
+    builder = StateGraph(PaCoReState, context_schema=PaCoReContext)
+    builder.add_node("begin", _Step("begin", begin))
+    builder.add_node("trajectory", _Step("trajectory", lambda task, cfg: run_sync(trajectory(task, cfg)), trajectory))
+    builder.add_node("collect", _Step("collect", collect))
     builder.add_edge(START, "begin")
-    builder.add_conditional_edges("begin", fan_out, ["trajectory"])
+    route = _Step("fan_out", fan_out)
+    builder.add_conditional_edges("begin", route, ["trajectory"])
     builder.add_edge("trajectory", "collect")
-    builder.add_conditional_edges("collect", fan_out, ["trajectory", END])
+    builder.add_conditional_edges("collect", route, ["trajectory", END])
     return builder
 
 
-def _record(
+def trajectory_record(
     outcome: Trajectory, round_index: int, index: int, attempts: int, config: PaCoReConfig
-) -> TrajectoryRecord:
+) -> TrajectoryData:
     compacted = compact(outcome.content, outcome.reasoning, outcome.finish_reason)
     conclusion = compacted.conclusion if compacted.conclusion.strip() else ""
     if not conclusion and compacted.truncated and config.truncated_policy == "keep":
         conclusion = outcome.content  # the reference pipeline passes such raw text on
     tokens, approximate = completion_tokens(outcome.completion_tokens, outcome.content, outcome.reasoning)
-    return TrajectoryRecord(
+    return TrajectoryData(
         round_index=round_index,
         index=index,
         conclusion=conclusion,
+        tool_calls=[
+            {"name": call["name"], "args": call.get("args") or {}, "id": call.get("id") or f"call_{uuid.uuid4().hex}"}
+            for call in outcome.tool_calls
+        ],
         content_length=len(outcome.content),
         prompt_tokens=outcome.prompt_tokens or 0,
         completion_tokens=tokens,
         tokens_approximate=approximate,
         finish_reason=outcome.finish_reason,
+        model_name=outcome.model_name,
+        message_id=outcome.message_id,
         truncated=compacted.truncated,
         attempts=attempts,
     )
 
 
-def _no_references_message(round_record: RoundRecord) -> str:
-    reasons = []
-    for record in round_record.trajectories:
-        if record.failed:
-            reasons.append(f"#{record.index} failed after {record.attempts} attempt(s): {record.error}")
-        elif record.truncated:
-            reasons.append(f"#{record.index} was cut off by the length limit before any conclusion")
-        else:
-            reasons.append(f"#{record.index} returned an empty conclusion")
-    shown = "; ".join(reasons[:5]) + (f"; ... ({len(reasons) - 5} more)" if len(reasons) > 5 else "")
-    return (
-        f"round {round_record.round_index + 1}: none of its {round_record.k} trajectories produced a usable "
-        f"conclusion, so there is nothing to pass on: {shown}"
+def failure_record(round_index: int, index: int, exc: BaseException, attempts: int) -> TrajectoryData:
+    return TrajectoryData(
+        round_index=round_index,
+        index=index,
+        error=f"{type(exc).__name__}: {exc}"[:2000],
+        error_type=type(exc).__name__,
+        error_status=error_status(exc),
+        error_transient=is_transient(exc),
+        attempts=attempts,
+    )
+
+
+def round_record(round_index: int, k: int, records: Iterable[TrajectoryData]) -> RoundRecord:
+    trajectories = sorted(records, key=lambda record: record["index"])
+    return RoundRecord.model_validate({"round_index": round_index, "k": k, "trajectories": trajectories})
+
+
+def answer_message(record: TrajectoryData) -> AIMessage:
+    """The final trajectory's conclusion and tool calls, under its model message's id (so a messages
+    stream that already showed its tokens does not show it twice)."""
+    return AIMessage(
+        content=record.get("conclusion", ""),
+        tool_calls=record.get("tool_calls") or [],
+        name="pacore",
+        id=record.get("message_id"),
     )

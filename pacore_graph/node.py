@@ -6,19 +6,28 @@ from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.config import get_stream_writer
+from langgraph.runtime import get_runtime
 
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.run import PaCoReRunner
-from pacore_graph.sync import run_sync
 
 
 class PaCoReNode(Runnable[dict[str, Any], dict[str, Any]]):
     """Reads ``state[messages_key]``, runs PaCoRe, and appends one AIMessage: the final answer.
 
-    The message's ``response_metadata["pacore"]`` carries the rounds, per-trajectory usage, TTC and
-    failures; its ``usage_metadata`` counts every token of every trajectory. Progress events (round
-    started / finished, trajectory finished with its tokens) stream in LangGraph's ``custom`` mode.
-    The channel needs an appending reducer such as ``add_messages`` (``MessagesState`` has one).
+    The answer carries the final trajectory's tool calls, so the node can be the model step of a
+    ``ToolNode`` / ``tools_condition`` loop (give it ``model.bind_tools(tools)``). Its
+    ``response_metadata`` has ``pacore`` (rounds, per-trajectory usage, TTC, failures), ``model_name``
+    and ``finish_reason``; its ``usage_metadata`` counts every token of every trajectory.
+
+    Streaming: every trajectory is a chat-model run that callbacks see; under ``stream_mode="messages"``
+    the final round's tokens stream as this node's, and progress events (round started / finished,
+    trajectory finished with its tokens) go to ``stream_mode="custom"``. The channel needs an
+    appending reducer such as ``add_messages`` (``MessagesState`` has one).
+
+    Checkpointing: the PaCoRe graph runs as a subgraph and checkpoints with the enclosing graph's saver
+    (sync or async); resuming the thread (``invoke(None, config)``) continues an interrupted round and
+    re-runs a round that failed. Explorers get the enclosing graph's runtime context as their payload.
     """
 
     def __init__(
@@ -38,21 +47,23 @@ class PaCoReNode(Runnable[dict[str, Any], dict[str, Any]]):
     def config(self) -> PaCoReConfig:
         return self.runner.config
 
-    async def ainvoke(self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any):
+    def _messages(self, input: dict[str, Any]) -> Any:
         if self.messages_key not in input:
             raise KeyError(f"PaCoReNode reads state[{self.messages_key!r}], which this state does not have")
-        result = await self.runner.arun(
-            input[self.messages_key], config, trace=self.trace, on_event=_outer_stream_writer()
-        )
+        return input[self.messages_key]
+
+    async def ainvoke(self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any):
+        result = await self.runner.arun(self._messages(input), config, **_run_context(self.trace))
         return {self.messages_key: [result.message]}
 
     def invoke(self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any):
-        return run_sync(self.ainvoke(input, config, **kwargs))
+        result = self.runner.run(self._messages(input), config, **_run_context(self.trace))
+        return {self.messages_key: [result.message]}
 
 
-def _outer_stream_writer():
-    """The enclosing graph's custom-stream writer, so progress events reach its ``stream_mode="custom"``."""
+def _run_context(trace: bool) -> dict[str, Any]:
+    """Progress events to the enclosing graph's custom stream; its runtime context as the payload."""
     try:
-        return get_stream_writer()
+        return {"trace": trace, "on_event": get_stream_writer(), "payload": get_runtime().context}
     except RuntimeError:  # not inside a graph run
-        return None
+        return {"trace": trace}

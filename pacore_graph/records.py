@@ -1,11 +1,55 @@
-"""Typed records of a run: what one trajectory produced, what a round passed on, the final result."""
+"""Records of a run: what one trajectory produced, what a round passed on, the final result.
+
+Graph state (and so every checkpoint) holds plain JSON data: the ``TrajectoryData`` / ``RoundData``
+dicts below. The public result types (``TrajectoryRecord``, ``RoundRecord``, ``PaCoReResult``) are
+pydantic models built from that data; they never enter a checkpoint.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from langchain_core.messages import AIMessage
 from pydantic import BaseModel, ConfigDict, Field
+
+from pacore_graph.compaction import reference_text
+
+
+class ToolCallData(TypedDict):
+    name: str
+    args: dict[str, Any]
+    id: str | None
+
+
+class TrajectoryData(TypedDict, total=False):
+    """One trajectory as graph state keeps it: its conclusion and counts, never its reasoning."""
+
+    round_index: int
+    index: int
+    conclusion: str
+    tool_calls: list[ToolCallData]
+    content_length: int
+    prompt_tokens: int
+    completion_tokens: int
+    tokens_approximate: bool
+    finish_reason: str | None
+    model_name: str | None
+    message_id: str | None
+    truncated: bool
+    error: str | None
+    error_type: str | None
+    error_status: int | None
+    error_transient: bool
+    attempts: int
+
+
+class RoundData(TypedDict):
+    """One round as graph state keeps it; ``reference_order`` lists trajectory indices in template order."""
+
+    round_index: int
+    k: int
+    reference_order: list[int]
+    trajectories: list[TrajectoryData]
 
 
 class Trajectory(BaseModel):
@@ -13,27 +57,36 @@ class Trajectory(BaseModel):
 
     content: str = ""
     reasoning: str | None = None
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list, description="name, args and id of each call")
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     finish_reason: str | None = None
+    model_name: str | None = None
+    message_id: str | None = Field(None, description="id of the model's message (the answer reuses it)")
     extra: dict[str, Any] = Field(default_factory=dict, description="anything for the trace")
 
 
 class TrajectoryRecord(BaseModel):
-    """What the graph keeps of one trajectory: its conclusion and counts, never its reasoning."""
+    """What a run keeps of one trajectory: its conclusion and counts, never its reasoning."""
 
     model_config = ConfigDict(frozen=True)
 
     round_index: int
     index: int
     conclusion: str = ""
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
     content_length: int = Field(0, description="length of the raw content; orders references like the reference")
     prompt_tokens: int = 0
     completion_tokens: int = Field(0, description="reasoning included: this is what TTC sums")
     tokens_approximate: bool = False
     finish_reason: str | None = None
+    model_name: str | None = None
+    message_id: str | None = None
     truncated: bool = Field(False, description="cut off by the length limit")
     error: str | None = Field(None, description="why the trajectory failed after retries")
+    error_type: str | None = Field(None, description="class name of the last error")
+    error_status: int | None = Field(None, description="HTTP status of the last error, when it had one")
+    error_transient: bool = Field(False, description="the last error was of a kind worth trying again later")
     attempts: int = 1
 
     @property
@@ -42,23 +95,44 @@ class TrajectoryRecord(BaseModel):
 
     @property
     def has_conclusion(self) -> bool:
-        return bool(self.conclusion.strip())
+        return is_usable(None, self.conclusion, self.tool_calls)
 
     @property
     def usable(self) -> bool:
         """Whether it may be passed on as a reference: failed and empty ones never are."""
-        return not self.failed and self.has_conclusion
+        return is_usable(self.error, self.conclusion, self.tool_calls)
+
+    @property
+    def reference(self) -> str:
+        """Its text in the next round's template: the conclusion plus its tool calls, rendered."""
+        return reference_text(self.conclusion, self.tool_calls)
+
+
+def is_usable(error: str | None, conclusion: str, tool_calls: list | None) -> bool:
+    """The rule: a trajectory that did not fail and left a conclusion or a tool call may be passed on."""
+    return error is None and bool(conclusion.strip() or tool_calls)
+
+
+def usable(record: TrajectoryData) -> bool:
+    """``TrajectoryRecord.usable`` on state data, without building the model (the graph's hot path)."""
+    return is_usable(record.get("error"), record.get("conclusion", ""), record.get("tool_calls"))
 
 
 class RoundRecord(BaseModel):
-    """One round: its trajectories and the references it passed on (in template order)."""
+    """One round: its trajectories and the order in which the usable ones became references."""
 
     model_config = ConfigDict(frozen=True)
 
     round_index: int
     k: int
-    references: list[str] = Field(default_factory=list)
+    reference_order: list[int] = Field(default_factory=list, description="trajectory indices, template order")
     trajectories: list[TrajectoryRecord] = Field(default_factory=list)
+
+    @property
+    def references(self) -> list[str]:
+        """The texts the round passed on, in template order (before any context-window capping)."""
+        by_index = {t.index: t for t in self.trajectories}
+        return [by_index[index].reference for index in self.reference_order]
 
     @property
     def completion_tokens(self) -> int:
@@ -67,6 +141,11 @@ class RoundRecord(BaseModel):
     @property
     def failures(self) -> list[TrajectoryRecord]:
         return [t for t in self.trajectories if t.failed]
+
+    @property
+    def transient(self) -> bool:
+        """Some trajectory failed for a reason that may pass (a 5xx, a dropped connection, a timeout)."""
+        return any(t.error_transient for t in self.trajectories)
 
 
 class PaCoReResult(BaseModel):
@@ -93,11 +172,14 @@ class PaCoReResult(BaseModel):
         return [t for r in self.rounds for t in r.failures]
 
     def summary(self) -> dict[str, Any]:
-        """JSON-ready account: what `--output` writes and the answer message's metadata carries."""
+        """JSON-ready account (what ``--output`` writes): each conclusion appears once, in its round."""
+        return {"answer": self.answer, **self.accounting()}
+
+    def accounting(self) -> dict[str, Any]:
+        """TTC, rounds and failures: what the answer message's ``response_metadata["pacore"]`` carries."""
         return {
-            "answer": self.answer,
             "ttc": self.ttc,
             "ttc_approximate": self.ttc_approximate,
             "rounds": [r.model_dump() for r in self.rounds],
-            "failures": [t.model_dump() for t in self.failures],
+            "failures": [{"round_index": t.round_index, "index": t.index, "error": t.error} for t in self.failures],
         }

@@ -32,8 +32,8 @@ async def with_retries(
 
     ``slot`` (a semaphore, say) is held around each attempt but not during backoff sleeps, and the
     ``timeout`` starts once the slot is held: time queued behind other requests is not generation time.
-    Returns the result and the number of attempts; raises the last error otherwise, with
-    ``exc.pacore_attempts`` set.
+    Returns the result and the number of attempts; raises the last error otherwise, unchanged (a caller
+    that needs the count of failed attempts counts the calls of ``attempt``).
     """
     gate = slot if slot is not None else contextlib.nullcontext()
     for number in range(1, policy.max_attempts + 1):
@@ -45,7 +45,6 @@ async def with_retries(
                     return await attempt(), number
         except Exception as exc:
             if number == policy.max_attempts or not is_transient(exc):
-                exc.pacore_attempts = number  # type: ignore[attr-defined]
                 raise
             await asyncio.sleep(backoff_delay(policy, number))
     raise AssertionError("unreachable")

@@ -1,4 +1,4 @@
-"""``asolve``: PaCoRe as a plain async function; the graph and the node are built on the same runner."""
+"""``asolve``: PaCoRe as a plain async function; the node and the resumable runs use the same runner."""
 
 from __future__ import annotations
 
@@ -6,17 +6,21 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import RunnableConfig, ensure_config
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.types import Durability
 
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.gc_policy import spaced_full_collections
-from pacore_graph.graph import EVENTS_KEY, TRACE_KEY, build_pacore_graph
+from pacore_graph.graph import build_pacore_graph
 from pacore_graph.limits import ConcurrencyLimiter
 from pacore_graph.records import PaCoReResult, RoundRecord, Trajectory
-from pacore_graph.sync import run_sync
+from pacore_graph.run_context import PaCoReContext
+from pacore_graph.sync import call_interruptibly, run_sync
 
 MessagesInput = str | Sequence[BaseMessage | dict[str, Any] | tuple[str, str]]
+
+START_INPUT: dict[str, Any] = {"round_index": 0}  # any input starts a run; `begin` sets the real state
 
 
 def to_messages(messages: MessagesInput) -> list[BaseMessage]:
@@ -32,7 +36,10 @@ def to_messages(messages: MessagesInput) -> list[BaseMessage]:
 
 
 class PaCoReRunner:
-    """A compiled PaCoRe graph plus its run-wide concurrency limiter; reusable across problems."""
+    """A compiled PaCoRe graph plus its run-wide concurrency limiter; reusable across problems.
+
+    Without a ``checkpointer`` of its own the graph uses the enclosing graph's, when run inside one.
+    """
 
     def __init__(
         self,
@@ -46,47 +53,98 @@ class PaCoReRunner:
         builder = build_pacore_graph(model_or_explorer, self.config, limiter=self.limiter)
         self.graph = builder.compile(checkpointer=checkpointer, name="pacore")
 
-    async def arun(
+    def context(
         self,
         messages: MessagesInput,
         runnable_config: RunnableConfig | None = None,
         *,
         trace: bool = False,
         on_event: Callable[[dict[str, Any]], None] | None = None,
+        payload: Any = None,
+        on_record: Callable[[Any], None] | None = None,
+    ) -> PaCoReContext:
+        """The runtime context of one run; model calls carry the enclosing graph node's stream metadata."""
+        metadata = ensure_config(runnable_config).get("metadata") or {}
+        return PaCoReContext(
+            messages=to_messages(messages),
+            payload=payload,
+            on_event=on_event,
+            on_record=on_record,
+            trace=[] if trace else None,
+            stream_metadata={key: value for key, value in metadata.items() if key.startswith("langgraph_")},
+        )
+
+    def run_config(self, runnable_config: RunnableConfig | None, *, sync: bool) -> RunnableConfig:
+        """All K trajectory tasks start together: a graph-level max_concurrency of the caller does not
+        throttle them (PaCoReConfig.max_concurrency bounds the model calls), and a sync run gets a thread
+        per trajectory instead of the default pool of a few."""
+        config = dict(runnable_config or {})
+        if sync or config.get("max_concurrency"):
+            config["max_concurrency"] = max(self.config.schedule)
+        return config  # type: ignore[return-value]
+
+    async def arun(
+        self,
+        messages: MessagesInput,
+        runnable_config: RunnableConfig | None = None,
+        *,
+        resume: bool = False,
+        durability: Durability | None = None,
+        **context: Any,
     ) -> PaCoReResult:
-        messages = to_messages(messages)
-        traced: list[Trajectory] | None = [] if trace else None
+        """Run (or with ``resume=True`` continue) PaCoRe over ``messages``.
+
+        ``context``: ``trace``, ``on_event``, ``payload``, ``on_record`` (see :class:`PaCoReContext`).
+        """
+        run = self.context(messages, runnable_config, **context)
+        graph_input = None if resume else START_INPUT
         with spaced_full_collections(self.config.spaced_gc):
-            state = await self.graph.ainvoke({"messages": messages}, with_listeners(runnable_config, traced, on_event))
-        return build_result(state, traced)
+            state = await self.graph.ainvoke(
+                graph_input, self.run_config(runnable_config, sync=False), context=run, durability=durability
+            )
+        return build_result(state, run.trace)
 
-
-def with_listeners(
-    runnable_config: RunnableConfig | None,
-    trace: list[Trajectory] | None,
-    on_event: Callable[[dict[str, Any]], None] | None,
-) -> RunnableConfig:
-    """A copy of the config whose ``configurable`` carries the run's trace list and event listener.
-
-    Events go straight to the listener: no LangGraph custom stream mode is needed (it costs CPU per event).
-    """
-    configurable: dict[str, Any] = dict((runnable_config or {}).get("configurable") or {})
-    if trace is not None:
-        configurable[TRACE_KEY] = trace
-    if on_event is not None:
-        configurable[EVENTS_KEY] = on_event
-    return {**(runnable_config or {}), "configurable": configurable}
+    def run(
+        self,
+        messages: MessagesInput,
+        runnable_config: RunnableConfig | None = None,
+        *,
+        resume: bool = False,
+        durability: Durability | None = None,
+        **context: Any,
+    ) -> PaCoReResult:
+        """Sync :meth:`arun`: a sync LangGraph run (sync checkpointers work); Ctrl-C stops its requests."""
+        run = self.context(messages, runnable_config, **context)
+        graph_input = None if resume else START_INPUT
+        with spaced_full_collections(self.config.spaced_gc):
+            state = call_interruptibly(
+                self.graph.invoke,
+                graph_input,
+                self.run_config(runnable_config, sync=True),
+                context=run,
+                durability=durability,
+            )
+        return build_result(state, run.trace)
 
 
 def build_result(state: dict[str, Any], trace: list[Trajectory] | None = None) -> PaCoReResult:
-    rounds: list[RoundRecord] = state["rounds"]
+    """The result of a finished graph state; its message is the answer with every round's account."""
+    rounds = [RoundRecord.model_validate(data) for data in state["rounds"]]
     answer: AIMessage = state["answer"]
+    last = rounds[-1]
+    final = next((t for t in last.trajectories if last.reference_order and t.index == last.reference_order[0]), None)
     result = PaCoReResult(answer=str(answer.content), rounds=rounds, message=answer, trajectories=trace)
     prompt_tokens = sum(t.prompt_tokens for r in rounds for t in r.trajectories)
     result.message = AIMessage(
         content=result.answer,
+        tool_calls=answer.tool_calls,
         name="pacore",
-        response_metadata={"pacore": result.summary()},
+        id=answer.id,
+        response_metadata={
+            "pacore": result.accounting(),
+            "model_name": final.model_name if final else None,
+            "finish_reason": final.finish_reason if final else None,
+        },
         usage_metadata={
             "input_tokens": prompt_tokens,
             "output_tokens": result.ttc,
@@ -101,16 +159,19 @@ async def asolve(
     messages: MessagesInput,
     config: PaCoReConfig | None = None,
     *,
-    trace: bool = False,
-    on_event: Callable[[dict[str, Any]], None] | None = None,
     checkpointer: BaseCheckpointSaver | None = None,
     runnable_config: RunnableConfig | None = None,
+    **context: Any,
 ) -> PaCoReResult:
-    """Run PaCoRe once over ``messages`` (a problem string or a conversation)."""
+    """Run PaCoRe once over ``messages`` (a problem string or a conversation).
+
+    ``context``: ``trace=True`` keeps every full trajectory, ``on_event`` receives progress events,
+    ``payload`` / ``on_record`` reach the explorer (see :class:`~pacore_graph.run_context.PaCoReContext`).
+    """
     runner = PaCoReRunner(model_or_explorer, config, checkpointer=checkpointer)
-    return await runner.arun(messages, runnable_config, trace=trace, on_event=on_event)
+    return await runner.arun(messages, runnable_config, **context)
 
 
 def solve(model_or_explorer: Any, messages: MessagesInput, config: PaCoReConfig | None = None, **kwargs: Any):
-    """Sync wrapper of :func:`asolve`."""
+    """Sync wrapper of :func:`asolve`; Ctrl-C cancels the run's requests."""
     return run_sync(asolve(model_or_explorer, messages, config, **kwargs))

@@ -2,16 +2,27 @@
 
 A fresh ``asyncio.run`` per call would throw away pooled HTTP sessions (they belong to one loop) and
 cannot be used where a loop is already running (notebooks, sync nodes inside async graphs).
+
+Ctrl-C: a sync caller waiting here gets the KeyboardInterrupt; the coroutines it started on the
+background loop are then cancelled (their HTTP requests closed) before the interrupt goes on, so an
+interrupted run stops spending tokens. :func:`call_interruptibly` extends that to a sync function (a
+sync LangGraph run) whose worker threads call :func:`run_sync`: every coroutine they started is
+cancelled when the caller is interrupted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import concurrent.futures
+import contextvars
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+CANCEL_GRACE_SECONDS = 10.0  # how long an interrupted caller waits for its cancelled work to wind down
 
 _loop: asyncio.AbstractEventLoop | None = None
 _lock = threading.Lock()
@@ -22,10 +33,112 @@ def _background_loop() -> asyncio.AbstractEventLoop:
     with _lock:
         if _loop is None or _loop.is_closed():
             _loop = asyncio.new_event_loop()
-            threading.Thread(target=_loop.run_forever, name="pacore-sync-loop", daemon=True).start()
+            thread = threading.Thread(target=_loop.run_forever, name="pacore-sync-loop", daemon=True)
+            thread.start()
+            atexit.register(_shut_down, _loop, thread)
         return _loop
 
 
+def _shut_down(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    """At exit: finalize the loop's async generators (which closes the pooled HTTP sessions), then the loop."""
+    if not loop.is_running():
+        return
+    try:
+        asyncio.run_coroutine_threadsafe(loop.shutdown_asyncgens(), loop).result(timeout=5)
+    except (concurrent.futures.TimeoutError, RuntimeError):
+        return
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=5)
+    if not thread.is_alive():
+        loop.close()
+
+
+class _CancelScope:
+    """The background-loop tasks started on behalf of one interruptible call."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task] = set()
+        self._lock = threading.Lock()
+        self.cancelled = False
+
+    def add(self, task: asyncio.Task) -> None:
+        with self._lock:
+            if self.cancelled:
+                task.cancel()
+                return
+            self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def cancel(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            self.cancelled = True
+            tasks = list(self._tasks)
+        for task in tasks:
+            loop.call_soon_threadsafe(task.cancel)
+
+
+_scope: contextvars.ContextVar[_CancelScope | None] = contextvars.ContextVar("pacore_cancel_scope", default=None)
+
+
 def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine to completion from sync code, whatever loop the caller is in."""
-    return asyncio.run_coroutine_threadsafe(coroutine, _background_loop()).result()
+    """Run a coroutine to completion from sync code, whatever loop the caller is in.
+
+    It runs in a copy of the caller's context (LangGraph's config and runtime, tracing), and is
+    cancelled if the caller is interrupted while it waits.
+    """
+    loop = _background_loop()
+    context = contextvars.copy_context()
+    scope = _scope.get()
+    outcome: concurrent.futures.Future[T] = concurrent.futures.Future()
+    started: list[asyncio.Task] = []  # filled on the loop; callbacks run in order, so before any cancel
+
+    def finish(task: asyncio.Task) -> None:
+        if task.cancelled():  # an exception, not cancel(): futures.wait() sees only a notified cancel
+            outcome.set_exception(concurrent.futures.CancelledError())
+        elif task.exception() is not None:
+            outcome.set_exception(task.exception())  # type: ignore[arg-type]
+        else:
+            outcome.set_result(task.result())
+
+    def start() -> None:
+        task = loop.create_task(coroutine, context=context)
+        started.append(task)
+        task.add_done_callback(finish)
+        if scope is not None:
+            scope.add(task)
+
+    loop.call_soon_threadsafe(start)
+    try:
+        return outcome.result()
+    except BaseException:
+        if not outcome.done():  # the caller was interrupted while waiting: stop the work, then go on
+            loop.call_soon_threadsafe(lambda: [task.cancel() for task in started])
+            concurrent.futures.wait([outcome], timeout=CANCEL_GRACE_SECONDS)
+        raise
+
+
+def call_interruptibly(function: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """Call a sync function in a helper thread so that a KeyboardInterrupt reaches this caller at once.
+
+    On an interrupt, every coroutine that the function's threads started with :func:`run_sync` is
+    cancelled; the function then fails and its thread ends, and the interrupt is raised here.
+    """
+    scope = _CancelScope()
+    context = contextvars.copy_context()
+    context.run(_scope.set, scope)
+    outcome: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def work() -> None:
+        try:
+            outcome.set_result(context.run(function, *args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            outcome.set_exception(exc)
+
+    threading.Thread(target=work, name="pacore-sync-run", daemon=True).start()
+    try:
+        return outcome.result()
+    except BaseException:
+        if not outcome.done():
+            scope.cancel(_background_loop())
+            concurrent.futures.wait([outcome], timeout=CANCEL_GRACE_SECONDS)
+        raise

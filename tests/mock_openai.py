@@ -3,7 +3,8 @@
 Conformance tests need exact control (this reply for that prompt, a 500 for the first attempt of that
 trajectory), which a benchmark emulator with fault *rates* does not give. ``handler(body, attempt)``
 returns a reply dict (message fields), an ``int`` HTTP status to fail with, or ``bytes`` to send as a
-(malformed) body with status 200.
+(malformed) body with status 200. A reply with ``"delay": seconds`` is held that long first; a client that
+hangs up meanwhile is counted in ``disconnected``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class MockOpenAIServer:
         self.model = model
         self.requests: list[dict[str, Any]] = []
         self.keys: list[str | None] = []  # the bearer token of each request, None without one
+        self.disconnected = 0
         self._attempts: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
@@ -52,6 +54,11 @@ class MockOpenAIServer:
             self._attempts[same_prompt] += 1
             attempt = self._attempts[same_prompt]
         reply = self.handler(body, attempt)
+        if isinstance(reply, dict) and reply.get("delay"):
+            if await self._client_left(request, reply["delay"]):
+                with self._lock:
+                    self.disconnected += 1
+                return web.Response(status=499)
         if isinstance(reply, bytes):  # a garbage body with status 200
             return web.Response(body=reply, content_type="application/json")
         if isinstance(reply, int):
@@ -88,12 +95,26 @@ class MockOpenAIServer:
             text = message.get(field) or ""
             for start in range(0, len(text), 3):
                 await send({field: text[start : start + 3]})
+        for position, call in enumerate(message.get("tool_calls") or ()):
+            function = call["function"]
+            await send({"tool_calls": [{"index": position, "id": call.get("id"), "type": "function",
+                                        "function": {"name": function["name"], "arguments": ""}}]})  # fmt: skip
+            await send({"tool_calls": [{"index": position, "function": {"arguments": function["arguments"]}}]})
         await send({}, finish_reason)
         await response.write(
             f"data: {json.dumps({'id': 'c', 'choices': [], 'usage': usage})}\n\ndata: [DONE]\n\n".encode()
         )
         await response.write_eof()
         return response
+
+    @staticmethod
+    async def _client_left(request: web.Request, seconds: float) -> bool:
+        deadline = asyncio.get_running_loop().time() + seconds
+        while asyncio.get_running_loop().time() < deadline:
+            if request.transport is None or request.transport.is_closing():
+                return True
+            await asyncio.sleep(0.02)
+        return False
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
@@ -111,7 +132,8 @@ class MockOpenAIServer:
         await web.SockSite(self._runner, sock).start()
 
     def __enter__(self) -> MockOpenAIServer:
-        threading.Thread(target=self._loop.run_forever, daemon=True).start()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
         asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
         return self
 
@@ -119,3 +141,5 @@ class MockOpenAIServer:
         if self._runner is not None:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()

@@ -1,4 +1,4 @@
-"""The collector policy of a run: full passes spaced out while runs are in flight, and put back after."""
+"""The collector policy of a run: opt-in; full passes spaced out while runs are in flight, put back after."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ class ThresholdProbe:
         self.seen: list[tuple[int, ...]] = []
         self.delay = delay
 
-    async def explore(self, messages, *, round_index: int, index: int) -> Trajectory:
+    async def explore(self, messages, episode) -> Trajectory:
+        round_index, index = episode.round_index, episode.index
         self.seen.append(gc.get_threshold())
         await asyncio.sleep(self.delay)
         return Trajectory(content=f"conclusion {round_index}.{index}", completion_tokens=1)
@@ -35,25 +36,32 @@ def default_thresholds():
 
 async def test_full_passes_are_spaced_out_during_runs_and_restored_after(default_thresholds):
     probe = ThresholdProbe(delay=0.01)
-    await asyncio.gather(*(asolve(probe, f"problem {n}", PaCoReConfig(rounds=[3])) for n in range(3)))
+    config = PaCoReConfig(rounds=[3], spaced_gc=True)
+    await asyncio.gather(*(asolve(probe, f"problem {n}", config) for n in range(3)))
     assert len(probe.seen) == 12
     assert set(probe.seen) == {(700, 10, FULL_PASS_THRESHOLD)}
     assert gc.get_threshold() == default_thresholds
 
 
-async def test_spaced_gc_off_leaves_the_collector_alone(default_thresholds):
+async def test_by_default_the_collector_is_left_alone(default_thresholds):
     probe = ThresholdProbe()
-    await asolve(probe, "problem", PaCoReConfig(rounds=[2], spaced_gc=False))
+    await asolve(probe, "problem", PaCoReConfig(rounds=[2]))
     assert set(probe.seen) == {default_thresholds}
+
+
+def test_the_command_line_turns_it_on():
+    from pacore_graph.cli import build_parser, config_from_args
+
+    assert config_from_args(build_parser().parse_args(["solve", "q", "--rounds", "2"])).spaced_gc
 
 
 async def test_a_run_that_fails_still_restores_the_thresholds(default_thresholds):
     class Broken:
-        async def explore(self, messages, *, round_index: int, index: int) -> Trajectory:
+        async def explore(self, messages, episode) -> Trajectory:
             raise ValueError("not transient")
 
     with pytest.raises(Exception, match="none of its 2 trajectories"):
-        await asolve(Broken(), "problem", PaCoReConfig(rounds=[2]))
+        await asolve(Broken(), "problem", PaCoReConfig(rounds=[2], spaced_gc=True))
     assert gc.get_threshold() == default_thresholds
 
 

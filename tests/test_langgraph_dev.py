@@ -25,7 +25,8 @@ def _post(url: str, payload: dict, timeout: float) -> dict:
         return json.load(response)
 
 
-def test_langgraph_dev_serves_the_pacore_graph(tmp_path):
+def test_langgraph_dev_serves_the_pacore_graph_on_a_thread_for_two_turns(tmp_path):
+    """The server checkpoints each thread (``configurable`` included): PaCoRe must put nothing unpicklable there."""
     cli = shutil.which("langgraph", path=str(Path(sys.executable).parent))
     assert cli, "langgraph-cli[inmem] is part of the dev extra"
     # The repo's own langgraph.json, with paths made absolute so the server's scratch state stays in tmp_path.
@@ -51,15 +52,22 @@ def test_langgraph_dev_serves_the_pacore_graph(tmp_path):
             except OSError:
                 assert process.poll() is None and time.monotonic() < deadline, "langgraph dev did not start"
                 time.sleep(1)
-        out = _post(
-            f"http://127.0.0.1:{port}/runs/wait",
-            {"assistant_id": "pacore_chat", "input": {"messages": [{"role": "user", "content": "Say hi."}]}},
-            timeout=600,
-        )
+        base = f"http://127.0.0.1:{port}"
+        thread = _post(f"{base}/threads", {}, timeout=30)["thread_id"]
+        turns = []
+        for question in ("Say hi.", "Now say bye."):
+            turn = {"assistant_id": "pacore_chat", "input": {"messages": [{"role": "user", "content": question}]}}
+            turns.append(_post(f"{base}/threads/{thread}/runs/wait", turn, timeout=600))
+        state = json.load(urllib.request.urlopen(f"{base}/threads/{thread}/state", timeout=30))
     finally:
         process.terminate()
         process.wait(timeout=30)
-    assert "__error__" not in out, (out, (tmp_path / "server.log").read_text()[-3000:])
-    answer = out["messages"][-1]
-    assert answer["type"] == "ai" and answer["content"].strip()
-    assert [r["k"] for r in answer["response_metadata"]["pacore"]["rounds"]] == [2, 1]
+    log = (tmp_path / "server.log").read_text()[-3000:]
+    for out in turns:
+        assert "__error__" not in out, (out, log)
+    messages = state["values"]["messages"]
+    assert [m["type"] for m in messages] == ["human", "ai", "human", "ai"], (messages, log)  # two turns, one thread
+    for answer in (messages[1], messages[3]):
+        assert answer["content"].strip()
+        assert [r["k"] for r in answer["response_metadata"]["pacore"]["rounds"]] == [2, 1]
+    assert "pickle" not in log.lower()

@@ -19,6 +19,7 @@ from pacore_benchmarks.math.pool import (
     pool_stats,
 )
 from pacore_benchmarks.math.vote import majority_vote
+from pacore_graph.episode import EpisodeContext
 from pacore_graph.records import Trajectory
 
 
@@ -93,7 +94,8 @@ class _CountingExplorer:
     def __init__(self) -> None:
         self.calls: list[tuple[int, int]] = []
 
-    async def explore(self, messages, *, round_index: int, index: int) -> Trajectory:
+    async def explore(self, messages, episode) -> Trajectory:
+        round_index, index = episode.round_index, episode.index
         self.calls.append((round_index, index))
         return Trajectory(content=f"synth {round_index}.{index}", completion_tokens=3)
 
@@ -104,8 +106,8 @@ def test_replay_explorer_serves_round_one_from_the_pool_only() -> None:
     explorer = PoolReplayExplorer([as_trajectory(r) for r in rows], delegate, asyncio.Semaphore(1))
 
     async def go() -> list[Trajectory]:
-        first = [await explorer.explore([], round_index=0, index=i) for i in range(3)]
-        later = await explorer.explore([], round_index=1, index=0)
+        first = [await explorer.explore([], EpisodeContext(round_index=0, index=i)) for i in range(3)]
+        later = await explorer.explore([], EpisodeContext(round_index=1, index=0))
         return [*first, later]
 
     out = asyncio.run(go())

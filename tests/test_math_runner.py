@@ -67,7 +67,8 @@ class FakeMathExplorer:
                 fh.flush()
                 os.fsync(fh.fileno())
 
-    async def explore(self, messages, *, round_index: int, index: int) -> Trajectory:
+    async def explore(self, messages, episode) -> Trajectory:
+        round_index, index = episode.round_index, episode.index
         text = message_text(messages[-1])
         key = f"{_digest(text):08x}"
         self.calls[(round_index, index)] += 1
@@ -262,13 +263,14 @@ class _FlakyExplorer(FakeMathExplorer):
         super().__init__(data)
         self.status = status
 
-    async def explore(self, messages, *, round_index: int, index: int) -> Trajectory:
+    async def explore(self, messages, episode) -> Trajectory:
+        round_index, index = episode.round_index, episode.index
         if self.status is not None:
             raise ModelRequestError(f"HTTP {self.status}: model 'nope' does not exist", status=self.status)
         if round_index == 0 and index == 1 and self.calls[(0, 1)] == 0:
             self.calls[(0, 1)] += 1
             raise ModelRequestError("HTTP 503: busy", status=503, retryable=True)
-        return await super().explore(messages, round_index=round_index, index=index)
+        return await super().explore(messages, episode)
 
 
 def test_transient_errors_cost_retries_not_answers(tmp_path: Path) -> None:

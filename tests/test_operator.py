@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from pacore_graph import (
     AgentExplorer,
     PaCoReConfig,
+    PaCoReContext,
     PaCoReNode,
     RetryPolicy,
     RoundFailedError,
@@ -25,7 +26,7 @@ from pacore_graph import (
 )
 from pacore_graph.compaction import compact
 from pacore_graph.config import parse_rounds
-from pacore_graph.context import cap_text, fit_references
+from pacore_graph.fit import cap_text, fit_references
 from pacore_graph.prompt import order_references
 
 # ---- config ---------------------------------------------------------------------------------------
@@ -132,8 +133,8 @@ async def test_graph_runs_the_schedule_and_keeps_only_compacted_state():
     model = PromptFunctionChatModel(reply=think_reply, seen=[])
     graph = build_pacore_graph(model, PaCoReConfig(rounds=[3, 2])).compile(checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": "t"}}
-    state = await graph.ainvoke({"messages": [HumanMessage("What is 2+2?")]}, config)
-    assert [r.k for r in state["rounds"]] == [3, 2, 1]
+    state = await graph.ainvoke({}, config, context=PaCoReContext(messages=[HumanMessage("What is 2+2?")]))
+    assert [r["k"] for r in state["rounds"]] == [3, 2, 1]
     assert state["results"] == []  # the per-round buffer is reset
     assert len(model.seen) == 6
     checkpoint = (await graph.aget_state(config)).values
@@ -144,7 +145,8 @@ async def test_graph_runs_the_schedule_and_keeps_only_compacted_state():
 async def test_progress_events_stream_in_custom_mode():
     model = PromptFunctionChatModel(reply=think_reply, seen=[])
     graph = build_pacore_graph(model, PaCoReConfig(rounds=[2])).compile()
-    events = [e async for e in graph.astream({"messages": [HumanMessage("q")]}, stream_mode="custom")]
+    run = PaCoReContext(messages=[HumanMessage("q")])
+    events = [e async for e in graph.astream({}, stream_mode="custom", context=run)]
     kinds = [e["event"] for e in events]
     assert kinds.count("round_started") == 2 and kinds.count("round_finished") == 2
     assert kinds.count("trajectory_finished") == 3
@@ -155,7 +157,8 @@ async def test_time_queued_for_a_slot_does_not_count_against_the_request_timeout
     """One slot, four trajectories of 0.15 s each and a 0.3 s timeout: the last waits 0.45 s for its slot."""
 
     class Slow:
-        async def explore(self, messages, *, round_index: int, index: int) -> Trajectory:
+        async def explore(self, messages, episode) -> Trajectory:
+            index = episode.index
             await asyncio.sleep(0.15)
             return Trajectory(content=f"conclusion {index}", completion_tokens=1)
 
@@ -204,7 +207,8 @@ async def test_node_appends_one_answer_with_metadata_in_a_multi_turn_graph():
     assert len(out["messages"]) == 5
     answer = out["messages"][-1]
     meta = answer.response_metadata["pacore"]
-    assert answer.content == meta["answer"] and meta["ttc"] == 21
+    assert answer.content == meta["rounds"][-1]["trajectories"][0]["conclusion"] and meta["ttc"] == 21
+    assert "answer" not in meta  # the answer is the message's content: each conclusion is stored once
     assert [r["k"] for r in meta["rounds"]] == [2, 1] and meta["failures"] == []
     assert all("completion_tokens" in t for r in meta["rounds"] for t in r["trajectories"])
     assert answer.usage_metadata["output_tokens"] == 21
@@ -254,6 +258,78 @@ async def test_agent_explorer_runs_whole_episodes_through_the_same_fan_out():
     assert len(calls) == 3 and result.ttc == 12
     assert calls[-1].count(f"patch for {digest('fix the bug')}") == 2  # synthesis saw both episodes' output
     assert len(result.trajectories) == 3 and "state" in result.trajectories[0].extra
+
+
+class TaskState(MessagesState):
+    task: str
+
+
+def task_agent() -> StateGraph:
+    """One step: answers with the task it was given and the number of messages it saw."""
+
+    def step(state: TaskState):
+        return {"messages": [AIMessage(f"did {state['task']} after {len(state['messages'])} message(s)")]}
+
+    builder = StateGraph(TaskState)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    builder.add_edge("step", END)
+    return builder
+
+
+@pytest.mark.parametrize("isolate", [True, False])
+async def test_agent_episodes_get_the_payload_and_hand_records_to_the_sink(tmp_path, isolate):
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    from pacore_graph import EpisodeContext, PaCoReRunner
+
+    seen: list[EpisodeContext] = []
+
+    def episode_input(messages, episode: EpisodeContext):
+        seen.append(episode)
+        return {"messages": messages, "task": episode.payload["task"]}
+
+    explorer = AgentExplorer(
+        task_agent().compile(),
+        input=episode_input,
+        output=lambda state: state["messages"][-1],
+        record=lambda state, episode: {"round": episode.round_index, "index": episode.index, "final": episode.final},
+        isolate=isolate,
+    )
+    records: list[dict] = []
+    async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "c.sqlite")) as saver:
+        runner = PaCoReRunner(explorer, PaCoReConfig(rounds=[2]), checkpointer=saver)
+        result = await runner.arun("fix it", {"configurable": {"thread_id": "t"}}, payload={"task": "T-7"},
+                                   on_record=records.append)  # fmt: skip
+        namespaces = {c.config["configurable"]["checkpoint_ns"] async for c in saver.alist(None)}
+    assert result.answer == "did T-7 after 1 message(s)"
+    assert sorted((r["round"], r["index"], r["final"]) for r in records) == [(0, 0, False), (0, 1, False), (1, 0, True)]
+    assert all(e.config["metadata"]["pacore_round"] == e.round_index for e in seen)
+    agent_checkpoints = [ns for ns in namespaces if ns.startswith("trajectory:")]
+    # isolated episodes are not subgraphs of the PaCoRe graph: their steps are not checkpointed
+    assert (agent_checkpoints == []) is isolate
+
+
+async def test_node_hands_the_enclosing_graphs_runtime_context_to_explorers():
+    from dataclasses import dataclass
+
+    @dataclass
+    class UserContext:
+        user_id: str
+
+    payloads = []
+
+    class Recording:
+        async def explore(self, messages, episode) -> Trajectory:
+            payloads.append(episode.payload)
+            return Trajectory(content=f"for {episode.payload.user_id}", completion_tokens=1)
+
+    builder = StateGraph(MessagesState, context_schema=UserContext)
+    builder.add_node("pacore", PaCoReNode(Recording(), PaCoReConfig(rounds=[2])))
+    builder.add_edge(START, "pacore")
+    builder.add_edge("pacore", END)
+    out = await builder.compile().ainvoke({"messages": [("user", "hi")]}, context=UserContext("u-9"))
+    assert out["messages"][-1].content == "for u-9" and payloads == [UserContext("u-9")] * 3
 
 
 async def test_a_crashing_episode_is_recorded_and_left_out():

@@ -15,7 +15,15 @@ from pacore_benchmarks.math.data import DataError, load_problems
 from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
 from pacore_benchmarks.results import ResultsFile
 from pacore_benchmarks.resume import Problem, open_checkpointer, run_resumable
-from pacore_graph import PaCoReConfig, PaCoReError, PaCoReRunner, RetryPolicy, RoundFailedError, Trajectory
+from pacore_graph import (
+    PaCoReConfig,
+    PaCoReContext,
+    PaCoReError,
+    PaCoReRunner,
+    RetryPolicy,
+    RoundFailedError,
+    Trajectory,
+)
 from pacore_graph.cli import main as pacore_main
 from pacore_graph.graph import build_pacore_graph
 from pacore_graph.models.embedded import free_port
@@ -69,7 +77,8 @@ class Counting:
     def __init__(self):
         self.calls = 0
 
-    async def explore(self, messages, *, round_index, index):
+    async def explore(self, messages, episode):
+        index = episode.index
         self.calls += 1
         return Trajectory(content=f"c{index}", completion_tokens=1)
 
@@ -99,12 +108,19 @@ def test_missing_messages_file_is_named(capsys, tmp_path):
 async def test_a_thread_that_already_ran_accepts_a_new_input():
     """A user compiling the PaCoRe graph with a checkpointer and invoking one thread twice (a second
     question) gets a fresh PaCoRe run, not an IndexError from the finished one's round counter."""
-    graph = build_pacore_graph(Counting(), PaCoReConfig(rounds=[2])).compile(checkpointer=InMemorySaver())
+    explorer = Counting()
+    graph = build_pacore_graph(explorer, PaCoReConfig(rounds=[2])).compile(checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": "t"}}
-    await graph.ainvoke({"messages": to_messages("first question")}, config)
-    second = await graph.ainvoke({"messages": to_messages("second question")}, config)
-    assert [r.k for r in second["rounds"]] == [2, 1]
-    assert second["messages"][-1].content == "second question"
+    await graph.ainvoke({}, config, context=PaCoReContext(messages=to_messages("first question")))
+    second = await graph.ainvoke({}, config, context=PaCoReContext(messages=to_messages("second question")))
+    assert [r["k"] for r in second["rounds"]] == [2, 1] and second["answer"].content
+    assert explorer.calls == 6
+
+
+def test_the_graph_without_its_context_says_what_to_pass():
+    graph = build_pacore_graph(Counting(), PaCoReConfig(rounds=[2])).compile()
+    with pytest.raises(TypeError, match=r"context=PaCoReContext\(messages="):
+        graph.invoke({"messages": to_messages("a question")})
 
 
 # ------------------------------------------------------------------------------------------- datasets

@@ -1,5 +1,5 @@
 """Context budget: before a synthesis call the prompt is measured, and references that would overflow the
-model's context are capped (pacore_graph/context.py policy) instead of failing the round.
+model's context are capped (pacore_graph/fit.py policy) instead of failing the round.
 
 Checked three ways: the policy itself, the emulator (whose HTTP 400 is vLLM's), and the real embedded
 model (llama.cpp, n_ctx 8192, its own tokenizer).
@@ -14,7 +14,7 @@ import pytest
 from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
 from pacore_graph import ChatExplorer, PaCoReConfig, PaCoReRunner, RetryPolicy, RoundFailedError, Trajectory
 from pacore_graph.accounting import count_tokens
-from pacore_graph.context import MIN_SHARE, fit_references
+from pacore_graph.fit import MIN_SHARE, fit_references
 from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
 from pacore_graph.prompt import render_synthesis_prompt
 from pacore_graph.run import to_messages
@@ -95,12 +95,13 @@ class LongFirstRound:
     def __init__(self, chat: ChatExplorer):
         self.chat = chat
 
-    async def explore(self, messages, *, round_index, index):
+    async def explore(self, messages, episode):
+        round_index, index = episode.round_index, episode.index
         if round_index == 0:
             rng = random.Random(index)
             text = " ".join(rng.choice(WORDS) for _ in range(2500)) + f" So the answer is {index}."
             return Trajectory(content=text, completion_tokens=2500)
-        return await self.chat.explore(messages, round_index=round_index, index=index)
+        return await self.chat.explore(messages, episode)
 
 
 @pytest.mark.embedded

@@ -56,9 +56,10 @@ class PartlyMisnamed:
         bad = OpenAICompatibleChatModel(base_urls=good.base_urls, model="no-such-model")
         self.good, self.bad = ChatExplorer(good, config), ChatExplorer(bad, config)
 
-    async def explore(self, messages, *, round_index, index):
+    async def explore(self, messages, episode):
+        round_index, index = episode.round_index, episode.index
         chosen = self.bad if round_index == 0 and index in (1, 3) else self.good
-        return await chosen.explore(messages, round_index=round_index, index=index)
+        return await chosen.explore(messages, episode)
 
 
 async def test_trajectories_that_still_fail_are_recorded_with_their_reason_and_left_out():

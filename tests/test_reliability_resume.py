@@ -45,7 +45,8 @@ class CountingExplorer:
         self.calls: list[tuple[int, int]] = []
         self.down_rounds = down_rounds or set()
 
-    async def explore(self, messages, *, round_index: int, index: int) -> Trajectory:
+    async def explore(self, messages, episode) -> Trajectory:
+        round_index, index = episode.round_index, episode.index
         self.calls.append((round_index, index))
         if round_index in self.down_rounds:
             raise ConnectionRefusedError("server down")
@@ -122,7 +123,7 @@ async def test_failed_problems_are_not_written_and_a_rerun_completes_them(tmp_pa
         def __init__(self, bad: str):
             self.bad = bad
 
-        async def explore(self, messages, *, round_index, index):
+        async def explore(self, messages, episode):
             if self.bad in messages[-1].content:
                 raise ConnectionRefusedError("cannot connect")
             return Trajectory(content="fine", completion_tokens=1)
@@ -155,7 +156,8 @@ NODE_SCRIPT = textwrap.dedent(
     LOG = sys.argv[2]
 
     class Slow:
-        async def explore(self, messages, *, round_index, index):
+        async def explore(self, messages, episode):
+            round_index, index = episode.round_index, episode.index
             await asyncio.sleep(0.1 + 0.4 * index if round_index == 0 else 0.05)
             with open(LOG, "a") as log:
                 log.write(json.dumps([round_index, index]) + "\\n")

@@ -20,7 +20,6 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from mock_openai import MockOpenAIServer
 
 from pacore_agents.swe.repair_agent import (
-    EPISODES_KEY,
     RepairEpisode,
     RepairSettings,
     cut_output,
@@ -102,12 +101,9 @@ def scripted_block_reply(messages: list[BaseMessage]) -> AIMessage:
 def run_episode(model, settings=None, *, sandboxes=None, row=ROW):
     sandboxes = sandboxes or Sandboxes()
     episode = RepairEpisode(model, settings or RepairSettings(command_timeout=7), open_sandbox=sandboxes)
-    records: list[dict] = []
-    state = asyncio.run(
-        episode.ainvoke({"messages": episode.messages_for(row), "task": row}, {"configurable": {EPISODES_KEY: records}})
-    )
+    state = asyncio.run(episode.ainvoke({"messages": episode.messages_for(row), "task": row}))
     episode.shutdown()
-    return state, sandboxes, records
+    return state, sandboxes, [state["record"]]
 
 
 # ------------------------------------------------------------------------------------------- parsing
@@ -337,19 +333,16 @@ def docker_episode(handler, row: dict) -> tuple[dict, dict, list[dict]]:
     with MockOpenAIServer(handler) as server:
         model = OpenAICompatibleChatModel(base_urls=[server.base_url], model="scripted")
         episode = RepairEpisode(model, RepairSettings(runtime="docker"))
-        records: list[dict] = []
 
         async def go():
             try:
-                graph_input = {"messages": episode.messages_for(row), "task": row}
-                return await episode.ainvoke(graph_input, {"configurable": {EPISODES_KEY: records}})
+                return await episode.ainvoke({"messages": episode.messages_for(row), "task": row})
             finally:
                 await model.aclose()
 
         state = asyncio.run(go())
         episode.shutdown()
-    (record,) = records
-    return state, record, server.requests
+    return state, state["record"], server.requests
 
 
 @pytest.mark.docker

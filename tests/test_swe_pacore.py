@@ -118,7 +118,7 @@ def test_the_synthesis_episode_sees_both_candidate_patches():
     assert "Reference Responses" in final_prompt and "add() subtracts" in final_prompt
     assert "+fix by sandbox-0" in final_prompt and "+fix by sandbox-1" in final_prompt
     assert "Note: fixed it" in final_prompt
-    assert outcome.rounds[0]["k"] == 2 and len(outcome.rounds[0]["references"]) == 2
+    assert outcome.rounds[0]["k"] == 2 and len(outcome.rounds[0]["reference_order"]) == 2
     assert all(s.closed for s in sandboxes.opened) and len(sandboxes.opened) == 3
 
 

@@ -82,7 +82,7 @@ def finished_trajectory_writes(folder: Path) -> int:
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1) as db:
             query = "SELECT count(*) FROM writes WHERE channel = 'results' AND instr(value, ?) > 0"
-            return db.execute(query, (b"TrajectoryRecord",)).fetchone()[0]
+            return db.execute(query, (b"content_length",)).fetchone()[0]  # a finished trajectory's record
     except sqlite3.OperationalError:  # tables not created yet, or the writer holds a lock
         return 0
 

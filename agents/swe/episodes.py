@@ -10,22 +10,23 @@ and never passes on.
 Resume: compiled with a checkpointer, each instance runs on its own checkpoint thread, so a restart
 after a kill re-runs only the episodes that had not finished (the finished ones are LangGraph pending
 writes). Their records then come from the caller's episode sink (see ``run.EpisodeLog``), not memory.
+Episodes are isolated (``AgentExplorer(isolate=True)``): an interrupted one starts over in a new sandbox
+instead of continuing a half-done episode in a sandbox that lacks its edits.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.runnables import RunnableLambda
 from pydantic import BaseModel, Field
 
-from pacore_agents.swe.repair_agent import EPISODES_KEY, TASK_KEY, RepairEpisode, RepairSettings
+from pacore_agents.swe.repair_agent import RepairEpisode, RepairSettings
 from pacore_graph.config import PaCoReConfig
+from pacore_graph.episode import EpisodeContext
 from pacore_graph.errors import RoundFailedError
 from pacore_graph.explorer import AgentExplorer
 from pacore_graph.resume import solve_resumable, thread_id
@@ -51,6 +52,14 @@ def episode_conclusion(state: dict[str, Any], cap: int = DEFAULT_PATCH_CAP) -> s
     note = (state.get("note") or "").strip()
     text = f"Patch:\n```diff\n{cap_patch(patch, cap)}```"
     return f"{text}\n\nNote: {note}" if note else text
+
+
+def _episode_input(messages: list, episode: EpisodeContext) -> dict[str, Any]:
+    return {"messages": messages, "task": episode.payload}
+
+
+def _episode_record(state: dict[str, Any], episode: EpisodeContext) -> dict[str, Any]:
+    return {**state["record"], "round_index": episode.round_index, "index": episode.index}
 
 
 class InstanceOutcome(BaseModel):
@@ -91,8 +100,13 @@ class SweSolver:
         # What changes an episode beyond its messages and the schedule: part of the thread id.
         behaviour = self.episode.settings.model_dump_json(exclude={"threads", "retry"})
         self.salt = (*salt, behaviour, str(patch_cap))
-        runnable = RunnableLambda(self._run_episode, name="repair_episode")
-        explorer = AgentExplorer(runnable, output=lambda state: episode_conclusion(state, patch_cap))
+        explorer = AgentExplorer(
+            RunnableLambda(self.episode.ainvoke, name="repair_episode"),
+            input=_episode_input,
+            output=lambda state: episode_conclusion(state, patch_cap),
+            record=_episode_record,
+            isolate=True,
+        )
         self.runner = PaCoReRunner(explorer, config, checkpointer=checkpointer)
 
     @property
@@ -115,12 +129,6 @@ class SweSolver:
         if thread is not None:
             await self.checkpointer.adelete_thread(thread)
 
-    async def _run_episode(self, graph_input: dict, config: RunnableConfig) -> dict[str, Any]:
-        # A fresh context: the episode's own graph must not run as a subgraph of the PaCoRe graph, which would
-        # hand it the run's checkpointer. A resumed run would then continue a half-done episode in a new
-        # sandbox that lacks its edits (and every episode step would be written to the checkpoint file).
-        return await asyncio.create_task(self.episode.ainvoke(graph_input, config), context=contextvars.Context())
-
     async def solve(
         self,
         row: dict,
@@ -134,7 +142,7 @@ class SweSolver:
         must already hold the records of the episodes finished before the restart, or they are missing.
         """
         episodes = [] if episodes is None else episodes
-        bound = {TASK_KEY: row, EPISODES_KEY: episodes}
+        context = {"payload": row, "on_record": episodes.append, "on_event": on_event}
         started = time.monotonic()
         messages = self.episode.messages_for(row)
         rounds: list[dict[str, Any]] = []
@@ -142,11 +150,9 @@ class SweSolver:
         thread = self.thread_for(row)
         try:
             if thread is None:
-                result = await self.runner.arun(messages, {"configurable": bound}, on_event=on_event)
+                result = await self.runner.arun(messages, **context)
             else:
-                result, _ = await solve_resumable(
-                    self.runner, messages, thread, on_event=on_event, configurable=bound
-                )
+                result, _ = await solve_resumable(self.runner, messages, thread, **context)
             rounds = [r.model_dump() for r in result.rounds]
         except RoundFailedError as exc:
             error = str(exc)

@@ -10,7 +10,7 @@ One episode is a small LangGraph loop, ``agent -> act -> agent ... -> finish``:
 * ``finish`` reads the patch: ``git diff`` against the base commit (text files), plus the model's note.
 
 The sandbox never lives in the graph state (it is not data): ``RepairEpisode`` opens a fresh one per
-episode, hands it to the graph through ``configurable``, and closes it whatever happens.
+episode, hands it to the graph as its runtime context, and closes it whatever happens.
 """
 
 from __future__ import annotations
@@ -26,19 +26,16 @@ from typing import Annotated, Any, Literal, TypedDict
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
+from langgraph.runtime import get_runtime
 from pydantic import BaseModel, Field
 
 from pacore_graph.config import RetryPolicy
 from pacore_graph.errors import ModelRequestError
 from pacore_graph.prompt import message_text
 from pacore_graph.retry import with_retries
-
-SANDBOX_KEY = "swe_sandbox"  # configurable: the episode's open sandbox
-TASK_KEY = "swe_task"  # configurable: the task row, when the input state does not carry one
-EPISODES_KEY = "swe_episodes"  # configurable: a list that receives every finished episode's record
 
 
 class RepairSettings(BaseModel):
@@ -207,10 +204,10 @@ class RepairState(TypedDict, total=False):
     pending: list[dict]  # actions of the last reply, waiting for `act`
 
 
-def _sandbox(config: RunnableConfig):
-    sandbox = (config.get("configurable") or {}).get(SANDBOX_KEY)
+def _sandbox():
+    sandbox = get_runtime().context
     if sandbox is None:
-        raise RuntimeError(f"the repair graph needs an open sandbox in configurable[{SANDBOX_KEY!r}]")
+        raise RuntimeError("the repair graph needs an open sandbox: invoke it with context=sandbox")
     return sandbox
 
 
@@ -220,7 +217,7 @@ def build_repair_graph(
     *,
     executor: ThreadPoolExecutor | None = None,
 ) -> StateGraph:
-    """An uncompiled repair-agent graph; the sandbox comes from ``configurable[SANDBOX_KEY]``.
+    """An uncompiled repair-agent graph; the sandbox is its runtime context (``invoke(..., context=sandbox)``).
 
     Input: ``{"messages": [...]}`` (see :func:`task_messages`). Output adds ``patch``, ``note``,
     ``stop_reason`` and ``steps``. Use :class:`RepairEpisode` to get the sandbox handled for you.
@@ -257,8 +254,8 @@ def build_repair_graph(
             return "act"
         return "finish" if state["steps"] >= settings.step_limit else "agent"
 
-    async def act(state: RepairState, config: RunnableConfig) -> dict[str, Any]:
-        sandbox = _sandbox(config)
+    async def act(state: RepairState) -> dict[str, Any]:
+        sandbox = _sandbox()
         replies: list[BaseMessage] = []
         update: dict[str, Any] = {"pending": []}
         for action in (Action(**raw) for raw in state.get("pending", [])):
@@ -282,8 +279,8 @@ def build_repair_graph(
             return "finish"
         return "agent"
 
-    async def finish(state: RepairState, config: RunnableConfig) -> dict[str, Any]:
-        patch = await blocking(_sandbox(config).diff)
+    async def finish(state: RepairState) -> dict[str, Any]:
+        patch = await blocking(_sandbox().diff)
         update: dict[str, Any] = {"patch": patch, "stop_reason": state.get("stop_reason") or "step_limit"}
         if not state.get("note"):
             update["note"] = _last_words(state["messages"], settings.note_chars)
@@ -334,11 +331,9 @@ def _last_words(messages: list[BaseMessage], limit: int) -> str:
 class RepairEpisode:
     """One episode per call: open a fresh sandbox for the task, run the graph in it, always close it.
 
-    ``ainvoke({"messages": [...], "task": row?}, config)`` returns the graph's final state. The task row
-    comes from the input or from ``configurable[TASK_KEY]`` (how PaCoRe rounds pass it, since the operator
-    only hands messages to an episode). Errors inside the episode do not escape: they end the episode
+    ``ainvoke({"messages": [...], "task": row}, config)`` returns the graph's final state plus its
+    ``record`` (see :func:`episode_record`). Errors inside the episode do not escape: they end the episode
     with ``stop_reason="error"`` and the messages so far, so a crashed episode is recorded, not lost.
-    Records go to ``configurable[EPISODES_KEY]`` when the caller put a list there.
     """
 
     def __init__(
@@ -362,41 +357,26 @@ class RepairEpisode:
     def messages_for(self, row: dict) -> list[BaseMessage]:
         return task_messages(row, tool_calling=self.tool_calling)
 
-    def as_runnable(self) -> RunnableLambda:
-        return RunnableLambda(self.ainvoke, name="repair_episode")
-
     async def ainvoke(self, graph_input: dict, config: RunnableConfig | None = None) -> dict[str, Any]:
-        config = config or {}
-        configurable = config.get("configurable") or {}
-        row = graph_input.get("task") or configurable.get(TASK_KEY)
+        row = graph_input.get("task")
         if row is None:
-            raise ValueError(f"a repair episode needs its task row: pass input['task'] or configurable[{TASK_KEY!r}]")
-        metadata = config.get("metadata") or {}
+            raise ValueError("a repair episode needs its task row: pass input['task']")
         started = time.monotonic()
         state: dict[str, Any] = {"messages": list(graph_input["messages"]), "steps": 0}
         sandbox = None
         try:
             sandbox = await self._open_sandbox(row)
-            run_config: RunnableConfig = {
-                "configurable": {SANDBOX_KEY: sandbox},
-                "recursion_limit": 3 * self.settings.step_limit + 10,
-            }
-            async for values in self.graph.astream(state, run_config, stream_mode="values"):
+            run_config: RunnableConfig = {**(config or {}), "recursion_limit": 3 * self.settings.step_limit + 10}
+            async for values in self.graph.astream(state, run_config, stream_mode="values", context=sandbox):
                 state = values
-        except asyncio.CancelledError:
-            state = {**state, "stop_reason": "cancelled", "patch": ""}
-            raise
         except Exception as exc:  # the episode is over; say why and keep what it did
             state = {**state, "stop_reason": "error", "patch": "", "error": _describe(exc)}
         finally:
             if sandbox is not None:
                 await self._close_sandbox(sandbox)
-            record = episode_record(state, row, metadata, time.monotonic() - started)
-            record["sandbox"] = _sandbox_identity(sandbox, self.settings.runtime)
-            sink = configurable.get(EPISODES_KEY)
-            if sink is not None:
-                sink.append(record)
-        return state
+        record = episode_record(state, row, time.monotonic() - started)
+        record["sandbox"] = _sandbox_identity(sandbox, self.settings.runtime)
+        return {**state, "record": record}
 
     async def _open_sandbox(self, row: dict):
         """Open in a worker thread; if cancelled meanwhile, close the sandbox as soon as it exists."""
@@ -442,7 +422,7 @@ def _describe(exc: BaseException) -> str:
     return "".join(lines).strip()[:4000]
 
 
-def episode_record(state: dict, row: dict, metadata: dict, seconds: float) -> dict[str, Any]:
+def episode_record(state: dict, row: dict, seconds: float) -> dict[str, Any]:
     """Everything about one finished episode, JSON-ready: actions, outputs, tokens, patch, note."""
     messages = state.get("messages") or []
     prompt = completion = 0
@@ -452,8 +432,6 @@ def episode_record(state: dict, row: dict, metadata: dict, seconds: float) -> di
         completion += usage.get("output_tokens", 0)
     return {
         "instance_id": row.get("instance_id"),
-        "round_index": metadata.get("pacore_round"),
-        "index": metadata.get("pacore_index"),
         "stop_reason": state.get("stop_reason") or "error",
         "steps": state.get("steps", 0),
         "patch": state.get("patch", ""),

@@ -22,6 +22,7 @@ from langchain_core.messages import BaseMessage
 from pydantic import BaseModel
 
 from pacore_benchmarks.results import ResultsFile
+from pacore_graph.episode import EpisodeContext
 from pacore_graph.records import Trajectory
 
 
@@ -123,14 +124,15 @@ class PoolReplayExplorer:
         self.call_limit = call_limit
         self.model_calls = 0
 
-    async def explore(self, messages: list[BaseMessage], *, round_index: int, index: int) -> Trajectory:
+    async def explore(self, messages: list[BaseMessage], episode: EpisodeContext) -> Trajectory:
+        round_index, index = episode.round_index, episode.index
         if round_index == 0:
             return self.pooled[index].model_copy(deep=True)
         self.model_calls += 1
         if self.call_limit is None:
-            return await self.delegate.explore(messages, round_index=round_index, index=index)
+            return await self.delegate.explore(messages, episode)
         async with self.call_limit:
-            return await self.delegate.explore(messages, round_index=round_index, index=index)
+            return await self.delegate.explore(messages, episode)
 
 
 class PoolStats(BaseModel):

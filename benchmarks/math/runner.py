@@ -36,6 +36,7 @@ from pacore_benchmarks.math.vote import majority_vote
 from pacore_benchmarks.results import ResultsFile
 from pacore_graph.accounting import completion_tokens
 from pacore_graph.config import PRESETS, PaCoReConfig
+from pacore_graph.episode import EpisodeContext
 from pacore_graph.errors import ModelRequestError, PaCoReError
 from pacore_graph.retry import with_retries
 from pacore_graph.run import PaCoReRunner, build_result
@@ -359,7 +360,7 @@ class MathBenchmark:
 
         async def one(index: int) -> None:
             async def attempt():
-                return await self.explorer.explore(messages, round_index=0, index=index)
+                return await self.explorer.explore(messages, EpisodeContext(round_index=0, index=index))
 
             trajectory, attempts = await with_retries(attempt, config.retry, config.request_timeout, slot=call_limit)
             tokens, approximate = completion_tokens(
@@ -447,12 +448,9 @@ class MathBenchmark:
         try:
             snapshot = await runner.graph.aget_state(thread)
             if snapshot.values.get("answer") is not None:
-                state = snapshot.values  # finished before a kill, but its row was not written yet
-            elif snapshot.next:
-                state = await runner.graph.ainvoke(None, thread)  # resume: finished trajectories are kept
-            else:
-                state = await runner.graph.ainvoke({"messages": messages}, thread)
-            result = build_result(state)
+                result = build_result(snapshot.values)  # finished before a kill, but its row was not written yet
+            else:  # resume: finished trajectories are kept
+                result = await runner.arun(messages, thread, resume=bool(snapshot.next))
         except Exception as exc:  # noqa: BLE001 - recorded and retried on the next run
             await checkpointer.adelete_thread(thread["configurable"]["thread_id"])
             self._fail(board, problem.id, label, sample, exc)

@@ -16,7 +16,6 @@ transient is written down as final:
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,13 +30,13 @@ from pacore_benchmarks.multichallenge.data import Conversation
 from pacore_benchmarks.multichallenge.judge import Judge
 from pacore_benchmarks.multichallenge.settings import RunSettings
 from pacore_benchmarks.results import ResultsFile
-from pacore_graph import ModelRequestError, PaCoReConfig, PaCoReNode, RoundFailedError
+from pacore_graph import ModelRequestError, PaCoReConfig, PaCoReNode, RoundFailedError, RoundRecord
 from pacore_graph.errors import is_transient
 
 RESULTS_NAME = "results.jsonl"
 CHECKPOINTS_NAME = "checkpoints.sqlite"
 # A response error caused by the request itself: retrying the same request cannot help.
-_PERMANENT = re.compile(r"HTTP (400|413|422)\b|cut off by the length limit|empty conclusion")
+_PERMANENT_STATUSES = frozenset({400, 413, 422})
 _JUDGE_CALL_ATTEMPTS = 4
 
 
@@ -85,19 +84,23 @@ def build_chat_graph(model: BaseChatModel, config: PaCoReConfig) -> StateGraph:
     return builder
 
 
-def _is_permanent(message: str) -> bool:
-    return bool(_PERMANENT.search(message))
+def _is_permanent(error: RoundFailedError) -> bool:
+    """Some trajectory was refused for its request (400/413/422), cut off, or gave an empty conclusion."""
+    return any(
+        t.error_status in _PERMANENT_STATUSES if t.failed else not t.usable for t in error.round.trajectories
+    )
 
 
 def _rounds_for_row(pacore: dict[str, Any]) -> list[dict[str, Any]]:
     """Per round: its references (conclusions passed on) and per-trajectory counts, no reasoning."""
     rounds = []
-    for record in pacore.get("rounds", []):
+    for data in pacore.get("rounds", []):
+        record = RoundRecord.model_validate(data)
         rounds.append(
             {
-                "round_index": record["round_index"],
-                "k": record["k"],
-                "references": record["references"],
+                "round_index": record.round_index,
+                "k": record.k,
+                "references": record.references,
                 "trajectories": [
                     {
                         key: t.get(key)
@@ -111,7 +114,7 @@ def _rounds_for_row(pacore: dict[str, Any]) -> list[dict[str, Any]]:
                             "attempts",
                         )
                     }  # fmt: skip
-                    for t in record["trajectories"]
+                    for t in data["trajectories"]
                 ],
             }
         )
@@ -244,7 +247,7 @@ class MultiChallengeRunner:
         try:
             message = await self.respond(conv, sample)
         except RoundFailedError as exc:
-            if not _is_permanent(str(exc)):
+            if not _is_permanent(exc):
                 raise Unfinished(f"response failed: {exc}"[:500]) from exc
             row["error"] = f"response failed: {exc}"[:4000]
             row["elapsed_s"] = round(time.monotonic() - started, 3)

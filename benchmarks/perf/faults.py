@@ -237,7 +237,7 @@ async def saved_trajectories(folder: Path, settings: FaultSettings, written: set
     from pacore_graph.run import PaCoReRunner
 
     class _Never:
-        async def explore(self, messages, *, round_index: int, index: int) -> Trajectory:
+        async def explore(self, messages, episode) -> Trajectory:
             raise AssertionError("only reading checkpoints")
 
     config = scenario_config(settings.resume_rounds, max_concurrency=1, request_timeout=1.0)
@@ -249,7 +249,7 @@ async def saved_trajectories(folder: Path, settings: FaultSettings, written: set
             if thread.split(":", 1)[0] in written:
                 continue
             snapshot = await runner.graph.aget_state({"configurable": {"thread_id": thread}})
-            saved += sum(len(record.trajectories) for record in snapshot.values.get("rounds") or [])
+            saved += sum(len(record["trajectories"]) for record in snapshot.values.get("rounds") or [])
             saved += sum(1 for task in snapshot.tasks if task.name == "trajectory" and task.result is not None)
     return saved
 

@@ -81,8 +81,9 @@ class CallLog:
         self.explorer = explorer
         self.path = path
 
-    async def explore(self, messages, *, round_index: int, index: int):
-        trajectory = await self.explorer.explore(messages, round_index=round_index, index=index)
+    async def explore(self, messages, episode):
+        round_index, index = episode.round_index, episode.index
+        trajectory = await self.explorer.explore(messages, episode)
         with self.path.open("a", encoding="utf-8") as log:
             log.write(json.dumps({"round": round_index, "index": index}) + "\n")
         return trajectory

@@ -101,7 +101,8 @@ def _operator_graph(spec: WorkerSpec, checkpointer: Any = None) -> tuple[Any, An
     from pacore_graph import PaCoReConfig, PaCoReNode, chat_model
 
     llm = chat_model(base_url=spec.base_url, model=spec.model)
-    config = PaCoReConfig(rounds=spec.rounds, max_concurrency=spec.concurrency, seed=spec.seed, stream=spec.stream)
+    config = PaCoReConfig(rounds=spec.rounds, max_concurrency=spec.concurrency, seed=spec.seed, stream=spec.stream,
+                          spaced_gc=True)
     builder = StateGraph(MessagesState)
     builder.add_node("pacore", PaCoReNode(llm, config=config))
     builder.add_edge(START, "pacore")
@@ -116,7 +117,8 @@ async def _run_operator(spec: WorkerSpec, problems: list[list[dict[str, str]]], 
     async def one(number: int, messages: list[dict[str, str]]) -> dict[str, Any]:
         config = {"configurable": {"thread_id": f"problem-{number}"}} if checkpointer is not None else None
         state = await app.ainvoke({"messages": messages}, config)
-        return state["messages"][-1].response_metadata["pacore"]
+        answer = state["messages"][-1]
+        return {**answer.response_metadata["pacore"], "answer": answer.content}
 
     try:
         summaries = await asyncio.gather(*(one(n, m) for n, m in enumerate(problems)))

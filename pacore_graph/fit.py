@@ -1,4 +1,4 @@
-"""Keep the synthesis prompt inside the model's context: the documented reference-capping policy.
+"""Keep the synthesis prompt inside the model's context window: the documented reference-capping policy.
 
 1. ``reference_token_cap``: every reference longer than the cap keeps its head and tail (the final
    answer is usually at the end) around a marker saying how much was cut.

@@ -1,0 +1,102 @@
+"""What a caller attaches to one run of the PaCoRe graph: LangGraph's runtime context (``context=``).
+
+Why not ``configurable``: LangGraph Server checkpoints every ``configurable`` key, so a callable or a
+list there makes every threaded run fail; and the conversation is already in the caller's own state or
+checkpoint, so the PaCoRe graph's state need not hold it again (its checkpoints stay the same size
+however long the chat grows). Nothing here is checkpointed: on a resume the caller passes the same
+messages again, and the per-round message lists are rebuilt from them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.config import get_stream_writer
+from langgraph.constants import TAG_NOSTREAM
+from langgraph.runtime import get_runtime
+
+from pacore_graph.barrier import RoundBarrier
+from pacore_graph.config import PaCoReConfig
+from pacore_graph.fit import fit_references
+from pacore_graph.prompt import synthesis_messages
+from pacore_graph.records import Trajectory
+
+
+@dataclass
+class PaCoReContext:
+    """The runtime context of one PaCoRe run (``graph.invoke(input, config, context=PaCoReContext(...))``).
+
+    - ``messages``: the conversation PaCoRe answers (round 1 sends it unchanged).
+    - ``payload``: handed to every explorer as ``EpisodeContext.payload`` (e.g. a SWE task row).
+    - ``on_event``: receives progress events; without one they go to the graph's ``custom`` stream.
+    - ``on_record``: receives what explorers pass to ``EpisodeContext.record`` (episode records).
+    - ``trace``: a list that receives every full :class:`Trajectory`, reasoning included.
+    - ``stream_metadata``: the enclosing graph node's ``langgraph_*`` run metadata. Model calls carry it
+      so that ``stream_mode="messages"`` of the enclosing graph shows the final round's tokens as that
+      node's, as it would for a plain model call in its place.
+    """
+
+    messages: Sequence[BaseMessage]
+    payload: Any = None
+    on_event: Callable[[dict[str, Any]], None] | None = None
+    on_record: Callable[[Any], None] | None = None
+    trace: list[Trajectory] | None = None
+    stream_metadata: dict[str, Any] = field(default_factory=dict)
+    _rounds: dict[int, tuple[list[BaseMessage], RoundBarrier]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _fanned_out: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
+
+    def fanned_out(self, round_index: int) -> None:
+        """This process sends the round's K tasks: all of them will run here (see RoundBarrier)."""
+        self._fanned_out.add(round_index)
+
+    def emit(self, event: dict[str, Any]) -> None:
+        """A progress event to the listener, else to LangGraph's custom stream (about 0.2 ms an event)."""
+        if self.on_event is not None:
+            self.on_event(event)
+            return
+        try:
+            get_stream_writer()(event)
+        except RuntimeError:  # called outside a graph run
+            pass
+
+    def round(
+        self, round_index: int, k: int, references: Sequence[str], settings: PaCoReConfig
+    ) -> tuple[list[BaseMessage], RoundBarrier]:
+        """The round's messages (one list shared by its K trajectories) and its barrier, made on first use."""
+        entry = self._rounds.get(round_index)
+        if entry is None:
+            messages = list(self.messages)
+            if round_index > 0:
+                messages = synthesis_messages(
+                    messages, fit_references(references, messages, settings), settings.template
+                )
+            entry = self._rounds[round_index] = (messages, RoundBarrier(k, round_index in self._fanned_out))
+        return entry
+
+    def child_config(self, node_config: RunnableConfig, round_index: int, index: int, final: bool) -> RunnableConfig:
+        """The config of one trajectory's model call or agent run: traced under the trajectory's task,
+        tagged with its round and index; only the final round may stream tokens."""
+        config: RunnableConfig = {
+            "callbacks": node_config.get("callbacks"),
+            "metadata": {**self.stream_metadata, "pacore_round": round_index, "pacore_index": index},
+        }
+        if not final:
+            config["tags"] = [TAG_NOSTREAM]
+        return config
+
+
+def current_context() -> PaCoReContext:
+    """The context of the PaCoRe run this node belongs to; a clear error when the caller passed none."""
+    context = get_runtime().context
+    if not isinstance(context, PaCoReContext):
+        raise TypeError(
+            "the PaCoRe graph reads its conversation from its runtime context: invoke it with "
+            "context=PaCoReContext(messages=[...]) (PaCoReNode and PaCoReRunner do this for you)"
+        )
+    return context

@@ -1,0 +1,91 @@
+"""Every trajectory is a chat-model run that callbacks see; only the final round streams tokens.
+
+Real LangGraph streaming (``stream_mode="messages"``, ``astream_events``) over a scripted server.
+"""
+
+from __future__ import annotations
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import AIMessage, AIMessageChunk
+from langchain_openai import ChatOpenAI
+from langgraph.graph import END, START, MessagesState, StateGraph
+
+from pacore_graph import PaCoReConfig, PaCoReNode, chat_model
+
+
+def numbered(body, attempt):
+    synthesis = "Reference Responses" in str(body["messages"][-1]["content"])
+    text = "The final answer is forty-two." if synthesis else f"candidate {attempt}"
+    return {"content": text, "reasoning_content": "private reasoning", "usage": {
+        "prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}  # fmt: skip
+
+
+class Recorder(BaseCallbackHandler):
+    def __init__(self):
+        self.starts: list[dict] = []
+        self.ends: list[AIMessage] = []
+        self.tokens = 0
+
+    def on_chat_model_start(self, serialized, messages, *, metadata=None, tags=None, **kwargs):
+        self.starts.append({"metadata": metadata or {}, "tags": tags or []})
+
+    def on_llm_new_token(self, token, **kwargs):
+        self.tokens += 1
+
+    def on_llm_end(self, response, **kwargs):
+        self.ends.append(response.generations[0][0].message)
+
+
+def chat_graph(model, rounds=(3,)):
+    builder = StateGraph(MessagesState)
+    builder.add_node("think", PaCoReNode(model, PaCoReConfig(rounds=list(rounds))))
+    builder.add_edge(START, "think")
+    builder.add_edge("think", END)
+    return builder.compile()
+
+
+def test_callbacks_see_every_trajectory_with_usage_round_index_and_the_callers_tags(mock_server):
+    for make in (lambda url: chat_model(url), lambda url: ChatOpenAI(base_url=url, api_key="none", model="mock-model")):
+        recorder = Recorder()
+        with mock_server(numbered) as server:
+            graph = chat_graph(make(server.base_url))
+            config = {"callbacks": [recorder], "tags": ["my-tag"], "metadata": {"user": "u1"}}
+            graph.invoke({"messages": [("user", "q")]}, config)
+        assert len(recorder.starts) == len(recorder.ends) == len(server.requests) == 4
+        rounds = sorted((s["metadata"]["pacore_round"], s["metadata"]["pacore_index"]) for s in recorder.starts)
+        assert rounds == [(0, 0), (0, 1), (0, 2), (1, 0)]
+        assert all("my-tag" in s["tags"] and s["metadata"]["user"] == "u1" for s in recorder.starts)
+        assert all(s["metadata"]["langgraph_node"] == "think" for s in recorder.starts)
+        assert all(m.usage_metadata["output_tokens"] == 3 for m in recorder.ends)
+        earlier = [s for s in recorder.starts if s["metadata"]["pacore_round"] == 0]
+        assert all("nostream" in s["tags"] for s in earlier)
+
+
+def test_messages_stream_yields_the_final_rounds_tokens_only(mock_server):
+    with mock_server(numbered) as server:
+        graph = chat_graph(chat_model(server.base_url), rounds=(3, 2))
+        streamed = list(graph.stream({"messages": [("user", "q")]}, stream_mode="messages"))
+    chunks = [(message, meta) for message, meta in streamed if isinstance(message, AIMessageChunk)]
+    assert len(streamed) == len(chunks), "the answer is not repeated as a whole message after its tokens"
+    text = "".join(str(message.content) for message, _ in chunks)
+    assert text == "The final answer is forty-two."
+    assert len([m for m, _ in chunks if m.content]) > 5  # token by token, as the server sent them
+    assert {(meta["pacore_round"], meta["pacore_index"], meta["langgraph_node"]) for _, meta in chunks} == {
+        (2, 0, "think")
+    }
+    streamed_requests = [body for body in server.requests if body.get("stream")]
+    assert len(server.requests) == 6 and len(streamed_requests) == 1  # earlier rounds were not streamed
+
+
+async def test_astream_events_show_every_run_and_stream_the_final_one(mock_server):
+    with mock_server(numbered) as server:
+        graph = chat_graph(chat_model(server.base_url))
+        events = [e async for e in graph.astream_events({"messages": [("user", "q")]}, version="v2")]
+    starts = [e for e in events if e["event"] == "on_chat_model_start"]
+    ends = [e for e in events if e["event"] == "on_chat_model_end"]
+    tokens = [e for e in events if e["event"] == "on_chat_model_stream"]
+    assert len(starts) == len(ends) == 4
+    assert tokens and {e["metadata"]["pacore_round"] for e in tokens} == {1}
+    assert "".join(str(e["data"]["chunk"].content) for e in tokens) == "The final answer is forty-two."
+    answer = [e for e in events if e["event"] == "on_chain_end" and e["name"] == "LangGraph"][-1]
+    assert answer["data"]["output"]["messages"][-1].content == "The final answer is forty-two."
