@@ -108,6 +108,21 @@ async def test_early_stop_when_the_leader_cannot_be_caught(mock_server):
     assert [t.cut for t in trajectories if t.cut] == ["early_stop"]
 
 
+async def test_early_stop_once_the_leader_is_ahead_by_a_margin(mock_server):
+    # 7, 3, 7 is a lead of 1; the fourth, 7, makes it 2
+    first = [reply(7, delay=0.05), reply(3, delay=0.1), reply(7, delay=0.15), reply(7, delay=0.2)]
+    first += [reply(3, delay=SLOW)] * 2
+    with mock_server(scripted(first, synthesis=reply(7))) as server:
+        model = chat_model(server.base_url)
+        config = PaCoReConfig(rounds=[6], answer_extractor="boxed", early_stop=EarlyStop(lead=2))
+        result = await asolve(model, "q", config)
+        assert await disconnects(server, 2) == 2
+        await model.aclose()
+    trajectories = result.rounds[0].trajectories
+    assert [t.answer for t in trajectories if not t.cut] == ["7", "3", "7", "7"]
+    assert [t.cut for t in trajectories if t.cut] == ["early_stop"] * 2
+
+
 async def test_a_unanimous_round_skips_the_remaining_rounds(mock_server):
     early = EarlyStop(skip_unanimous=True)
     with mock_server(scripted([reply(7)] * 3, synthesis=reply(7))) as server:

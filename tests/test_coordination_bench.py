@@ -13,7 +13,7 @@ FAST = {"ttft": 0.01, "token_delay": 0.0005, "output_tokens": (40, 400)}
 
 async def test_every_method_runs_the_same_problems_side_by_side():
     settings = CoordinationSettings(
-        problems=6, schedule=[8, 2], agree=3, subset=3, concurrency=6, spacing=0.0,
+        problems=6, schedule=[8, 2], lead=2, subset=3, concurrency=6, spacing=0.0,
         emulator=bench_emulator().model_copy(update=FAST),
     )  # fmt: skip
     report = await run_benchmark(settings)
@@ -38,7 +38,7 @@ async def test_every_method_runs_the_same_problems_side_by_side():
 
 def test_the_command_prints_a_table_then_one_json_line(capsys):
     code = pacore(["bench", "coordination", "--problems", "3", "--schedule", "4", "--methods", "paper,early_stop",
-                   "--token-delay", "0.0005", "--output-tokens", "40-300", "--agree", "2"])  # fmt: skip
+                   "--token-delay", "0.0005", "--output-tokens", "40-300", "--lead", "2"])  # fmt: skip
     out = capsys.readouterr().out.strip().splitlines()
     summary = json.loads(out[-1])
     assert code in (0, 1)  # 1 when a target is missed, as it may be on three problems

@@ -34,7 +34,7 @@ METHODS = ("paper", "budget", "early_stop", "subset", "dedup", "vote")
 VARIANTS = (*METHODS[1:], "verifier")  # what `pacore bench math` offers beside the paper's PaCoRe
 
 
-def method_options(method: str, *, agree: int = 6, subset: int = 8, budget_tokens: int | None = None) -> dict[str, Any]:
+def method_options(method: str, *, lead: int = 4, subset: int = 8, budget_tokens: int | None = None) -> dict[str, Any]:
     """The PaCoReConfig fields of one coordination method (the paper's: none). Shared by this benchmark and
     ``pacore bench math``, so that both measure the same settings."""
     boxed = {"answer_extractor": "boxed"}
@@ -46,7 +46,7 @@ def method_options(method: str, *, agree: int = 6, subset: int = 8, budget_token
         case "budget":
             raise ValueError("the budget method needs a token budget per problem")
         case "early_stop":
-            return {**boxed, "early_stop": EarlyStop(agree=agree, unbeatable=True, skip_unanimous=True)}
+            return {**boxed, "early_stop": EarlyStop(lead=lead, unbeatable=True, skip_unanimous=True)}
         case "subset":
             return {"reference_subset": subset}
         case "dedup":
@@ -74,7 +74,7 @@ class CoordinationSettings(BaseModel):
     )
     schedule: list[int] = Field(default_factory=lambda: [32, 4], description="the paper's high preset")
     methods: list[str] = Field(default_factory=lambda: list(METHODS))
-    agree: int = Field(6, ge=2, description="early stop: this many agreeing trajectories end a round")
+    lead: int = Field(4, ge=1, description="early stop: a lead this large over the runner-up ends a round")
     budget_share: float = Field(0.5, gt=0, description="token budget per problem, as a share of the paper's mean")
     subset: int = Field(8, ge=1, description="references each trajectory sees in the subset method")
     emulator: EmulatorConfig = Field(default_factory=bench_emulator)
@@ -98,7 +98,7 @@ class CoordinationSettings(BaseModel):
                     "spaced_gc": True}  # fmt: skip
         budget = max(1, round(self.budget_share * paper_tokens))
         return PaCoReConfig(
-            **everyone, **method_options(method, agree=self.agree, subset=self.subset, budget_tokens=budget)
+            **everyone, **method_options(method, lead=self.lead, subset=self.subset, budget_tokens=budget)
         )
 
 

@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--schedule", help="rounds, e.g. 32,4 (the default, the paper's high preset)")
     parser.add_argument("--methods", help=f"comma-separated, from {','.join(('paper', 'budget', 'early_stop'))},...")
     parser.add_argument("--mix", metavar="KIND=WEIGHT,...", help="share of easy, split and hard problems")
-    parser.add_argument("--agree", type=int, help="early stop: agreeing trajectories that end a round (default 6)")
+    parser.add_argument("--lead", type=int, help="early stop: a lead over the runner-up that ends a round (default 4)")
     parser.add_argument("--subset", type=int, help="references per trajectory in the subset method (default 8)")
     parser.add_argument("--seed", type=int, help="emulator seed (default 0)")
     parser.add_argument("--token-delay", type=float,
@@ -34,7 +34,7 @@ def settings_from_args(args: argparse.Namespace):  # -> CoordinationSettings
     from pacore_benchmarks.perf.emulator_config import AnswerMix
     from pacore_graph.config import parse_rounds
 
-    overrides: dict = {name: value for name, value in (("problems", args.problems), ("agree", args.agree),
+    overrides: dict = {name: value for name, value in (("problems", args.problems), ("lead", args.lead),
                                                        ("subset", args.subset)) if value is not None}  # fmt: skip
     if args.schedule:
         overrides["schedule"] = parse_rounds(args.schedule)

@@ -139,6 +139,8 @@ class RoundControl:
             return False
         if rule.agree is not None and leader >= rule.agree:
             return True
+        if rule.lead is not None and leader - runner_up >= rule.lead:
+            return True
         return rule.unbeatable and leader > runner_up + running
 
     def stop(self, reason: CutReason) -> None:

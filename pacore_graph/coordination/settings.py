@@ -37,6 +37,10 @@ class EarlyStop(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     agree: int | None = Field(None, ge=2, description="stop once this many finished trajectories give one answer")
+    lead: int | None = Field(
+        None, ge=1, description="stop once the leading answer is ahead of the runner-up by this many (a sequential "
+        "test: it waits longer when the round is split)",
+    )
     unbeatable: bool = Field(
         False,
         description="stop once the leading answer cannot be caught: its count exceeds the runner-up's plus the "
@@ -50,9 +54,9 @@ class EarlyStop(BaseModel):
 
     @property
     def active(self) -> bool:
-        return self.agree is not None or self.unbeatable or self.skip_unanimous
+        return self.cancels or self.skip_unanimous
 
     @property
     def cancels(self) -> bool:
         """Whether a rule may cut a round short (``skip_unanimous`` acts between rounds only)."""
-        return self.agree is not None or self.unbeatable
+        return self.agree is not None or self.lead is not None or self.unbeatable
