@@ -50,8 +50,9 @@ def ending(
         return _rescue(rounds, round_data)
     if round_index == final_round:
         return _verified(rounds[-1], chosen[0]) if settings.final_selector == "verifier" else None
-    spent = sum(_tokens(data) for data in rounds) + _tokens(round_data)
-    stop = _cut_by_budget(round_data) or control.exhausted(spent)
+    stop = _cut_by_budget(round_data)
+    if stop is None and settings.budget.active:
+        stop = control.exhausted(sum(_tokens(data) for data in (*rounds, round_data)))
     if stop is not None:
         return choose(round_data, chosen, stop=stop)
     if settings.early_stop.skip_unanimous and _unanimous(chosen):
