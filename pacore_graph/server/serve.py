@@ -31,7 +31,7 @@ def serve(
     port: int = 8100,
     api_key: str | None = None,
 ) -> int:
-    """Run the endpoint until Ctrl-C; without ``base_url`` (and ``$OPENAI_BASE_URL``) in front of the
+    """Run the endpoint until Ctrl-C (exit status 0); without ``base_url`` (and ``$OPENAI_BASE_URL``) in front of the
     embedded model, started and stopped here."""
     if not is_loopback(host) and api_key is None:
         print(f"pacore serve: warning: listening on {host} without --api-key: anyone who reaches this port "
@@ -42,5 +42,8 @@ def serve(
         print(f"pacore serve: http://{host}:{port}/v1 in front of {chat.base_urls[0]} (model {chat.model}, "
               f"default rounds [{schedule}]; pick per call with model pacore-high/{chat.model} or a "
               '"pacore" body field)', file=sys.stderr, flush=True)  # fmt: skip
-        uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).run()
+        try:
+            uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).run()
+        except KeyboardInterrupt:  # uvicorn shuts down cleanly on Ctrl-C, then passes the signal on
+            pass
     return 0
