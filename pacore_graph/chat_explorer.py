@@ -22,7 +22,8 @@ from langchain_core.runnables import ensure_config
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.episode import EpisodeContext
 from pacore_graph.models.chat_openai import keep_reasoning
-from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel, reasoning_of
+from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
+from pacore_graph.models.sse import reasoning_of
 from pacore_graph.models.unwrap import WrappedChatModel, with_model
 from pacore_graph.prompt import message_text
 from pacore_graph.records import Trajectory

@@ -31,7 +31,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Overwrite, Send
 
 from pacore_graph.accounting import completion_tokens
-from pacore_graph.compaction import compact, reference_text
+from pacore_graph.compaction import compact
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.episode import EpisodeContext
 from pacore_graph.errors import RoundFailedError, error_status, is_transient
@@ -113,7 +113,7 @@ def build_pacore_graph(
         round_index = state["round_index"]
         if round_index == len(schedule):
             return END
-        references = reference_texts(state["rounds"][-1]) if round_index > 0 else []
+        references = RoundRecord.model_validate(state["rounds"][-1]).references if round_index > 0 else []
         return [
             Send("trajectory", TrajectoryTask(round_index=round_index, index=index, references=references))
             for index in range(schedule[round_index])
@@ -204,15 +204,6 @@ def build_pacore_graph(
     builder.add_edge("trajectory", "collect")
     builder.add_conditional_edges("collect", route, ["trajectory", END])
     return builder
-
-
-def reference_texts(round_data: RoundData) -> list[str]:
-    """What a round passes on, in template order: each usable conclusion with its tool calls."""
-    by_index = {record["index"]: record for record in round_data["trajectories"]}
-    return [
-        reference_text(by_index[i].get("conclusion", ""), by_index[i].get("tool_calls") or ())
-        for i in round_data["reference_order"]
-    ]
 
 
 def trajectory_record(

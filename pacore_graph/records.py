@@ -95,12 +95,12 @@ class TrajectoryRecord(BaseModel):
 
     @property
     def has_conclusion(self) -> bool:
-        return bool(self.conclusion.strip() or self.tool_calls)
+        return is_usable(None, self.conclusion, self.tool_calls)
 
     @property
     def usable(self) -> bool:
         """Whether it may be passed on as a reference: failed and empty ones never are."""
-        return not self.failed and self.has_conclusion
+        return is_usable(self.error, self.conclusion, self.tool_calls)
 
     @property
     def reference(self) -> str:
@@ -108,9 +108,14 @@ class TrajectoryRecord(BaseModel):
         return reference_text(self.conclusion, self.tool_calls)
 
 
+def is_usable(error: str | None, conclusion: str, tool_calls: list | None) -> bool:
+    """The rule: a trajectory that did not fail and left a conclusion or a tool call may be passed on."""
+    return error is None and bool(conclusion.strip() or tool_calls)
+
+
 def usable(record: TrajectoryData) -> bool:
-    """``TrajectoryRecord.usable`` on state data, without building the model (the hot path)."""
-    return record.get("error") is None and bool(record.get("conclusion", "").strip() or record.get("tool_calls"))
+    """``TrajectoryRecord.usable`` on state data, without building the model (the graph's hot path)."""
+    return is_usable(record.get("error"), record.get("conclusion", ""), record.get("tool_calls"))
 
 
 class RoundRecord(BaseModel):

@@ -310,6 +310,28 @@ async def test_agent_episodes_get_the_payload_and_hand_records_to_the_sink(tmp_p
     assert (agent_checkpoints == []) is isolate
 
 
+async def test_node_hands_the_enclosing_graphs_runtime_context_to_explorers():
+    from dataclasses import dataclass
+
+    @dataclass
+    class UserContext:
+        user_id: str
+
+    payloads = []
+
+    class Recording:
+        async def explore(self, messages, episode) -> Trajectory:
+            payloads.append(episode.payload)
+            return Trajectory(content=f"for {episode.payload.user_id}", completion_tokens=1)
+
+    builder = StateGraph(MessagesState, context_schema=UserContext)
+    builder.add_node("pacore", PaCoReNode(Recording(), PaCoReConfig(rounds=[2])))
+    builder.add_edge(START, "pacore")
+    builder.add_edge("pacore", END)
+    out = await builder.compile().ainvoke({"messages": [("user", "hi")]}, context=UserContext("u-9"))
+    assert out["messages"][-1].content == "for u-9" and payloads == [UserContext("u-9")] * 3
+
+
 async def test_a_crashing_episode_is_recorded_and_left_out():
     def agent_step(state: MessagesState):
         if "Reference" not in state["messages"][-1].content and len(state["messages"]) == 1:

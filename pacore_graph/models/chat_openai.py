@@ -12,7 +12,7 @@ from typing import Any
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_openai import ChatOpenAI
 
-from pacore_graph.models.openai_compatible import reasoning_of
+from pacore_graph.models.sse import reasoning_of
 
 
 class ReasoningChatOpenAI(ChatOpenAI):
