@@ -111,10 +111,12 @@ def _serve_vllm(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from pacore_graph.errors import PaCoReError
+
     try:
         from pacore_graph.server.serve import serve
     except ImportError as exc:
-        raise ValueError(f"pacore serve needs the server extra: pip install 'pacore-graph[server]' ({exc})") from None
+        raise PaCoReError(f"pacore serve needs the server extra: pip install 'pacore-graph[server]' ({exc})") from None
     return serve(config_from_args(args), base_url=args.base_url, model=args.model,
                  upstream_api_key=args.upstream_api_key, host=args.host, port=args.port, api_key=args.api_key)
 

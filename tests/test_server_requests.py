@@ -8,7 +8,11 @@ import json
 import httpx
 import pytest
 from endpoint import FINAL_ANSWER, endpoint, is_synthesis, scripted
+from openai import APIError, OpenAI
 
+from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig, FaultRates
+from pacore_graph import PaCoReConfig, chat_model
+from pacore_graph.server import BackgroundServer, create_app
 from pacore_graph.server.schedule import split_model_name
 
 USER = [{"role": "user", "content": "What is 17*23?"}]
@@ -170,3 +174,19 @@ def test_upstream_failing_round_is_a_502_and_a_stream_error_event():
     assert "HTTP 503" in plain.json()["error"]["message"]
     error = json.loads(lines[-1][len("data: "):])["error"]
     assert error["code"] == "round_failed"
+
+
+def test_final_trajectory_retried_after_streaming_part_of_its_text_ends_the_stream_with_an_error():
+    """Text already sent cannot be taken back: a retried final trajectory ends the stream with an error event."""
+    faults = FaultRates(cut_stream=1.0)  # every streamed reply stops midway (and so does the retry)
+    with Emulator(EmulatorConfig(ttft=0.01, token_delay=0.001, output_tokens=200, faults=faults)) as emu:
+        chat = chat_model(base_url=emu.base_url, model=emu.config.model)
+        app = create_app(chat, PaCoReConfig(rounds=[], retry={"max_attempts": 2, "initial_delay": 0}))
+        with BackgroundServer(app) as server:
+            client = OpenAI(base_url=server.base_url, api_key="unused")
+            received = []
+            with pytest.raises(APIError, match="partial text above is void"):
+                for chunk in client.chat.completions.create(model=emu.config.model, messages=USER, stream=True):
+                    received.append(chunk)
+    deltas = [c.choices[0].delta for c in received if c.choices]
+    assert any(d.content or d.model_extra.get("reasoning_content") for d in deltas)  # part of it had gone out

@@ -115,9 +115,7 @@ def plan_call(body: Any, defaults: PaCoReConfig, default_model: str) -> PlannedC
     try:
         request = ChatCompletionRequest.model_validate(body)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise RequestError(400, f"invalid {where}: {first['msg']}", param=where or None) from None
+        raise invalid(exc) from None
     refuse_unsupported(request)
     upstream_model, rounds = split_model_name(request.model)
     if request.pacore is not None and (chosen := request.pacore.schedule()) is not None:
@@ -132,8 +130,7 @@ def plan_call(body: Any, defaults: PaCoReConfig, default_model: str) -> PlannedC
     try:
         config = PaCoReConfig(**{**defaults.model_dump(), **settings}) if settings else defaults
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise RequestError(400, f"invalid {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        raise invalid(exc) from None
     messages = to_langchain(request.messages)
     if config.rounds:
         try:
@@ -154,6 +151,13 @@ def plan_call(body: Any, defaults: PaCoReConfig, default_model: str) -> PlannedC
         stream=request.stream,
         include_usage=bool(request.stream and request.stream_options and request.stream_options.include_usage),
     )
+
+
+def invalid(exc: ValidationError) -> RequestError:
+    """The first validation error, in one line, naming the field."""
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return RequestError(400, f"invalid {where}: {first['msg']}", param=where or None)
 
 
 def refuse_unsupported(request: ChatCompletionRequest) -> None:
