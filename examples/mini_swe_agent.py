@@ -60,8 +60,9 @@ def run_agent(endpoint: str, model: str, task: dict, *, api_key: str, step_limit
         outcome = agent.run(task["problem_statement"])
     finally:
         sandbox.close()
+    # every model call left its response on a message: the assistant's, or the format error that replaced it
     calls = [message["extra"]["response"]["usage"] for message in agent.messages
-             if message.get("role") == "assistant" and "response" in message.get("extra", {})]  # fmt: skip
+             if "response" in message.get("extra", {})]  # fmt: skip
     return {
         "instance_id": task["instance_id"],
         "exit_status": outcome.get("exit_status"),

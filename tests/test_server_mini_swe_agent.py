@@ -21,6 +21,9 @@ from endpoint import endpoint, is_synthesis
 
 from pacore_agents.swe.images import commit_repo, copy_repo
 from pacore_agents.swe.tasks import load_tasks
+from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
+from pacore_graph import PaCoReConfig, chat_model
+from pacore_graph.server import BackgroundServer, create_app
 
 ROOT = Path(__file__).resolve().parents[1]
 (TASK,) = load_tasks("local", instances=["pacore__roman-1"])
@@ -52,15 +55,21 @@ def scripted_agent(body: dict, attempt: int) -> dict:
     }
 
 
+def run_example(base_url: str, model: str, tmp_path: Path, *options: str) -> subprocess.CompletedProcess:
+    """examples/mini_swe_agent.py in a process of its own, with mini-swe-agent's config folder in tmp_path."""
+    environment = {**os.environ, "MSWEA_GLOBAL_CONFIG_DIR": str(tmp_path / "mswea"), "MSWEA_SILENT_STARTUP": "1"}
+    return subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "mini_swe_agent.py"), "--endpoint", base_url, "--model", model,
+         *options],
+        env=environment, capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )  # fmt: skip
+
+
 def test_mini_swe_agent_through_the_endpoint_solves_a_local_task(tmp_path):
     trajectory = tmp_path / "trajectory.json"
-    environment = {**os.environ, "MSWEA_GLOBAL_CONFIG_DIR": str(tmp_path / "mswea"), "MSWEA_SILENT_STARTUP": "1"}
     with endpoint(scripted_agent, rounds=[4]) as (upstream, server):
-        run = subprocess.run(
-            [sys.executable, str(ROOT / "examples" / "mini_swe_agent.py"), "--endpoint", server.base_url,
-             "--model", "pacore-rounds-3/mock-model", "--task", TASK["instance_id"], "--trajectory", str(trajectory)],
-            env=environment, capture_output=True, text=True, timeout=600, cwd=tmp_path,
-        )  # fmt: skip
+        run = run_example(server.base_url, "pacore-rounds-3/mock-model", tmp_path, "--task", TASK["instance_id"],
+                          "--trajectory", str(trajectory))  # fmt: skip
         requests = list(upstream.requests)
     assert run.returncode == 0, run.stderr[-3000:]
     summary = json.loads(run.stdout)
@@ -94,3 +103,17 @@ def test_mini_swe_agent_through_the_endpoint_solves_a_local_task(tmp_path):
     tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *failing_before],
                            cwd=repo, capture_output=True, text=True)  # fmt: skip
     assert tests.returncode == 0, tests.stdout[-2000:]
+
+
+def test_mini_swe_agent_in_front_of_the_emulator_accounts_every_call(tmp_path):
+    """The serving emulator answers in prose, never with a tool call: mini-swe-agent rejects each reply as a
+    format error and gives up after three. Each of those calls still ran PaCoRe, and the summary counts them."""
+    with Emulator(EmulatorConfig(ttft=0.01, token_delay=0.0005, output_tokens=(20, 60))) as emu:
+        chat = chat_model(base_url=emu.base_url, model=emu.config.model)
+        with BackgroundServer(create_app(chat, PaCoReConfig(rounds=[2]))) as server:
+            run = run_example(server.base_url, f"pacore-low/{emu.config.model}", tmp_path, "--step-limit", "10")
+        stats = emu.stats()
+    summary = json.loads(run.stdout)
+    assert run.returncode == 1 and summary["exit_status"] == "RepeatedFormatError"
+    assert summary["model_calls"] == 3 and stats["requests"] == 3 * (4 + 1)  # pacore-low: [4] per call
+    assert summary["completion_tokens"] == stats["tokens_out"]
