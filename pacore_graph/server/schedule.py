@@ -75,7 +75,7 @@ def parse_alias_rounds(text: str) -> list[int]:
 
 
 def checked_rounds(rounds: list[int], param: str) -> list[int]:
-    """Refused before anything is spent: empty rounds, or a schedule no server could be meant to run."""
+    """Refused before anything is spent: a round of no trajectory, or more than any server is meant to run."""
     if len(rounds) > MAX_ROUNDS:
         raise RequestError(400, f"{len(rounds)} rounds requested; at most {MAX_ROUNDS}", param=param)
     for position, k in enumerate(rounds):
