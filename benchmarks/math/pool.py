@@ -147,7 +147,6 @@ class PoolReplayExplorer:
         async with self.call_limit:
             return await self.delegate.explore(messages, episode)
 
-
     async def _generate(self, tokens: int) -> None:
         loop = asyncio.get_running_loop()
         started = loop.time()

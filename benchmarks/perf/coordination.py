@@ -69,7 +69,9 @@ class CoordinationSettings(BaseModel):
     problems: int = Field(200, ge=1)
     concurrency: int = Field(48, ge=1, description="problems in flight")
     spacing: float = Field(
-        0.05, ge=0, description="seconds between problem starts, so that a problem's trajectories start together "
+        0.05,
+        ge=0,
+        description="seconds between problem starts, so that a problem's trajectories start together "
         "(a burst of thousands of requests would let the client lag behind the emulator's clock)",
     )
     schedule: list[int] = Field(default_factory=lambda: [32, 4], description="the paper's high preset")
@@ -113,8 +115,10 @@ class MethodRun(BaseModel):
     requests: int
     cancelled: int = Field(description="requests closed mid-generation (early stop, budget)")
     wall_s: float
-    lag_p99_s: float = Field(description="99th percentile of the client event loop's lag: above ~0.1 s the client "
-                             "reacts late (a busy machine) and early stop and budgets cut later than they could")
+    lag_p99_s: float = Field(
+        description="99th percentile of the client event loop's lag: above ~0.1 s the client "
+        "reacts late (a busy machine) and early stop and budgets cut later than they could"
+    )
     agreement: float = Field(description="share of problems answered with the emulator's majority answer")
     answers: list[str | None] = Field(default_factory=list, description="final extracted answer per problem")
     agreeing: list[bool] = Field(default_factory=list, description="per problem, in order")

@@ -8,6 +8,7 @@ import argparse
 
 TARGETS = {"tokens_saved_early_stop": 0.30, "agreement_kept_early_stop": 0.95}
 LAG_WARNING_S = 0.1
+COLUMNS = ("method", "completion tokens", "saved", "prompt tokens", "wall s", "agreement", "kept", "cancelled", "stops")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,8 +24,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--lead", type=int, help="early stop: a lead over the runner-up that ends a round (default 4)")
     parser.add_argument("--subset", type=int, help="references per trajectory in the subset method (default 8)")
     parser.add_argument("--seed", type=int, help="emulator seed (default 0)")
-    parser.add_argument("--token-delay", type=float,
-                        help="emulator seconds per token (default 0.001; slower on a busy machine keeps cuts timely)")
+    parser.add_argument(
+        "--token-delay",
+        type=float,
+        help="emulator seconds per token (default 0.001; slower on a busy machine keeps cuts timely)",
+    )
     parser.add_argument("--output-tokens", help="emulator completion length, MIN-MAX (default 400-4000)")
     parser.set_defaults(func=main)
 
@@ -73,8 +77,7 @@ def main(args: argparse.Namespace) -> int:
     report = asyncio.run(run_benchmark(settings, on_run=progress))
 
     table = Table(title="pacore bench coordination")
-    for column in ("method", "completion tokens", "saved", "prompt tokens", "wall s", "agreement", "kept", "cancelled",
-                   "stops"):
+    for column in COLUMNS:
         table.add_column(column, justify="left" if column in ("method", "stops") else "right")
     for run in report.runs:
         stops = ", ".join(f"{reason} {count}" for reason, count in run.stops.items())
@@ -84,8 +87,10 @@ def main(args: argparse.Namespace) -> int:
     Console().print(table)
     lagging = [run.method for run in report.runs if run.lag_p99_s > LAG_WARNING_S]
     if lagging:
-        console.print(f"[yellow]the client lagged behind the emulator's clock in {', '.join(lagging)} (a busy "
-                      "machine?): cuts came late, so early stop and budgets look worse than they are")
+        console.print(
+            f"[yellow]the client lagged behind the emulator's clock in {', '.join(lagging)} (a busy "
+            "machine?): cuts came late, so early stop and budgets look worse than they are"
+        )
     summary = report.summary()
     print(json.dumps(summary), flush=True)
     if "tokens_saved_early_stop" not in summary:

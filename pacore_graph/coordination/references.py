@@ -15,7 +15,6 @@ Two options change that, both recorded on the trajectories that saw the lists:
 from __future__ import annotations
 
 import random
-import re
 from math import comb
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -26,8 +25,6 @@ if TYPE_CHECKING:
     from pacore_graph.config import PaCoReConfig
 
 DUPLICATES_NOTE = "\n\n[{count} references gave this same response.]"
-DUPLICATES_PATTERN = re.compile(r"\n\n\[(\d+) references gave this same response\.\]\s*$")
-_SPACES = re.compile(r"\s+")
 
 
 class References(NamedTuple):
@@ -93,7 +90,7 @@ def _collapse(records: list[TrajectoryRecord], dedup: bool) -> References:
     seen: dict[tuple[str | None, str], int] = {}
     for record in records:
         text = record.reference
-        key = (answer_key(record.answer), _SPACES.sub(" ", text).strip())
+        key = (answer_key(record.answer), " ".join(text.split()))
         if dedup and key in seen:
             counts[seen[key]] += 1
             continue

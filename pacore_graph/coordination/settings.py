@@ -38,7 +38,9 @@ class EarlyStop(BaseModel):
 
     agree: int | None = Field(None, ge=2, description="stop once this many finished trajectories give one answer")
     lead: int | None = Field(
-        None, ge=1, description="stop once the leading answer is ahead of the runner-up by this many (a sequential "
+        None,
+        ge=1,
+        description="stop once the leading answer is ahead of the runner-up by this many (a sequential "
         "test: it waits longer when the round is split)",
     )
     unbeatable: bool = Field(
