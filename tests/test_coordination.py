@@ -2,7 +2,7 @@
 
 A scripted OpenAI-compatible server answers each round's n-th request with a chosen conclusion, usage
 and delay; a "slow" reply would take a minute, so a test that finishes quickly proves it was cut. The
-server records every request and every client that closed its connection before the answer.
+server records every request and counts the clients that closed their connection before the answer.
 """
 
 from __future__ import annotations
@@ -74,11 +74,12 @@ FAST_SEVENS = [reply(7, delay=0.05 * n) for n in range(1, 4)]
 # ------------------------------------------------------------------------------------------- early stop
 
 
-async def test_early_stop_cancels_the_rest_of_the_round_and_the_server_sees_the_close(mock_server):
+@pytest.mark.parametrize("stream", [False, True])
+async def test_early_stop_cancels_the_rest_of_the_round_and_the_server_sees_the_close(mock_server, stream):
     first = FAST_SEVENS + [reply(n, tokens=5000, delay=SLOW) for n in range(5)]
     with mock_server(scripted(first, synthesis=reply(7))) as server:
         model = chat_model(server.base_url)
-        config = PaCoReConfig(rounds=[8], answer_extractor="boxed", early_stop=EarlyStop(agree=3))
+        config = PaCoReConfig(rounds=[8], answer_extractor="boxed", early_stop=EarlyStop(agree=3), stream=stream)
         events: list[dict] = []
         result = await asolve(model, "What is 3+4?", config, on_event=events.append)
         assert await disconnects(server, 5) == 5
