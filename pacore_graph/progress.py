@@ -45,3 +45,5 @@ class RunProgress:
             self.progress.update(task, advance=1, tokens=fields["tokens"] + event["completion_tokens"])
         elif kind == "trajectory_failed":
             self.progress.update(task, advance=1, failed=fields["failed"] + 1)
+        elif kind == "trajectory_cut":  # cancelled by early stop or a budget (pacore_graph.coordination)
+            self.progress.update(task, advance=1)

@@ -18,7 +18,7 @@ from pacore_benchmarks.math.pool import (
     majority_probability,
     pool_stats,
 )
-from pacore_benchmarks.math.vote import majority_vote
+from pacore_graph.coordination.vote import majority_vote
 from pacore_graph.episode import EpisodeContext
 from pacore_graph.records import Trajectory
 

@@ -1,6 +1,6 @@
 """``pacore bench math``: the scaling curve; ``pacore bench math grade``: grade a predictions file.
 
-pacore bench math --data PATH [--limit N] [--base-url URL] [--model M] [--methods single,vote,pacore]
+pacore bench math --data PATH [--limit N] [--base-url URL] [--model M] [--methods single,vote,pacore,pacore+early_stop]
                   [--preset low,medium,high | --rounds 32,4 ...] [--samples N] [--pool N] --output DIR
 pacore bench math grade --data PATH --predictions FILE [--verdicts FILE]
 
@@ -53,7 +53,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     parser.add_argument("--model", help="model name (default: the server's first model)")
     parser.add_argument("--api-key", help="API key (default: $OPENAI_API_KEY)")
-    parser.add_argument("--methods", default="single,vote,pacore", help="comma list of single, vote, pacore")
+    parser.add_argument(
+        "--methods", default="single,vote,pacore",
+        help="comma list of single, vote, pacore, and PaCoRe with a coordination option: pacore+early_stop, "
+        "pacore+budget (with --budget-tokens), pacore+subset, pacore+dedup, pacore+vote, pacore+verifier",
+    )  # fmt: skip
+    parser.add_argument("--budget-tokens", type=int, help="pacore+budget: completion tokens per problem")
     schedule = parser.add_mutually_exclusive_group()
     schedule.add_argument(
         "--preset", action="append", metavar="NAME[,NAME]",
@@ -221,10 +226,13 @@ def run_command(args: argparse.Namespace) -> int:
 
     embedded = not args.base_urls and not os.environ.get("OPENAI_BASE_URL")
     data = _data_source(args)
-    methods = _csv(args.methods)
+    methods = [m for m in _csv(args.methods) if not m.startswith("pacore+")]
+    variants = [m.removeprefix("pacore+") for m in _csv(args.methods) if m.startswith("pacore+")]
     unknown = [m for m in methods if m not in ("single", "vote", "pacore")]
     if unknown:
-        raise ValueError(f"unknown method {unknown[0]!r} in --methods: choose from single, vote, pacore")
+        raise ValueError(
+            f"unknown method {unknown[0]!r} in --methods: choose from single, vote, pacore, pacore+OPTION"
+        )
     overrides: dict[str, Any] = {}
     if args.context_window or embedded:
         overrides["context_window"] = args.context_window or EMBEDDED_CONTEXT
@@ -247,6 +255,8 @@ def run_command(args: argparse.Namespace) -> int:
         max_tokens=max_tokens,
         max_inflight=args.max_inflight,
         pacore_overrides=overrides,
+        coordination=variants,
+        budget_tokens=args.budget_tokens,
     )
     _load(args)  # bad data fails before any server starts
     if embedded:

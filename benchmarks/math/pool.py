@@ -111,28 +111,50 @@ def as_trajectory(row: dict[str, Any]) -> Trajectory:
     )
 
 
+PACE_SECONDS_PER_TOKEN = 1e-4  # a paced replay of 10,000 tokens takes 1 s
+
+
 class PoolReplayExplorer:
     """An Explorer whose first round comes from the pool; later rounds call the real explorer.
 
     ``call_limit`` bounds model calls across every concurrent PaCoRe run of the benchmark (each run's own
-    limiter bounds only that run).
+    limiter bounds only that run). ``paced`` (for options that cut a round short: early stop, budgets): a
+    replayed trajectory takes as long as generating its tokens at one fixed speed would, so trajectories
+    finish shortest first as at a server, and one that is cut counts the tokens it had made by then
+    (``cut_tokens``).
     """
 
-    def __init__(self, pooled: list[Trajectory], delegate: Any, call_limit: asyncio.Semaphore | None = None):
+    def __init__(
+        self, pooled: list[Trajectory], delegate: Any, call_limit: asyncio.Semaphore | None = None, paced: bool = False
+    ):
         self.pooled = pooled
         self.delegate = delegate
         self.call_limit = call_limit
+        self.paced = paced
         self.model_calls = 0
+        self.cut_tokens = 0
 
     async def explore(self, messages: list[BaseMessage], episode: EpisodeContext) -> Trajectory:
         round_index, index = episode.round_index, episode.index
         if round_index == 0:
-            return self.pooled[index].model_copy(deep=True)
+            trajectory = self.pooled[index].model_copy(deep=True)
+            if self.paced:
+                await self._generate(trajectory.completion_tokens or 0)
+            return trajectory
         self.model_calls += 1
         if self.call_limit is None:
             return await self.delegate.explore(messages, episode)
         async with self.call_limit:
             return await self.delegate.explore(messages, episode)
+
+    async def _generate(self, tokens: int) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            await asyncio.sleep(tokens * PACE_SECONDS_PER_TOKEN)
+        except asyncio.CancelledError:
+            self.cut_tokens += min(tokens, int((loop.time() - started) / PACE_SECONDS_PER_TOKEN))
+            raise
 
 
 class PoolStats(BaseModel):

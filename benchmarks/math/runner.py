@@ -5,7 +5,9 @@ Protocol (the paper's pool replay): per problem, a pool of first-round trajector
 - single: every pooled trajectory is one sample of a single-trajectory run;
 - vote@k: per sample, k pooled trajectories drawn reproducibly, majority vote over their answers;
 - PaCoRe: per sample, the first round is the same draw as vote@k1, later rounds call the model through
-  the real operator (``PaCoReRunner`` with a pool-replaying Explorer).
+  the real operator (``PaCoReRunner`` with a pool-replaying Explorer);
+- PaCoRe with a coordination option (``pacore+early_stop``, ``+budget``, ``+subset``, ``+dedup``, ``+vote``,
+  ``+verifier``: the settings of ``pacore bench coordination``), on the same draws.
 
 Resume: result rows and pooled trajectories are appended atomically as they finish and are never redone;
 a PaCoRe run in flight is checkpointed by LangGraph (SQLite, ``checkpoints.sqlite``), so a restarted
@@ -32,10 +34,11 @@ from pacore_benchmarks.math.grading import MathGrader, Verdict
 from pacore_benchmarks.math.plot import markdown_table, per_problem_table, plot_curve
 from pacore_benchmarks.math.pool import PoolError, PoolReplayExplorer, PoolStore, as_trajectory, draw
 from pacore_benchmarks.math.summary import Point, per_problem, schedule_label, summarize
-from pacore_benchmarks.math.vote import majority_vote
+from pacore_benchmarks.perf.coordination import VARIANTS, method_options
 from pacore_benchmarks.results import ResultsFile
 from pacore_graph.accounting import completion_tokens
 from pacore_graph.config import PRESETS, PaCoReConfig
+from pacore_graph.coordination.vote import majority_vote
 from pacore_graph.episode import EpisodeContext
 from pacore_graph.errors import ModelRequestError, PaCoReError
 from pacore_graph.retry import with_retries
@@ -63,12 +66,22 @@ class MathRunSettings(BaseModel):
     max_tokens: int | None = Field(None, ge=1)
     max_inflight: int = Field(256, ge=1, description="model calls in flight across the whole benchmark")
     pacore_overrides: dict[str, Any] = Field(default_factory=dict, description="extra PaCoReConfig fields")
+    coordination: list[str] = Field(
+        default_factory=list, description=f"PaCoRe variants to run beside it: {', '.join(VARIANTS)}"
+    )
+    budget_tokens: int | None = Field(None, ge=1, description="token budget per problem of the budget variant")
+
+    @field_validator("coordination")
+    @classmethod
+    def _known_variants(cls, variants: list[str]) -> list[str]:
+        unknown = [variant for variant in variants if variant not in VARIANTS]
+        if unknown:
+            raise ValueError(f"unknown coordination variant {unknown[0]!r}: choose from {', '.join(VARIANTS)}")
+        return list(dict.fromkeys(variants))
 
     @field_validator("methods")
     @classmethod
-    def _some_methods(cls, methods: list[Method]) -> list[Method]:
-        if not methods:
-            raise ValueError("--methods needs at least one of single, vote, pacore")
+    def _unique_methods(cls, methods: list[Method]) -> list[Method]:
         return list(dict.fromkeys(methods))
 
     @field_validator("schedules")
@@ -83,6 +96,14 @@ class MathRunSettings(BaseModel):
             if rounds not in unique:
                 unique.append(list(rounds))
         return unique
+
+    @model_validator(mode="after")
+    def _something_to_run(self) -> MathRunSettings:
+        if not self.methods and not self.coordination:
+            raise ValueError("--methods needs at least one of single, vote, pacore, pacore+OPTION")
+        if "budget" in self.coordination and self.budget_tokens is None:
+            raise ValueError("pacore+budget needs --budget-tokens (completion tokens per problem)")
+        return self
 
     @model_validator(mode="after")
     def _pool_is_big_enough(self) -> MathRunSettings:
@@ -103,7 +124,13 @@ class MathRunSettings(BaseModel):
 
     @property
     def pacore_schedules(self) -> list[list[int]]:
-        return self.schedules if "pacore" in self.methods else []
+        return self.schedules if "pacore" in self.methods or self.coordination else []
+
+    @property
+    def pacore_units(self) -> list[tuple[list[int], str]]:
+        """(schedule, variant) of every PaCoRe setting; variant "" is the paper's."""
+        variants = ([""] if "pacore" in self.methods else []) + self.coordination
+        return [(rounds, variant) for rounds in self.schedules for variant in variants]
 
     @property
     def pool_needed(self) -> int:
@@ -116,7 +143,8 @@ class MathRunSettings(BaseModel):
     def pool_size(self) -> int:
         return self.pool or self.pool_needed
 
-    def pacore_config(self, rounds: list[int], sample: int) -> PaCoReConfig:
+    def pacore_config(self, rounds: list[int], sample: int, variant: str = "") -> PaCoReConfig:
+        coordination = method_options(variant, budget_tokens=self.budget_tokens) if variant else {}
         return PaCoReConfig(
             rounds=rounds,
             temperature=self.temperature,
@@ -124,7 +152,13 @@ class MathRunSettings(BaseModel):
             max_tokens=self.max_tokens,
             seed=self.seed * 1_000_003 + sample,
             **self.pacore_overrides,
+            **coordination,
         )
+
+
+def pacore_label(rounds: list[int], variant: str = "") -> str:
+    """``pacore[32,4]``, or with a coordination variant ``pacore[32,4]+early_stop``."""
+    return schedule_label(rounds) + (f"+{variant}" if variant else "")
 
 
 class RunAborted(PaCoReError):
@@ -267,6 +301,7 @@ class MathBenchmark:
             "top_p": s.top_p,
             "max_tokens": s.max_tokens,
             "pacore_overrides": s.pacore_overrides,
+            "budget_tokens": s.budget_tokens,
         }
 
     def _check_output_settings(self) -> None:
@@ -331,18 +366,19 @@ class MathBenchmark:
                 if (f"vote@{k}", problem.id, sample) not in done:
                     results.append(self._vote_row(problem, rows, k, sample))
         units = [
-            (rounds, sample)
-            for rounds in settings.pacore_schedules
+            (rounds, variant, sample)
+            for rounds, variant in settings.pacore_units
             for sample in range(settings.samples)
-            if (schedule_label(rounds), problem.id, sample) not in done
+            if (pacore_label(rounds, variant), problem.id, sample) not in done
         ]
         board.grow(board.units, len(units))
         await asyncio.gather(
             *(
-                self._pacore_unit(problem, messages, rows, rounds, sample, results, call_limit, checkpointer, board)
-                for rounds, sample in units
+                self._pacore_unit(problem, messages, rows, rounds, variant, sample, results, call_limit, checkpointer,
+                                  board)
+                for rounds, variant, sample in units
             )
-        )
+        )  # fmt: skip
 
     # -- the pool -----------------------------------------------------------------------------------
     async def _fill_pool(
@@ -434,16 +470,19 @@ class MathBenchmark:
         messages: list[BaseMessage],
         rows: list[dict[str, Any]],
         rounds: list[int],
+        variant: str,
         sample: int,
         results: ResultsFile,
         call_limit: asyncio.Semaphore,
         checkpointer: Any,
         board: _Board,
     ) -> None:
-        label = schedule_label(rounds)
+        label = pacore_label(rounds, variant)
         indices = draw(len(rows), rounds[0], problem_id=problem.id, sample=sample, seed=self.settings.seed)
-        explorer = PoolReplayExplorer([as_trajectory(rows[i]) for i in indices], self.explorer, call_limit)
-        runner = PaCoReRunner(explorer, self.settings.pacore_config(rounds, sample), checkpointer=checkpointer)
+        paced = variant in ("early_stop", "budget")  # they cut rounds short: finish order and partial tokens matter
+        explorer = PoolReplayExplorer([as_trajectory(rows[i]) for i in indices], self.explorer, call_limit, paced)
+        config = self.settings.pacore_config(rounds, sample, variant)
+        runner = PaCoReRunner(explorer, config, checkpointer=checkpointer)
         thread = {"configurable": {"thread_id": f"math|{self.model_name}|{label}|{problem.id}|{sample}"}}
         try:
             snapshot = await runner.graph.aget_state(thread)
@@ -463,13 +502,14 @@ class MathBenchmark:
                 "answer": verdict.extracted,
                 "correct": verdict.correct,
                 "flag": verdict.flag,
-                "ttc": result.ttc,
+                "ttc": result.ttc + explorer.cut_tokens,  # replayed trajectories cut after part of their tokens
                 "ttc_approximate": result.ttc_approximate,
                 "round_tokens": [r.completion_tokens for r in result.rounds],
                 "failed_trajectories": len(result.failures),
                 "model_calls": explorer.model_calls,
                 "pool_indices": indices,
                 "conclusion": result.answer,
+                **({"outcome": result.outcome.model_dump(), "cut": len(result.cut)} if variant else {}),
             }
         )
         await checkpointer.adelete_thread(thread["configurable"]["thread_id"])
@@ -509,7 +549,7 @@ class MathBenchmark:
 
     def _wanted_labels(self) -> set[str]:
         labels = {f"vote@{k}" for k in self.settings.effective_vote_ks}
-        labels |= {schedule_label(rounds) for rounds in self.settings.pacore_schedules}
+        labels |= {pacore_label(rounds, variant) for rounds, variant in self.settings.pacore_units}
         if "single" in self.settings.methods:
             labels.add("single")
         return labels
