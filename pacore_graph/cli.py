@@ -21,13 +21,13 @@ def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """--base-url (repeatable: one per vLLM replica) and --model; none: the embedded model."""
+    """--base-url and --model; none: the embedded model. ``args.base_url`` is a list so that a repeated flag is
+    refused (by :func:`~pacore_graph.models.serving`) rather than silently cut to its last URL."""
     parser.add_argument(
         "--base-url",
         action="append",
-        dest="base_urls",
         metavar="URL",
-        help="OpenAI-compatible server, e.g. http://localhost:8000/v1; repeat for replicas",
+        help="OpenAI-compatible server, e.g. http://localhost:8000/v1 (replicas: vllm-router's URL, see serve-vllm)",
     )
     parser.add_argument("--model", help="model name (default: the server's first model)")
     parser.add_argument("--api-key", help="API key (default: $OPENAI_API_KEY)")
@@ -78,7 +78,7 @@ def _solve(args: argparse.Namespace) -> int:
         finally:
             await model.aclose()
 
-    with serving(args.base_urls, args.model, args.api_key) as model:
+    with serving(args.base_url, args.model, args.api_key) as model:
         with RunProgress() as progress:
             result = asyncio.run(run(model, progress))
     if args.output:

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
+
+from pacore_graph.cli import add_model_arguments
 
 DEFAULT_LOCAL_DATA = Path("../shared/data/math/aime_2025.jsonl")
 DEFAULT_HUB_DATA = "MathArena/aime_2025"
@@ -47,12 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         f"(default: {DEFAULT_LOCAL_DATA} when it exists, else {DEFAULT_HUB_DATA})",
     )
     parser.add_argument("--limit", type=int, help="first N problems only")
-    parser.add_argument(
-        "--base-url", action="append", dest="base_urls", metavar="URL",
-        help="OpenAI-compatible server (vLLM), repeat for replicas; none: the embedded SmolLM2",
-    )  # fmt: skip
-    parser.add_argument("--model", help="model name (default: the server's first model)")
-    parser.add_argument("--api-key", help="API key (default: $OPENAI_API_KEY)")
+    add_model_arguments(parser)
     parser.add_argument(
         "--methods", default="single,vote,pacore",
         help="comma list of single, vote, pacore, and PaCoRe with a coordination option: pacore+early_stop, "
@@ -222,9 +218,9 @@ def run_command(args: argparse.Namespace) -> int:
 
     from pacore_benchmarks.math.runner import MathBenchmark, MathRunSettings  # noqa: PLC0415
     from pacore_graph.explorer import ChatExplorer  # noqa: PLC0415
-    from pacore_graph.models import serving  # noqa: PLC0415
+    from pacore_graph.models import configured_url, serving  # noqa: PLC0415
 
-    embedded = not args.base_urls and not os.environ.get("OPENAI_BASE_URL")
+    embedded = configured_url(args.base_url) is None  # several URLs are refused here, before anything runs
     data = _data_source(args)
     methods = [m for m in _csv(args.methods) if not m.startswith("pacore+")]
     variants = [m.removeprefix("pacore+") for m in _csv(args.methods) if m.startswith("pacore+")]
@@ -275,7 +271,7 @@ def run_command(args: argparse.Namespace) -> int:
             if close is not None:
                 await close()
 
-    with serving(args.base_urls, args.model, args.api_key) as model:
+    with serving(args.base_url, args.model, args.api_key) as model:
         report = asyncio.run(run(model))
     if report.table is not None:
         print(report.table.read_text())

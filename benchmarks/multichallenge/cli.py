@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -44,18 +43,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--base-url",
         action="append",
-        default=[],
-        dest="base_urls",
         metavar="URL",
-        help="responder server (repeat for replicas; default: embedded SmolLM2)",
+        help="responder server (one: replicas go behind vllm-router; default: embedded SmolLM2)",
     )
     parser.add_argument("--model", help="responder model name (default: the server's first model)")
     parser.add_argument("--api-key", help="responder API key (default: $OPENAI_API_KEY)")
     parser.add_argument(
         "--judge-base-url",
         action="append",
-        default=[],
-        dest="judge_base_urls",
         metavar="URL",
         help="judge server, e.g. https://api.openai.com/v1 (default: the responder's: self-judging, with a warning)",
     )
@@ -137,6 +132,8 @@ def main(args: argparse.Namespace) -> int:
     )
     from pacore_benchmarks.multichallenge.settings import RunSettings, SettingsMismatch, check_or_save
     from pacore_graph.config import PaCoReConfig
+    from pacore_graph.errors import PaCoReError
+    from pacore_graph.models import configured_url
     from pacore_graph.models.embedded import DEFAULT_CONTEXT
 
     try:
@@ -150,23 +147,26 @@ def main(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             return _fail(f"--{name} must be at least 1")
 
-    base_urls = args.base_urls or ([os.environ["OPENAI_BASE_URL"]] if os.environ.get("OPENAI_BASE_URL") else [])
-    # The judge defaults to the responder's endpoint and model (warned about below).
-    judge_urls = args.judge_base_urls or base_urls
-    embedded = not base_urls
+    try:  # one URL each (a repeated flag is refused)
+        base_url = configured_url(args.base_url)
+        # The judge defaults to the responder's endpoint and model (warned about below).
+        judge_url = configured_url(args.judge_base_url) if args.judge_base_url else base_url
+    except PaCoReError as exc:
+        return _fail(str(exc))
+    embedded = base_url is None
     max_tokens = args.max_tokens if args.max_tokens is not None else (EMBEDDED_MAX_TOKENS if embedded else None)
     judge_max_tokens = args.judge_max_tokens
-    if judge_max_tokens is None and not judge_urls:
+    if judge_max_tokens is None and judge_url is None:
         judge_max_tokens = EMBEDDED_MAX_TOKENS
     settings = RunSettings(
         data=args.data or default_source(),
         output=args.output or _default_output(rounds, preset),
         limit=args.limit,
         axis=args.axis.upper() if args.axis else None,
-        base_urls=base_urls,
+        base_url=base_url,
         model=args.model,
-        judge_base_urls=judge_urls,
-        judge_model=args.judge_model or (None if args.judge_base_urls else args.model),
+        judge_base_url=judge_url,
+        judge_model=args.judge_model or (None if args.judge_base_url else args.model),
         judge_prompt=args.judge_prompt,
         rounds=rounds,
         preset=preset,
@@ -252,18 +252,19 @@ class _Fatal(Exception):
     """A server cannot be used at all (unreachable, unknown model): stop, keep what is written."""
 
 
-def _check_server(urls: list[str], model: str | None) -> None:
+def _check_server(url: str | None, model: str | None) -> None:
     """Fail fast with one clear message instead of 273 rows of connection errors."""
     from pacore_graph.errors import PaCoReError
     from pacore_graph.models import served_models
 
-    for url in urls:
-        try:
-            served = served_models(url)
-        except PaCoReError as exc:
-            raise _Fatal(str(exc)) from None
-        if model is not None and served and model not in served:
-            raise _Fatal(f"model {model!r} is not served at {url} (it serves: {', '.join(served)})")
+    if url is None:
+        return
+    try:
+        served = served_models(url)
+    except PaCoReError as exc:
+        raise _Fatal(str(exc)) from None
+    if model is not None and served and model not in served:
+        raise _Fatal(f"model {model!r} is not served at {url} (it serves: {', '.join(served)})")
 
 
 async def _respond_and_judge(settings, conversations, results, console, keys: Keys):
@@ -275,20 +276,20 @@ async def _respond_and_judge(settings, conversations, results, console, keys: Ke
     from pacore_graph.errors import PaCoReError
     from pacore_graph.models import chat_model, serving
 
-    _check_server(settings.base_urls, settings.model)
-    _check_server(settings.judge_base_urls, settings.judge_model)
+    _check_server(settings.base_url, settings.model)
+    _check_server(settings.judge_base_url, settings.judge_model)
     with ExitStack() as stack:
         try:
-            if not settings.base_urls:
+            if not settings.base_url:
                 console.print("starting the embedded SmolLM2 server ...")
-            responder = stack.enter_context(serving(settings.base_urls or None, settings.model, keys.responder))
+            responder = stack.enter_context(serving(settings.base_url, settings.model, keys.responder))
             # The judge has a client of its own, sending what the official one sends, even on the same server.
             judge_args = (settings.judge_model, keys.judge)
             judge_client = {"extra_body": OFFICIAL_EXTRA_BODY}
-            if settings.judge_base_urls == settings.base_urls:  # the embedded server included
-                judge = chat_model(responder.base_urls, *judge_args, **judge_client)
+            if settings.judge_base_url == settings.base_url:  # the embedded server included
+                judge = chat_model(responder.base_url, *judge_args, **judge_client)
             else:
-                judge = stack.enter_context(serving(settings.judge_base_urls, *judge_args, **judge_client))
+                judge = stack.enter_context(serving(settings.judge_base_url, *judge_args, **judge_client))
         except PaCoReError as exc:
             raise _Fatal(str(exc)) from None
         async with AsyncSqliteSaver.from_conn_string(str(Path(settings.output) / CHECKPOINTS_NAME)) as saver:

@@ -96,7 +96,7 @@ async def run_fault_scenario(settings: FaultSettings, folder: Path) -> FaultRepo
     problems = synthetic_problems(settings.problems)
     results = ResultsFile(folder / RESULTS_FILE, key=lambda row: row["id"])
     with Emulator(emulator_config) as emulator:
-        model = OpenAICompatibleChatModel(base_urls=[emulator.base_url], model=emulator_config.model)
+        model = OpenAICompatibleChatModel(base_url=emulator.base_url, model=emulator_config.model)
         try:
             async with open_checkpointer(folder) as saver:
                 runner = PaCoReRunner(model, config, checkpointer=saver)
