@@ -134,8 +134,12 @@ def build_pacore_graph(
 
     async def trajectory(task: TrajectoryTask, config: RunnableConfig) -> dict[str, Any]:
         """One trajectory, retried on transient failures; a final failure is recorded, or raised when the
-        whole round failed (see :mod:`pacore_graph.barrier`)."""
+        whole round failed (see :mod:`pacore_graph.barrier`). Closing the run cancels it."""
         run = current_context()
+        with run.trajectory_running():
+            return await run_trajectory(run, task, config)
+
+    async def run_trajectory(run: PaCoReContext, task: TrajectoryTask, config: RunnableConfig) -> dict[str, Any]:
         round_index, index = task["round_index"], task["index"]
         k = schedule[round_index]
         verifier = round_index == final_round and settings.final_selector == "verifier"
