@@ -218,7 +218,14 @@ def build_pacore_graph(
         )
         end = ending(state.get("rounds", []), round_data, chosen, run.control(settings), settings, final_round)
         if not chosen and end is None:
-            raise RoundFailedError(RoundRecord.model_validate(round_data))
+            if run.ran(round_index):
+                raise RoundFailedError(RoundRecord.model_validate(round_data))
+            # A resume reached the collector of a round that failed before (its trajectories ran elsewhere,
+            # e.g. some saved with empty conclusions before a kill, the rest failed on the resume after it):
+            # run the whole round again instead of raising the same error on every resume.
+            run.emit({"event": "round_restarted", "round": round_index, "k": round_data["k"]})
+            announce(run, round_index)
+            return {"results": Overwrite([]), "round_index": round_index}
         update: dict[str, Any] = {"results": Overwrite([]), "rounds": [round_data], "round_index": round_index + 1}
         if end is not None:
             update.update(round_index=len(schedule), answer=answer_message(end.record), outcome=end.outcome)

@@ -102,6 +102,10 @@ class PaCoReContext:
         """This process sends the round's K tasks: all of them will run here (see RoundBarrier)."""
         self._fanned_out.add(round_index)
 
+    def ran(self, round_index: int) -> bool:
+        """Whether a trajectory of the round ran in this process (a resume may reach only its collector)."""
+        return round_index in self._rounds
+
     def emit(self, event: dict[str, Any]) -> None:
         """A progress event to the listener, else to LangGraph's custom stream (about 0.2 ms an event)."""
         if self.on_event is not None:
