@@ -16,9 +16,11 @@ PRESETS: dict[str, list[int]] = {"low": [4], "medium": [16], "high": [32, 4]}
 
 
 class RetryPolicy(BaseModel):
-    """Retries of transient failures (HTTP 5xx / 408 / 429, timeouts, dropped connections).
+    """Retries of transient failures (HTTP 5xx / 408 / 409 / 425 / 429, timeouts, dropped connections,
+    malformed bodies; see :func:`pacore_graph.errors.is_transient`).
 
-    Other 4xx answers are the caller's mistake and are never retried.
+    Other 4xx answers are the caller's mistake and are never retried (``compat="reference"`` retries
+    every error, as the reference pipeline does).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

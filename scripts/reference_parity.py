@@ -102,7 +102,7 @@ def reply(body: dict, attempt: int):
 
 REFERENCE_RUNNER = textwrap.dedent(
     """
-    import json, random, sys
+    import random, sys
     from pacore.batch_inference.base_exp import Exp
 
     random.uniform = lambda low, high: 0.0  # the retry sleeps: they decide when, not what, it sends
