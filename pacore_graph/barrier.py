@@ -10,7 +10,9 @@ its retries therefore waits until its running siblings are done:
 - none did, and all K trajectories of the round ran in this process: every failed one raises
   :class:`~pacore_graph.errors.RoundFailedError`, so a resume re-runs exactly those;
 - some siblings finished before a restart (their outputs are saved, their conclusions unknown here):
-  the failure is recorded, and the collector decides with the whole round in view.
+  the failure is recorded, and the collector decides with the whole round in view. When it finds no
+  usable conclusion it raises; a later resume then reaches only the collector, which, seeing that no
+  trajectory of the round ran in its process, runs the whole round again.
 
 Who counts as a sibling that is still to come: when this process fanned the round out, all K tasks run
 here, so a failed one waits until all K have started and none runs. When the round was fanned out

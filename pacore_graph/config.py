@@ -16,9 +16,11 @@ PRESETS: dict[str, list[int]] = {"low": [4], "medium": [16], "high": [32, 4]}
 
 
 class RetryPolicy(BaseModel):
-    """Retries of transient failures (HTTP 5xx / 408 / 429, timeouts, dropped connections).
+    """Retries of transient failures (HTTP 5xx / 408 / 409 / 425 / 429, timeouts, dropped connections,
+    malformed bodies; see :func:`pacore_graph.errors.is_transient`).
 
-    Other 4xx answers are the caller's mistake and are never retried.
+    Other 4xx answers are the caller's mistake and are never retried (``compat="reference"`` retries
+    every error, as the reference pipeline does).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -73,6 +75,12 @@ class PaCoReConfig(BaseModel):
         "so the CLI and benchmarks turn it on, a library user decides; see pacore_graph.gc_policy",
     )
     model_kwargs: dict = Field(default_factory=dict, description="extra request fields, e.g. chat_template_kwargs")
+    compat: Literal["reference"] | None = Field(
+        None,
+        description="'reference': behave as the reference pipeline (stepfun-ai/PaCoRe base_exp.py) where replies are "
+        "odd: every non-empty reply is a reference, a round with none carries on, the answer is the final call's "
+        "raw content, every error is retried (see pacore_graph.compat and the README's differences section)",
+    )
     # Coordination beyond the paper (pacore_graph.coordination): every option is off by default.
     answer_extractor: str | None = Field(
         None,
@@ -144,6 +152,33 @@ class PaCoReConfig(BaseModel):
             )
         if self.distinct_subsets and self.reference_subset is None:
             raise ValueError("distinct_subsets needs reference_subset (the subset size k)")
+        return self
+
+    @model_validator(mode="after")
+    def _compat_is_reproducible(self) -> PaCoReConfig:
+        """Options the reference pipeline does not have would change what compat='reference' sends."""
+        if self.compat != "reference":
+            return self
+        set_options = [
+            name
+            for name, on in {
+                "reference_order='index'": self.reference_order != "length_shuffle",
+                "reference_token_cap": self.reference_token_cap is not None,
+                "context_window": self.context_window is not None,
+                "answer_extractor": self.answer_extractor is not None,
+                "budget": self.budget.active,
+                "early_stop": self.early_stop.active,
+                "reference_subset": self.reference_subset is not None,
+                "dedup_references": self.dedup_references,
+                f"final_selector={self.final_selector!r}": self.final_selector != "synthesis",
+            }.items()
+            if on
+        ]
+        if set_options:
+            raise ValueError(
+                f"compat='reference' reproduces the reference pipeline, which has no {', '.join(set_options)}: "
+                "leave them unset or drop compat"
+            )
         return self
 
     @classmethod

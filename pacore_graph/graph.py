@@ -32,6 +32,7 @@ from langgraph.types import Overwrite, Send
 
 from pacore_graph.accounting import completion_tokens
 from pacore_graph.compaction import compact
+from pacore_graph.compat import ReferenceRetries, passes_on, reference_text
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.coordination.control import TrajectoryCut
 from pacore_graph.coordination.ending import ending
@@ -98,6 +99,11 @@ def build_pacore_graph(
     """
     settings = config or PaCoReConfig()  # `config` is LangGraph's name for the RunnableConfig below
     explorer: Explorer = as_explorer(model_or_explorer, settings)
+    reference_mode = settings.compat == "reference"
+    passes = passes_on if reference_mode else usable  # which trajectories become references
+    uncapped = explorer  # compat="reference": what a request refused as too long is retried with
+    if reference_mode and settings.max_tokens is not None:
+        uncapped = as_explorer(model_or_explorer, settings.model_copy(update={"max_tokens": None}))
     limiter = limiter or ConcurrencyLimiter(settings.max_concurrency)
     schedule = settings.schedule
     final_round = len(schedule) - 1
@@ -134,8 +140,12 @@ def build_pacore_graph(
 
     async def trajectory(task: TrajectoryTask, config: RunnableConfig) -> dict[str, Any]:
         """One trajectory, retried on transient failures; a final failure is recorded, or raised when the
-        whole round failed (see :mod:`pacore_graph.barrier`)."""
+        whole round failed (see :mod:`pacore_graph.barrier`). Closing the run cancels it."""
         run = current_context()
+        with run.trajectory_running():
+            return await run_trajectory(run, task, config)
+
+    async def run_trajectory(run: PaCoReContext, task: TrajectoryTask, config: RunnableConfig) -> dict[str, Any]:
         round_index, index = task["round_index"], task["index"]
         k = schedule[round_index]
         verifier = round_index == final_round and settings.final_selector == "verifier"
@@ -145,17 +155,22 @@ def build_pacore_graph(
         final = round_index == final_round and not verifier  # a verifier's reply is not the answer: no streaming
         child = run.child_config(config, round_index, index, final)
         episode = EpisodeContext(round_index, index, final, child, run.payload, run.on_record)
+        retries = ReferenceRetries(capped=uncapped is not explorer) if reference_mode else None
         attempts = 0
 
         async def attempt() -> Trajectory:
             nonlocal attempts
             attempts += 1
-            return await explorer.explore(messages, episode)
+            return await (explorer if retries is None or retries.capped else uncapped).explore(messages, episode)
 
+        retryable = is_transient if retries is None else retries.retryable
         barrier.start()
         try:
             outcome, _ = await control.guard(
-                index, with_retries(attempt, settings.retry, settings.request_timeout, slot=limiter.semaphore())
+                index,
+                with_retries(
+                    attempt, settings.retry, settings.request_timeout, slot=limiter.semaphore(), retryable=retryable
+                ),
             )
         except asyncio.CancelledError:
             barrier.leave()
@@ -170,12 +185,15 @@ def build_pacore_graph(
             record = seen_references(failure_record(round_index, index, exc, attempts), task)
             control.finished(record)
             run.emit({"event": "trajectory_failed", "round": round_index, "index": index, "error": record["error"]})
-            if await barrier.fail(record):
+            if reference_mode:  # the reference pipeline carries on whatever failed
+                barrier.finish(record, False)
+            elif await barrier.fail(record):
                 raise RoundFailedError(round_record(round_index, k, barrier.records.values())) from exc
             return {"results": [record]}
-        record = seen_references(trajectory_record(outcome, round_index, index, attempts, settings), task)
+        record = trajectory_record(outcome, round_index, index, attempts, settings, final=final)
+        record = seen_references(record, task)
         control.finished(record)
-        barrier.finish(record, usable(record))
+        barrier.finish(record, passes(record))
         if run.trace is not None:
             outcome.extra.setdefault("round_index", round_index)
             outcome.extra.setdefault("index", index)
@@ -197,7 +215,7 @@ def build_pacore_graph(
         round_index = state["round_index"]
         records = sorted(state.get("results", []), key=lambda record: record["index"])
         order = order_references([r.get("content_length", 0) for r in records], settings.seed, settings.reference_order)
-        chosen = [records[position] for position in order if usable(records[position])]
+        chosen = [records[position] for position in order if passes(records[position])]
         round_data = RoundData(
             round_index=round_index, k=schedule[round_index], reference_order=[r["index"] for r in chosen],
             trajectories=records,
@@ -213,14 +231,21 @@ def build_pacore_graph(
             }
         )
         end = ending(state.get("rounds", []), round_data, chosen, run.control(settings), settings, final_round)
-        if not chosen and end is None:
-            raise RoundFailedError(RoundRecord.model_validate(round_data))
+        if not chosen and end is None and not reference_mode:  # the reference pipeline carries on with none
+            if run.ran(round_index):
+                raise RoundFailedError(RoundRecord.model_validate(round_data))
+            # A resume reached the collector of a round that failed before (its trajectories ran elsewhere,
+            # e.g. some saved with empty conclusions before a kill, the rest failed on the resume after it):
+            # run the whole round again instead of raising the same error on every resume.
+            run.emit({"event": "round_restarted", "round": round_index, "k": round_data["k"]})
+            announce(run, round_index)
+            return {"results": Overwrite([]), "round_index": round_index}
         update: dict[str, Any] = {"results": Overwrite([]), "rounds": [round_data], "round_index": round_index + 1}
         if end is not None:
             update.update(round_index=len(schedule), answer=answer_message(end.record), outcome=end.outcome)
             run.emit({"event": "run_ended", "round": round_index, **end.outcome})
-        elif round_index == final_round:
-            update["answer"] = answer_message(chosen[0])
+        elif round_index == final_round:  # compat="reference": a failed final call answers ""
+            update["answer"] = answer_message(chosen[0]) if chosen else AIMessage(content="", name="pacore")
         else:
             announce(run, round_index + 1)
         return update
@@ -251,11 +276,15 @@ def seen_references(record: TrajectoryData, task: TrajectoryTask) -> TrajectoryD
 
 
 def trajectory_record(
-    outcome: Trajectory, round_index: int, index: int, attempts: int, config: PaCoReConfig
+    outcome: Trajectory, round_index: int, index: int, attempts: int, config: PaCoReConfig, *, final: bool = False
 ) -> TrajectoryData:
+    """What state keeps of a trajectory. With ``compat="reference"`` the conclusion is the reference
+    pipeline's text: what follows the last ``</think>`` or the whole reply, and the final call's raw reply."""
     compacted = compact(outcome.content, outcome.reasoning, outcome.finish_reason)
     conclusion = compacted.conclusion if compacted.conclusion.strip() else ""
-    if not conclusion and compacted.truncated and config.truncated_policy == "keep":
+    if config.compat == "reference":
+        conclusion = outcome.content if final else reference_text(outcome.content)
+    elif not conclusion and compacted.truncated and config.truncated_policy == "keep":
         conclusion = outcome.content  # the reference pipeline passes such raw text on
     tokens, approximate = completion_tokens(outcome.completion_tokens, outcome.content, outcome.reasoning)
     return TrajectoryData(

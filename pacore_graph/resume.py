@@ -11,7 +11,9 @@ Rules this module follows:
 - a thread whose graph finished is read back, not run again (the kill came before its row was written);
 - a thread that stopped on :class:`RoundFailedError` (every trajectory of a round failed, e.g. the
   server was down) is resumed like any other: the failed trajectories raised, so LangGraph runs them
-  again, while the earlier rounds (and any trajectory of the round that did finish) are kept;
+  again, while the earlier rounds (and any trajectory of the round that did finish) are kept; when the
+  collector raised it (the round's usable-less trajectories finished partly before a restart), the
+  resume reaches only the collector, which then runs the whole round again;
 - durability "sync": a checkpoint is on disk before the next step starts.
 
 Trajectories traced with ``trace=True`` are kept in memory only: after a resume the trace holds the
@@ -74,8 +76,9 @@ def thread_id(problem_id: str, messages: Sequence[BaseMessage], config: PaCoReCo
 
 
 def _failed_round(snapshot: Any) -> bool:
-    """Whether the thread stopped because a round had no usable trajectory: its trajectory tasks raised."""
-    return any(task.name == "trajectory" and task.error is not None for task in snapshot.tasks)
+    """Whether the thread stopped because a round had no usable trajectory: its trajectory tasks raised, or
+    its collector did."""
+    return any(task.name in ("trajectory", "collect") and task.error is not None for task in snapshot.tasks)
 
 
 async def solve_resumable(

@@ -27,8 +27,9 @@ async def with_retries(
     timeout: float | None,
     *,
     slot: AbstractAsyncContextManager[Any] | None = None,
+    retryable: Callable[[Exception], bool] = is_transient,
 ) -> tuple[T, int]:
-    """Run ``attempt`` until it succeeds, a non-transient error occurs, or attempts run out.
+    """Run ``attempt`` until it succeeds, an error ``retryable`` refuses occurs, or attempts run out.
 
     ``slot`` (a semaphore, say) is held around each attempt but not during backoff sleeps, and the
     ``timeout`` starts once the slot is held: time queued behind other requests is not generation time.
@@ -44,7 +45,7 @@ async def with_retries(
                 async with asyncio.timeout(timeout):
                     return await attempt(), number
         except Exception as exc:
-            if number == policy.max_attempts or not is_transient(exc):
+            if number == policy.max_attempts or not retryable(exc):
                 raise
             await asyncio.sleep(backoff_delay(policy, number))
     raise AssertionError("unreachable")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
@@ -76,6 +78,16 @@ class PaCoReRunner:
             stream_metadata={key: value for key, value in metadata.items() if key.startswith("langgraph_")},
         )
 
+    @contextmanager
+    def running(self, run: PaCoReContext) -> Iterator[None]:
+        """Around one graph run: GC spacing if configured, and the run closed at the end however it ends
+        (its trajectories still in flight cancelled, whatever LangGraph's own cleanup managed)."""
+        with spaced_full_collections(self.config.spaced_gc):
+            try:
+                yield
+            finally:
+                run.close()
+
     def run_config(self, runnable_config: RunnableConfig | None, *, sync: bool) -> RunnableConfig:
         """All K trajectory tasks start together: a graph-level max_concurrency of the caller does not
         throttle them (PaCoReConfig.max_concurrency bounds the model calls), and a sync run gets a thread
@@ -100,7 +112,7 @@ class PaCoReRunner:
         """
         run = self.context(messages, runnable_config, **context)
         graph_input = None if resume else START_INPUT
-        with spaced_full_collections(self.config.spaced_gc):
+        with self.running(run):
             state = await self.graph.ainvoke(
                 graph_input, self.run_config(runnable_config, sync=False), context=run, durability=durability
             )
@@ -118,13 +130,10 @@ class PaCoReRunner:
         """Sync :meth:`arun`: a sync LangGraph run (sync checkpointers work); Ctrl-C stops its requests."""
         run = self.context(messages, runnable_config, **context)
         graph_input = None if resume else START_INPUT
-        with spaced_full_collections(self.config.spaced_gc):
+        config = self.run_config(runnable_config, sync=True)
+        with self.running(run):
             state = call_interruptibly(
-                self.graph.invoke,
-                graph_input,
-                self.run_config(runnable_config, sync=True),
-                context=run,
-                durability=durability,
+                partial(self.graph.invoke, graph_input, config, context=run, durability=durability), run.close
             )
         return build_result(state, run.trace)
 

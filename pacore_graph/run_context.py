@@ -9,8 +9,10 @@ messages again, and the per-round message lists are rebuilt from them.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,10 +56,55 @@ class PaCoReContext:
     )
     _control: RunControl | None = field(default=None, init=False, repr=False, compare=False)
     _fanned_out: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
+    _in_flight: set[asyncio.Task] = field(default_factory=set, init=False, repr=False, compare=False)
+    _closed: bool = field(default=False, init=False, repr=False, compare=False)
+
+    @contextmanager
+    def trajectory_running(self) -> Iterator[None]:
+        """The current task runs one trajectory of this run until the block ends (see :meth:`close`).
+
+        A trajectory that starts after the run was closed (LangGraph had created its task but its cleanup
+        was cut short) is cancelled at once, before it sends anything.
+        """
+        task = asyncio.current_task()
+        assert task is not None, "a trajectory runs in an asyncio task"
+        self._in_flight.add(task)
+        try:
+            if self._closed:  # checked after adding, so close() in another thread cannot miss this task
+                raise asyncio.CancelledError("the PaCoRe run was closed before this trajectory started")
+            yield
+        finally:
+            self._in_flight.discard(task)
+
+    def close(self) -> None:
+        """The run is over (finished, failed or cancelled): cancel every trajectory still running.
+
+        Why here and not only in LangGraph's cleanup: a run cancelled a second time one loop step after
+        the first (Starlette does that when a client leaves) never runs LangGraph's cleanup (its exit task
+        is cancelled before it starts; langgraph issue 5682), which would leave the trajectories' HTTP
+        requests open upstream. The runner calls this in its own ``finally``; it is synchronous, so no
+        further cancellation can interrupt it. A sync run's trajectories run on the background loop of
+        :mod:`pacore_graph.sync`: they are cancelled through their own loop.
+        """
+        self._closed = True
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        for task in tuple(self._in_flight):
+            loop = task.get_loop()
+            if loop is running:
+                task.cancel()
+            elif not loop.is_closed():
+                loop.call_soon_threadsafe(task.cancel)
 
     def fanned_out(self, round_index: int) -> None:
         """This process sends the round's K tasks: all of them will run here (see RoundBarrier)."""
         self._fanned_out.add(round_index)
+
+    def ran(self, round_index: int) -> bool:
+        """Whether a trajectory of the round ran in this process (a resume may reach only its collector)."""
+        return round_index in self._rounds
 
     def emit(self, event: dict[str, Any]) -> None:
         """A progress event to the listener, else to LangGraph's custom stream (about 0.2 ms an event)."""

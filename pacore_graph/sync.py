@@ -3,11 +3,10 @@
 A fresh ``asyncio.run`` per call would throw away pooled HTTP sessions (they belong to one loop) and
 cannot be used where a loop is already running (notebooks, sync nodes inside async graphs).
 
-Ctrl-C: a sync caller waiting here gets the KeyboardInterrupt; the coroutines it started on the
-background loop are then cancelled (their HTTP requests closed) before the interrupt goes on, so an
+Ctrl-C: a sync caller waiting here gets the KeyboardInterrupt; the coroutine it started on the
+background loop is then cancelled (its HTTP requests closed) before the interrupt goes on, so an
 interrupted run stops spending tokens. :func:`call_interruptibly` extends that to a sync function (a
-sync LangGraph run) whose worker threads call :func:`run_sync`: every coroutine they started is
-cancelled when the caller is interrupted.
+sync LangGraph run, whose worker threads call :func:`run_sync`), stopped by a callback of the caller's.
 """
 
 from __future__ import annotations
@@ -53,33 +52,6 @@ def _shut_down(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> Non
         loop.close()
 
 
-class _CancelScope:
-    """The background-loop tasks started on behalf of one interruptible call."""
-
-    def __init__(self) -> None:
-        self._tasks: set[asyncio.Task] = set()
-        self._lock = threading.Lock()
-        self.cancelled = False
-
-    def add(self, task: asyncio.Task) -> None:
-        with self._lock:
-            if self.cancelled:
-                task.cancel()
-                return
-            self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def cancel(self, loop: asyncio.AbstractEventLoop) -> None:
-        with self._lock:
-            self.cancelled = True
-            tasks = list(self._tasks)
-        for task in tasks:
-            loop.call_soon_threadsafe(task.cancel)
-
-
-_scope: contextvars.ContextVar[_CancelScope | None] = contextvars.ContextVar("pacore_cancel_scope", default=None)
-
-
 def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine to completion from sync code, whatever loop the caller is in.
 
@@ -88,7 +60,6 @@ def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
     """
     loop = _background_loop()
     context = contextvars.copy_context()
-    scope = _scope.get()
     outcome: concurrent.futures.Future[T] = concurrent.futures.Future()
     started: list[asyncio.Task] = []  # filled on the loop; callbacks run in order, so before any cancel
 
@@ -104,8 +75,6 @@ def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
         task = loop.create_task(coroutine, context=context)
         started.append(task)
         task.add_done_callback(finish)
-        if scope is not None:
-            scope.add(task)
 
     loop.call_soon_threadsafe(start)
     try:
@@ -117,20 +86,18 @@ def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
         raise
 
 
-def call_interruptibly(function: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+def call_interruptibly(function: Callable[[], T], on_interrupt: Callable[[], None]) -> T:
     """Call a sync function in a helper thread so that a KeyboardInterrupt reaches this caller at once.
 
-    On an interrupt, every coroutine that the function's threads started with :func:`run_sync` is
-    cancelled; the function then fails and its thread ends, and the interrupt is raised here.
+    On an interrupt, ``on_interrupt`` stops the function's work (a PaCoRe run cancels its trajectories on
+    the background loop); the function then fails and its thread ends, and the interrupt is raised here.
     """
-    scope = _CancelScope()
     context = contextvars.copy_context()
-    context.run(_scope.set, scope)
     outcome: concurrent.futures.Future[T] = concurrent.futures.Future()
 
     def work() -> None:
         try:
-            outcome.set_result(context.run(function, *args, **kwargs))
+            outcome.set_result(context.run(function))
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
             outcome.set_exception(exc)
 
@@ -139,6 +106,6 @@ def call_interruptibly(function: Callable[..., T], /, *args: Any, **kwargs: Any)
         return outcome.result()
     except BaseException:
         if not outcome.done():
-            scope.cancel(_background_loop())
+            on_interrupt()
             concurrent.futures.wait([outcome], timeout=CANCEL_GRACE_SECONDS)
         raise

@@ -2,8 +2,9 @@
 
 Conformance tests need exact control (this reply for that prompt, a 500 for the first attempt of that
 trajectory), which a benchmark emulator with fault *rates* does not give. ``handler(body, attempt)``
-returns a reply dict (message fields), an ``int`` HTTP status to fail with, or ``bytes`` to send as a
-(malformed) body with status 200. A reply with ``"delay": seconds`` is held that long first; a client that
+returns a reply dict (message fields), an ``int`` HTTP status to fail with (or a ``(status, message)``
+pair: vLLM's error body with that message), or ``bytes`` to send as a (malformed) body with status 200.
+A reply with ``"delay": seconds`` is held that long first; a client that
 hangs up meanwhile is counted in ``disconnected``.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-Handler = Callable[[dict[str, Any], int], "dict[str, Any] | int"]
+Handler = Callable[[dict[str, Any], int], "dict[str, Any] | int | tuple[int, str] | bytes"]
 
 
 def prompt_key(body: dict[str, Any]) -> str:
@@ -66,6 +67,10 @@ class MockOpenAIServer:
             return web.Response(body=reply, content_type="application/json")
         if isinstance(reply, int):
             return web.json_response({"error": {"message": f"scripted {reply}", "code": reply}}, status=reply)
+        if isinstance(reply, tuple):
+            status, text = reply
+            error = {"object": "error", "message": text, "type": "BadRequestError", "param": None, "code": status}
+            return web.json_response(error, status=status)
         message = {"role": "assistant", "content": reply.get("content", "")}
         for field in ("reasoning_content", "reasoning", "tool_calls"):
             if field in reply:

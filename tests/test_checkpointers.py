@@ -3,6 +3,7 @@ failed round re-run by the ordinary resume (``invoke(None, config)``)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 
@@ -145,3 +146,41 @@ async def test_a_failed_round_is_rerun_by_the_ordinary_resume(mock_server, tmp_p
     answer = out["messages"][-1]
     assert answer.content.startswith("conclusion") and len(out["messages"]) == 2
     assert [r["k"] for r in answer.response_metadata["pacore"]["rounds"]] == [3, 1]
+
+
+async def test_a_round_left_without_a_conclusion_across_an_interruption_is_run_again(mock_server, tmp_path):
+    """Two trajectories saved with empty conclusions before an interruption, the other two failing on the
+    resume after it: that resume reports the round failed, and the next one runs the whole round again (it
+    used to raise the same error from the collector on every resume)."""
+    phase = {"now": "interrupted"}
+
+    def handler(body, attempt):
+        if not first_round(body):
+            return {"content": "the synthesis"}
+        if phase["now"] == "interrupted":
+            return {"content": "<think>only reasoning</think>"} if attempt <= 2 else {"content": "x", "delay": 60}
+        return 500 if phase["now"] == "down" else {"content": f"conclusion {attempt}"}
+
+    config = {"configurable": {"thread_id": "t"}}
+    with mock_server(handler) as server:
+        model = chat_model(server.base_url)
+        async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "a.sqlite")) as saver:
+            graph = chat_graph(model, saver, rounds=(4,))
+            task = asyncio.ensure_future(graph.ainvoke(turn(1), config, durability="sync"))
+            while len(server.requests) < 4:
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.3)  # the two empty conclusions are saved
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            phase["now"] = "down"
+            with pytest.raises(RoundFailedError, match="none of its 4 trajectories"):
+                await graph.ainvoke(None, config)
+            sent_before = len(server.requests)
+            phase["now"] = "up"
+            out = await graph.ainvoke(None, config)
+        await model.aclose()
+    assert sent_before == 4 + 2 * 2  # the two unfinished trajectories again, two attempts each
+    resumed = server.requests[sent_before:]
+    assert [first_round(body) for body in resumed] == [True] * 4 + [False]  # the whole round, then the synthesis
+    assert out["messages"][-1].content == "the synthesis"

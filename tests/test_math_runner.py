@@ -151,6 +151,12 @@ def test_methods_side_by_side_with_exact_ttc(tmp_path: Path) -> None:
     assert len(summary["points"]) == 5 and summary["complete_problems"] == 3
 
 
+def test_the_first_sample_shuffles_references_with_the_reference_pipelines_seed(tmp_path: Path) -> None:
+    settings = _settings(tmp_path / "run")
+    assert [settings.pacore_config([4], sample).seed for sample in (0, 1)] == [42, 43]  # Exp.random_seed = 42
+    assert _settings(tmp_path / "other", seed=1).pacore_config([4], 0).seed == 42 + 1_000_003
+
+
 def test_failures_are_reported_and_the_rerun_redoes_only_them(tmp_path: Path) -> None:
     output = tmp_path / "run"
     broken = FakeMathExplorer(AIME, fail_synthesis=True)

@@ -77,7 +77,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--context-window", type=int, help="model context in tokens (references are capped to fit)")
     parser.add_argument("--max-inflight", type=int, default=256, help="model calls in flight at most")
-    parser.add_argument("--seed", type=int, default=0, help="seed of pool draws and reference shuffles")
+    parser.add_argument(
+        "--seed", type=int, default=0,
+        help="seed of pool draws and reference shuffles (sample s shuffles with Random(42 + SEED*1000003 + s): "
+        "the reference pipeline's 42 by default)",
+    )  # fmt: skip
     parser.add_argument("--output", help="results folder (resumable; default: runs/math-<data name>)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--predictions", help="grade: JSONL (or JSON list) of {id, response} rows")

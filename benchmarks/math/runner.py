@@ -150,10 +150,19 @@ class MathRunSettings(BaseModel):
             temperature=self.temperature,
             top_p=self.top_p,
             max_tokens=self.max_tokens,
-            seed=self.seed * 1_000_003 + sample,
+            seed=shuffle_seed(self.seed, sample),
             **self.pacore_overrides,
             **coordination,
         )
+
+
+REFERENCE_SEED: int = PaCoReConfig.model_fields["seed"].default  # 42, the reference pipeline's Exp.random_seed
+
+
+def shuffle_seed(seed: int, sample: int) -> int:
+    """The reference shuffle's seed of one sample: the reference pipeline's 42 for the first sample of the
+    default ``--seed 0``, then one apart per sample (so samples differ) and far apart per ``--seed``."""
+    return REFERENCE_SEED + seed * 1_000_003 + sample
 
 
 def pacore_label(rounds: list[int], variant: str = "") -> str:

@@ -123,6 +123,9 @@ class EmbeddedServer:
             tail = self.log_tail()
             self.stop()
             raise PaCoReError(f"{exc}\n--- server log (tail) ---\n{tail}") from None
+        except BaseException:  # Ctrl-C while it loads: no `with` body was entered, so nothing else stops it
+            self.stop()
+            raise
         return self
 
     def log_tail(self, limit: int = 3000) -> str:

@@ -10,33 +10,28 @@ which closes their HTTP requests upstream. Streamed replies get the same from St
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from starlette.requests import Request
 
 T = TypeVar("T")
 
-_winding_down: set[asyncio.Future[Any]] = set()  # cancelled runs still cleaning up, kept from the GC
-
 
 class ClientGone(Exception):
     """The client disconnected before the answer was ready; its run was cancelled."""
 
 
-def cancel_in_background(tasks: Iterable[asyncio.Future[Any]]) -> None:
-    """Cancel each task once and let it wind down by itself.
+async def cancel_and_wait(*tasks: asyncio.Future[Any]) -> None:
+    """Cancel the tasks and wait until they have ended.
 
-    Why not cancel and await: that await can be cancelled in turn (Starlette stops a stream through an
-    anyio cancel scope, which cancels every further await in the body again), and a second cancellation
-    that reaches a LangGraph run while it winds down from the first interrupts it before it has
-    cancelled its trajectories: their requests would stay open upstream.
+    Starlette stops a stream through an anyio cancel scope, which cancels this wait again at once: the run
+    is then cancelled a second time while it winds down, and its runner's teardown still closes every
+    trajectory (:meth:`~pacore_graph.run_context.PaCoReContext.close`).
     """
     for task in tasks:
-        if not task.done():
-            task.cancel()
-            _winding_down.add(task)
-            task.add_done_callback(_winding_down.discard)
+        task.cancel()
+    await asyncio.wait(tasks)
 
 
 async def _disconnected(request: Request) -> None:
@@ -50,8 +45,9 @@ async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
     watcher = asyncio.ensure_future(_disconnected(request))
     try:
         await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        gone = not task.done()
     finally:
-        cancel_in_background([watcher, task])
-    if not task.done():
+        await cancel_and_wait(watcher, task)
+    if gone:
         raise ClientGone()
     return task.result()

@@ -28,12 +28,11 @@ from typing import Any
 
 from langchain_core.messages import AIMessageChunk, BaseMessage
 
-from pacore_graph.gc_policy import spaced_full_collections
 from pacore_graph.models.sse import reasoning_of
 from pacore_graph.prompt import message_text
 from pacore_graph.records import PaCoReResult
 from pacore_graph.run import START_INPUT, PaCoReRunner, build_result
-from pacore_graph.server.disconnect import cancel_in_background
+from pacore_graph.server.disconnect import cancel_and_wait
 from pacore_graph.server.errors import RequestError, failure_error
 from pacore_graph.server.replies import (
     ReplyHeader,
@@ -62,7 +61,7 @@ async def run_streaming(
     run = runner.context(messages, trace=True, on_event=on_event)
     final_round = len(runner.config.schedule) - 1
     state: dict[str, Any] | None = None
-    with spaced_full_collections(runner.config.spaced_gc):
+    with runner.running(run):
         async for mode, data in runner.graph.astream(
             START_INPUT, runner.run_config(None, sync=False), context=run, stream_mode=["messages", "values"]
         ):
@@ -156,7 +155,7 @@ async def sse_stream(runner: PaCoReRunner, call: PlannedCall, header: ReplyHeade
                     yield part
                 return
     finally:
-        cancel_in_background(tasks)
+        await cancel_and_wait(*tasks)
 
 
 def closing_chunks(header: ReplyHeader, result: PaCoReResult, include_usage: bool, *, text_sent: bool) -> list[bytes]:
