@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import operator
-import uuid
 from collections.abc import Callable, Iterable
 from typing import Annotated, Any, TypedDict
 
@@ -30,18 +29,16 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Overwrite, Send
 
-from pacore_graph.accounting import completion_tokens
-from pacore_graph.compaction import compact
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.episode import EpisodeContext
-from pacore_graph.errors import RoundFailedError, error_status, is_transient
+from pacore_graph.errors import RoundFailedError
 from pacore_graph.explorer import Explorer, as_explorer
 from pacore_graph.limits import ConcurrencyLimiter
 from pacore_graph.prompt import last_user_index, order_references
-from pacore_graph.records import RoundData, RoundRecord, Trajectory, TrajectoryData, usable
-from pacore_graph.retry import with_retries
+from pacore_graph.records import RoundData, RoundRecord, TrajectoryData, usable
 from pacore_graph.run_context import PaCoReContext, current_context
 from pacore_graph.sync import run_sync
+from pacore_graph.trajectory import explore_once
 
 
 class PaCoReState(TypedDict, total=False):
@@ -129,26 +126,18 @@ def build_pacore_graph(
         final = round_index == final_round
         child = run.child_config(config, round_index, index, final)
         episode = EpisodeContext(round_index, index, final, child, run.payload, run.on_record)
-        attempts = 0
-
-        async def attempt() -> Trajectory:
-            nonlocal attempts
-            attempts += 1
-            return await explorer.explore(messages, episode)
-
         barrier.start()
         try:
-            outcome, _ = await with_retries(attempt, settings.retry, settings.request_timeout, slot=limiter.semaphore())
+            explored = await explore_once(explorer, messages, episode, settings, slot=limiter.semaphore())
         except asyncio.CancelledError:
             barrier.leave()
             raise
-        except Exception as exc:
-            record = failure_record(round_index, index, exc, attempts)
+        record, outcome = explored.record, explored.outcome
+        if outcome is None:
             run.emit({"event": "trajectory_failed", "round": round_index, "index": index, "error": record["error"]})
             if await barrier.fail(record):
-                raise RoundFailedError(round_record(round_index, k, barrier.records.values())) from exc
+                raise RoundFailedError(round_record(round_index, k, barrier.records.values())) from explored.error
             return {"results": [record]}
-        record = trajectory_record(outcome, round_index, index, attempts, settings)
         barrier.finish(record, usable(record))
         if run.trace is not None:
             outcome.extra.setdefault("round_index", round_index)
@@ -204,46 +193,6 @@ def build_pacore_graph(
     builder.add_edge("trajectory", "collect")
     builder.add_conditional_edges("collect", route, ["trajectory", END])
     return builder
-
-
-def trajectory_record(
-    outcome: Trajectory, round_index: int, index: int, attempts: int, config: PaCoReConfig
-) -> TrajectoryData:
-    compacted = compact(outcome.content, outcome.reasoning, outcome.finish_reason)
-    conclusion = compacted.conclusion if compacted.conclusion.strip() else ""
-    if not conclusion and compacted.truncated and config.truncated_policy == "keep":
-        conclusion = outcome.content  # the reference pipeline passes such raw text on
-    tokens, approximate = completion_tokens(outcome.completion_tokens, outcome.content, outcome.reasoning)
-    return TrajectoryData(
-        round_index=round_index,
-        index=index,
-        conclusion=conclusion,
-        tool_calls=[
-            {"name": call["name"], "args": call.get("args") or {}, "id": call.get("id") or f"call_{uuid.uuid4().hex}"}
-            for call in outcome.tool_calls
-        ],
-        content_length=len(outcome.content),
-        prompt_tokens=outcome.prompt_tokens or 0,
-        completion_tokens=tokens,
-        tokens_approximate=approximate,
-        finish_reason=outcome.finish_reason,
-        model_name=outcome.model_name,
-        message_id=outcome.message_id,
-        truncated=compacted.truncated,
-        attempts=attempts,
-    )
-
-
-def failure_record(round_index: int, index: int, exc: BaseException, attempts: int) -> TrajectoryData:
-    return TrajectoryData(
-        round_index=round_index,
-        index=index,
-        error=f"{type(exc).__name__}: {exc}"[:2000],
-        error_type=type(exc).__name__,
-        error_status=error_status(exc),
-        error_transient=is_transient(exc),
-        attempts=attempts,
-    )
 
 
 def round_record(round_index: int, k: int, records: Iterable[TrajectoryData]) -> RoundRecord:

@@ -39,6 +39,7 @@ class PaCoReRunner:
     """A compiled PaCoRe graph plus its run-wide concurrency limiter; reusable across problems.
 
     Without a ``checkpointer`` of its own the graph uses the enclosing graph's, when run inside one.
+    A ``limiter`` shared with other runners bounds their model calls together.
     """
 
     def __init__(
@@ -47,9 +48,10 @@ class PaCoReRunner:
         config: PaCoReConfig | None = None,
         *,
         checkpointer: BaseCheckpointSaver | None = None,
+        limiter: ConcurrencyLimiter | None = None,
     ):
         self.config = config or PaCoReConfig()
-        self.limiter = ConcurrencyLimiter(self.config.max_concurrency)
+        self.limiter = limiter or ConcurrencyLimiter(self.config.max_concurrency)
         builder = build_pacore_graph(model_or_explorer, self.config, limiter=self.limiter)
         self.graph = builder.compile(checkpointer=checkpointer, name="pacore")
 

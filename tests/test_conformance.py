@@ -13,7 +13,8 @@ import random
 
 import pytest
 
-from pacore_graph import PaCoReConfig, RetryPolicy, RoundFailedError, asolve, chat_model
+from pacore_graph import PaCoReConfig, RoundFailedError, asolve, chat_model
+from pacore_graph.extend import RetryPolicy
 
 TABLE_6 = (
     "You are given a problem and a list of reference responses. Your job is to analyze these references and "

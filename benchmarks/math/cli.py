@@ -20,10 +20,10 @@ from typing import Any
 
 DEFAULT_LOCAL_DATA = Path("../shared/data/math/aime_2025.jsonl")
 DEFAULT_HUB_DATA = "MathArena/aime_2025"
-# The embedded SmolLM2 runs at about 110 tokens/s on two cores: without these a --limit 3 run of the
-# paper's presets would take hours. Passing --preset/--rounds/--max-tokens overrides them.
+# The embedded SmolLM2 runs at about 110 tokens/s on two cores: without this (and its context window as
+# the reference budget) a --limit 3 run of the paper's presets would take hours. Passing
+# --preset/--rounds/--max-tokens overrides them.
 EMBEDDED_MAX_TOKENS = 512
-EMBEDDED_CONTEXT = 8192
 
 
 def _csv(text: str) -> list[str]:
@@ -119,46 +119,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 # -- grade -------------------------------------------------------------------------------------------------
-def read_predictions(path: Path) -> list[dict[str, Any]]:
-    """Rows of {id, response} from JSONL or a JSON list; the first bad row is named."""
-    from pacore_benchmarks.math.data import DataError  # noqa: PLC0415
-
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot read predictions {path}: {exc}") from exc
-    stripped = text.lstrip()
-    if stripped.startswith("["):
-        try:
-            rows = list(enumerate(json.loads(text), start=1))
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}: not valid JSON ({exc.msg})") from None
-        where = "item"
-    else:
-        rows = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append((number, json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
-        where = "line"
-    predictions = []
-    for number, row in rows:
-        if not isinstance(row, dict) or "id" not in row or "response" not in row:
-            raise DataError(f"{path} {where} {number}: expected an object with fields 'id' and 'response'")
-        if row["response"] is not None and not isinstance(row["response"], str):
-            raise DataError(f"{path} {where} {number}: 'response' must be a string (or null: no answer)")
-        predictions.append({"id": str(row["id"]), "response": row["response"]})
-    if not predictions:
-        raise DataError(f"{path}: no predictions in it")
-    return predictions
-
-
 def grade_command(args: argparse.Namespace) -> int:
     from pacore_benchmarks.math.data import DataError  # noqa: PLC0415
-    from pacore_benchmarks.math.runner import grade_predictions  # noqa: PLC0415
+    from pacore_benchmarks.math.predictions import grade_predictions, read_predictions  # noqa: PLC0415
 
     if not args.predictions:
         raise DataError("grade needs --predictions FILE (JSON lines of {\"id\": ..., \"response\": ...})")
@@ -199,7 +162,7 @@ def grade_command(args: argparse.Namespace) -> int:
 
 # -- run ---------------------------------------------------------------------------------------------------
 def _schedules(args: argparse.Namespace, embedded: bool) -> list[list[int]]:
-    from pacore_graph.config import PRESETS, parse_rounds  # noqa: PLC0415
+    from pacore_graph.extend import PRESETS, parse_rounds  # noqa: PLC0415
 
     if args.rounds:
         return [parse_rounds(text) for text in args.rounds]
@@ -215,11 +178,19 @@ def _schedules(args: argparse.Namespace, embedded: bool) -> list[list[int]]:
 def run_command(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415
 
-    from pacore_benchmarks.math.runner import MathBenchmark, MathRunSettings  # noqa: PLC0415
-    from pacore_graph.explorer import ChatExplorer  # noqa: PLC0415
-    from pacore_graph.models import serving  # noqa: PLC0415
+    from pacore_benchmarks.math.runner import MathBenchmark, MathRunSettings, math_folder  # noqa: PLC0415
+    from pacore_graph.extend import (  # noqa: PLC0415
+        EMBEDDED_CONTEXT,
+        EMBEDDED_MODEL,
+        ChatExplorer,
+        RunProgress,
+        configured_urls,
+        discover_model,
+        serving,
+    )
 
-    embedded = not args.base_urls and not os.environ.get("OPENAI_BASE_URL")
+    urls = configured_urls(args.base_urls)
+    embedded = not urls
     data = _data_source(args)
     methods = _csv(args.methods)
     unknown = [m for m in methods if m not in ("single", "vote", "pacore")]
@@ -249,6 +220,11 @@ def run_command(args: argparse.Namespace) -> int:
         pacore_overrides=overrides,
     )
     _load(args)  # bad data fails before any server starts
+    api_key = args.api_key or os.environ.get("OPENAI_API_KEY")
+    model_name = args.model or (EMBEDDED_MODEL if embedded else discover_model(urls[0], api_key))
+    # The folder is locked and its settings checked now: a run already writing there, or one made with other
+    # settings, is refused before a server starts or anything is spent.
+    folder = math_folder(settings, model_name, RunProgress(enabled=not args.no_progress)).claim()
     if embedded:
         print(
             f"no --base-url: using the embedded SmolLM2 with max_tokens {max_tokens}, schedules "
@@ -258,15 +234,16 @@ def run_command(args: argparse.Namespace) -> int:
 
     async def run(model: Any):
         try:
-            config = settings.pacore_config([1], 0)
-            return await MathBenchmark(settings, ChatExplorer(model, config), progress=not args.no_progress).arun()
+            explorer = ChatExplorer(model, settings.pacore_config([1], 0))
+            return await MathBenchmark(settings, explorer, folder=folder).arun()
         finally:
-            close = getattr(model, "aclose", None)
-            if close is not None:
-                await close()
+            await model.aclose()
 
-    with serving(args.base_urls, args.model, args.api_key) as model:
-        report = asyncio.run(run(model))
+    try:
+        with serving(urls, model_name, api_key) as model:
+            report = asyncio.run(run(model))
+    finally:
+        folder.release()
     if report.table is not None:
         print(report.table.read_text())
     print(f"results: {report.output / 'results.jsonl'}")

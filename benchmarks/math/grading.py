@@ -22,15 +22,19 @@ unparsable one, a timeout) counts as wrong and carries a flag saying why.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import importlib.metadata
 import logging
 import math
 import re
 import threading
+from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel
 
-from pacore_graph.compaction import compact
+from pacore_graph.extend import compact
 
 Flag = Literal["no_conclusion", "no_boxed", "unboxed", "unparsable", "timeout"]
 
@@ -365,3 +369,18 @@ class MathGrader:
         """Grade a whole response against the gold; a gold with a comma is a list answer (as in MathArena)."""
         answer, flag = extract_answer(response, list_answer="," in gold)
         return self.grade_answer(answer, gold, flag)
+
+
+@functools.cache
+def grading_rules() -> str:
+    """Which rules graded a verdict: a digest of this module's source and math-verify's version.
+
+    Verdicts are stored with the rows and never made again, so a run folder's fingerprint holds this: rows
+    graded by other rules are not mixed into one score (and a pooled trajectory's verdict is made again).
+    """
+    try:
+        verifier = importlib.metadata.version("math-verify")
+    except importlib.metadata.PackageNotFoundError:
+        verifier = "missing"
+    digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    return f"{digest}+math-verify-{verifier}"

@@ -14,16 +14,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
-from langchain_core.messages import BaseMessage
-from pydantic import BaseModel
+from langchain_core.messages import BaseMessage, HumanMessage
 
-from pacore_benchmarks.results import ResultsFile
-from pacore_graph.episode import EpisodeContext
-from pacore_graph.records import Trajectory
+from pacore_benchmarks.math.data import Problem
+from pacore_benchmarks.math.grading import Verdict, grading_rules
+from pacore_graph import EpisodeContext, PaCoReConfig
+from pacore_graph.extend import ResultsFile, Trajectory, explore_once
 
 
 class PoolError(ValueError):
@@ -84,6 +85,7 @@ class PoolStore:
             "model": self.model,
             "max_tokens": self.max_tokens,
             "prompt": prompt_digest(prompt),
+            "grading": grading_rules(),
             **trajectory.model_dump(exclude={"extra"}),
             **extra,
         }
@@ -111,80 +113,59 @@ def as_trajectory(row: dict[str, Any]) -> Trajectory:
     )
 
 
-class PoolReplayExplorer:
-    """An Explorer whose first round comes from the pool; later rounds call the real explorer.
+async def fill_pool(
+    pool: PoolStore,
+    problem: Problem,
+    size: int,
+    explorer: Any,
+    config: PaCoReConfig,
+    grade: Callable[[str, str], Verdict],
+    *,
+    slot: AbstractAsyncContextManager[Any] | None = None,
+    on_added: Callable[[], None] | None = None,
+) -> list[Exception]:
+    """Generate the problem's missing pool trajectories (indices below ``size``), each one model call with the
+    operator's retries, timeout and token accounting, graded and appended as it finishes; the errors of
+    those that failed for good (the others are kept)."""
+    messages: list[BaseMessage] = [HumanMessage(content=problem.prompt())]
 
-    ``call_limit`` bounds model calls across every concurrent PaCoRe run of the benchmark (each run's own
-    limiter bounds only that run).
+    async def one(index: int) -> None:
+        explored = await explore_once(explorer, messages, EpisodeContext(round_index=0, index=index), config, slot=slot)
+        if explored.outcome is None:
+            raise explored.error  # type: ignore[misc]
+        record = explored.record
+        verdict = grade(explored.outcome.content, problem.answer)
+        pool.add(
+            problem.id, index, problem.prompt(), explored.outcome,
+            completion_tokens=record["completion_tokens"], tokens_approximate=record["tokens_approximate"],
+            attempts=record["attempts"], answer=verdict.extracted, correct=verdict.correct, flag=verdict.flag,
+        )  # fmt: skip
+        if on_added is not None:
+            on_added()
+
+    outcomes = await asyncio.gather(*(one(i) for i in pool.missing(problem.id, size)), return_exceptions=True)
+    return [outcome for outcome in outcomes if isinstance(outcome, Exception)]
+
+
+def regraded(row: dict[str, Any], gold: str, grade: Callable[[str, str], Verdict]) -> dict[str, Any]:
+    """A pool row whose verdict was made by other grading rules, graded again (in memory: the pool is kept)."""
+    if row.get("grading") == grading_rules():
+        return row
+    verdict = grade(row.get("content") or "", gold)
+    return {**row, "answer": verdict.extracted, "correct": verdict.correct, "flag": verdict.flag}
+
+
+class PoolReplayExplorer:
+    """An Explorer whose first round replays pooled trajectories, later rounds call the real explorer.
+
+    The pooled trajectories of a run are its problem's payload (``EpisodeContext.payload``): a list
+    whose item ``index`` is trajectory ``index`` of round 1.
     """
 
-    def __init__(self, pooled: list[Trajectory], delegate: Any, call_limit: asyncio.Semaphore | None = None):
-        self.pooled = pooled
+    def __init__(self, delegate: Any):
         self.delegate = delegate
-        self.call_limit = call_limit
-        self.model_calls = 0
 
     async def explore(self, messages: list[BaseMessage], episode: EpisodeContext) -> Trajectory:
-        round_index, index = episode.round_index, episode.index
-        if round_index == 0:
-            return self.pooled[index].model_copy(deep=True)
-        self.model_calls += 1
-        if self.call_limit is None:
-            return await self.delegate.explore(messages, episode)
-        async with self.call_limit:
-            return await self.delegate.explore(messages, episode)
-
-
-class PoolStats(BaseModel):
-    """What one problem's pool says on its own: the single-trajectory pass rate and its cost."""
-
-    problem_id: str
-    size: int
-    correct: int
-    pass_rate: float
-    mean_completion_tokens: float
-    distinct_answers: int
-    no_answer: int
-
-
-def pool_stats(
-    problem_id: str,
-    rows: Iterable[dict[str, Any]],
-    equivalent: Callable[[str, str], bool] = lambda a, b: a == b,
-) -> PoolStats:
-    """Pass rate, mean tokens and answer diversity of a graded pool (rows carry ``answer`` and ``correct``)."""
-    rows = list(rows)
-    if not rows:
-        raise PoolError(f"the pool of {problem_id!r} is empty")
-    answers: list[str] = []
-    no_answer = 0
-    for row in rows:
-        answer = row.get("answer")
-        if answer is None:
-            no_answer += 1
-        elif not any(equivalent(seen, answer) for seen in answers):
-            answers.append(answer)
-    correct = sum(bool(row.get("correct")) for row in rows)
-    return PoolStats(
-        problem_id=problem_id,
-        size=len(rows),
-        correct=correct,
-        pass_rate=correct / len(rows),
-        mean_completion_tokens=sum(row.get("completion_tokens") or 0 for row in rows) / len(rows),
-        distinct_answers=len(answers),
-        no_answer=no_answer,
-    )
-
-
-def majority_probability(pool_size: int, correct: int, k: int) -> float:
-    """Chance that the correct answers form a strict majority of k draws without replacement from a pool
-    holding ``correct`` correct trajectories (hypergeometric).
-
-    With a single wrong answer in the pool and k odd this is exactly the expected vote@k accuracy; with
-    wrong answers that split it is a lower bound. Tests check replayed votes against it.
-    """
-    from math import comb  # noqa: PLC0415
-
-    wrong = pool_size - correct
-    total = comb(pool_size, k)
-    return sum(comb(correct, j) * comb(wrong, k - j) for j in range(k // 2 + 1, k + 1)) / total
+        if episode.round_index == 0:
+            return episode.payload[episode.index].model_copy(deep=True)
+        return await self.delegate.explore(messages, episode)

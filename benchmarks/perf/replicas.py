@@ -22,9 +22,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
-from pacore_benchmarks.resume import Problem
-from pacore_graph.models.embedded import free_port
-from pacore_graph.models.vllm_server import ROUTER_POLICY, ServerProcess, router_command
+from pacore_graph import PaCoReConfig, Problem, asolve
+from pacore_graph.extend import ROUTER_POLICY, ServerProcess, free_port, router_command
 
 SPREAD = "spread"  # the client's built-in spreading over every replica URL
 COMPARED_POLICIES = ["round_robin", "cache_aware", "consistent_hash", "sticky_least_loaded"]
@@ -129,7 +128,7 @@ class ReplicaBench:
     async def run(self, policy: str, *, kill_after: float | None = None) -> PolicyRun:
         """The workload routed by ``policy`` (``spread`` or a vllm-router policy); optionally kill a replica."""
         from pacore_benchmarks.perf.session_key import SessionKeyedChatModel
-        from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
+        from pacore_graph.extend import OpenAICompatibleChatModel
 
         for emulator in self.emulators:
             emulator.reset()
@@ -179,12 +178,8 @@ class ReplicaBench:
 
 
 async def solve_all(model: Any, items: Sequence[tuple[list[int], Problem]]) -> list[Any]:
-    """Every problem at once, one runner per schedule; a problem that fails comes back as its exception."""
-    from pacore_graph.config import PaCoReConfig
-    from pacore_graph.run import PaCoReRunner
-
-    runners = {tuple(schedule): PaCoReRunner(model, PaCoReConfig(rounds=schedule)) for schedule, _ in items}
-    calls = [runners[tuple(schedule)].arun(problem.messages) for schedule, problem in items]
+    """Every problem at once; a problem that fails comes back as its exception."""
+    calls = [asolve(model, problem.messages, PaCoReConfig(rounds=schedule)) for schedule, problem in items]
     return await asyncio.gather(*calls, return_exceptions=True)
 
 

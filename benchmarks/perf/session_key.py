@@ -14,7 +14,7 @@ import hashlib
 import json
 from typing import Any
 
-from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
+from pacore_graph.extend import OpenAICompatibleChatModel
 
 
 def session_key(messages: list[dict[str, Any]]) -> str:
