@@ -31,6 +31,8 @@ def _csv(text: str) -> list[str]:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from pacore_graph.extend import add_model_arguments  # noqa: PLC0415
+
     parser = subparsers.add_parser(
         "math",
         help="math (AIME/HMMT): accuracy vs effective TTC for single, majority vote and PaCoRe",
@@ -47,12 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         f"(default: {DEFAULT_LOCAL_DATA} when it exists, else {DEFAULT_HUB_DATA})",
     )
     parser.add_argument("--limit", type=int, help="first N problems only")
-    parser.add_argument(
-        "--base-url", action="append", dest="base_urls", metavar="URL",
-        help="OpenAI-compatible server (vLLM), repeat for replicas; none: the embedded SmolLM2",
-    )  # fmt: skip
-    parser.add_argument("--model", help="model name (default: the server's first model)")
-    parser.add_argument("--api-key", help="API key (default: $OPENAI_API_KEY)")
+    add_model_arguments(parser)
     parser.add_argument("--methods", default="single,vote,pacore", help="comma list of single, vote, pacore")
     schedule = parser.add_mutually_exclusive_group()
     schedule.add_argument(

@@ -23,7 +23,7 @@ EMBEDDED_MAX_TOKENS = 512
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "multichallenge",
-        help="MultiChallenge multi-turn chat benchmark (responses via PaCoReNode, LLM judge)",
+        help="MultiChallenge multi-turn chat benchmark (responses through PaCoRe, LLM judge)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -128,7 +128,7 @@ def check_fault_rows(settings: FaultSettings, results: Path, stats: dict[str, An
                 retries += t["attempts"] - 1
                 if t["error"]:
                     failed += 1
-                    reasons[t["error"].split(":", 1)[0]] += 1
+                    reasons[t["error_type"]] += 1
                 elif t["finish_reason"] is None:
                     lost += 1  # neither completed nor failed with a reason
     answered = sum(1 for row in rows if row["id"] in expected_ids and row["answer"].strip())

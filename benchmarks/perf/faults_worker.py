@@ -48,6 +48,7 @@ def result_row(outcome: Outcome) -> dict[str, Any] | None:
                     {
                         "index": t.index,
                         "error": t.error,
+                        "error_type": t.error_type,
                         "attempts": t.attempts,
                         "finish_reason": t.finish_reason,
                         "completion_tokens": t.completion_tokens,
