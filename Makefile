@@ -9,7 +9,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# llama-cpp-python compiles from source the first time (about 8 minutes on 2 cores)
-	$(PY) -m pip install -q -e '.[local,swe,bench,dev]'
+	$(PY) -m pip install -q -e '.[local,swe,bench,server,dev]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -13,6 +13,7 @@ BENCHMARKS = {
     "overhead": "pacore_benchmarks.perf.overhead_cli",
     "faults": "pacore_benchmarks.perf.faults_cli",
     "replicas": "pacore_benchmarks.perf.replicas_cli",
+    "coordination": "pacore_benchmarks.perf.coordination_cli",
 }
 
 

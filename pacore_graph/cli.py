@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -155,6 +156,17 @@ def _serve_vllm(args: argparse.Namespace) -> int:
     return serve_cluster(cluster)
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from pacore_graph.errors import PaCoReError
+
+    try:
+        from pacore_graph.server.serve import serve
+    except ImportError as exc:
+        raise PaCoReError(f"pacore serve needs the server extra: pip install 'pacore-graph[server]' ({exc})") from None
+    return serve(config_from_args(args), base_url=args.base_url, model=args.model,
+                 upstream_api_key=args.upstream_api_key, host=args.host, port=args.port, api_key=args.api_key)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pacore", description="PaCoRe: parallel coordinated reasoning")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -194,6 +206,20 @@ def build_parser() -> argparse.ArgumentParser:
     vllm.add_argument("--log-dir", help="where each server's log goes (default: a new temporary folder)")
     vllm.add_argument("vllm_args", nargs=argparse.REMAINDER, help="further flags passed to vllm serve")
     vllm.set_defaults(func=_serve_vllm)
+
+    endpoint = commands.add_parser("serve", help="PaCoRe behind an OpenAI-compatible endpoint (/v1/chat/completions)")
+    endpoint.add_argument("--base-url", help="the upstream: a vLLM server or vllm-router, e.g. "
+                          "http://localhost:8000/v1 (default: $OPENAI_BASE_URL, else the embedded model)")
+    endpoint.add_argument("--model", help="upstream model of requests that name none (default: the upstream's first)")
+    endpoint.add_argument("--upstream-api-key", help="key sent to the upstream (default: $OPENAI_API_KEY)")
+    add_schedule_arguments(endpoint)
+    endpoint.add_argument("--max-concurrency", type=int, help="trajectories in flight upstream, over all requests")
+    endpoint.add_argument("--max-tokens", type=int, help="default cap on each generated message (default: none)")
+    endpoint.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: loopback only)")
+    endpoint.add_argument("--port", type=int, default=8100)
+    endpoint.add_argument("--api-key", default=os.environ.get("PACORE_API_KEY"),
+                          help="clients must send Authorization: Bearer KEY (default: $PACORE_API_KEY; unset: none)")
+    endpoint.set_defaults(func=_serve)
 
     for plugin in entry_points(group="pacore.commands"):
         try:

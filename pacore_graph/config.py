@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import jinja2
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from pacore_graph.coordination.answers import extractor_name
+from pacore_graph.coordination.settings import Budget, EarlyStop
+from pacore_graph.coordination.templates import VERIFIER_TEMPLATE
 from pacore_graph.prompt import DEFAULT_TEMPLATE
 
 PRESETS: dict[str, list[int]] = {"low": [4], "medium": [16], "high": [32, 4]}
@@ -70,6 +73,37 @@ class PaCoReConfig(BaseModel):
         "so the CLI and benchmarks turn it on, a library user decides; see pacore_graph.gc_policy",
     )
     model_kwargs: dict = Field(default_factory=dict, description="extra request fields, e.g. chat_template_kwargs")
+    # Coordination beyond the paper (pacore_graph.coordination): every option is off by default.
+    answer_extractor: str | None = Field(
+        None,
+        description="reads a conclusion's answer for early stop, vote, dedup and unanimity: 'boxed' (MathArena's "
+        "non-strict \\boxed{} reading), 'last_boxed', 'module:function', or such a function itself",
+    )
+    budget: Budget = Field(default_factory=Budget, description="token budget and wall-clock deadline per run")
+    early_stop: EarlyStop = Field(default_factory=EarlyStop, description="cut a round once its answers agree")
+    reference_subset: int | None = Field(
+        None, ge=1, description="each trajectory of rounds >= 2 sees a seeded random subset of this many references"
+    )
+    distinct_subsets: bool = Field(False, description="no two trajectories of a round get the same subset")
+    dedup_references: bool = Field(
+        False, description="show references with the same answer and text once, with how many gave it"
+    )
+    final_selector: Literal["synthesis", "vote", "verifier"] = Field(
+        "synthesis",
+        description="how the answer is chosen after the last round: one synthesis (paper), a majority vote over "
+        "extracted answers (no final call), or one verifier call naming the best candidate",
+    )
+    verifier_template: str = Field(VERIFIER_TEMPLATE, description="jinja2 prompt of the verifier call")
+
+    @field_validator("answer_extractor", mode="before")
+    @classmethod
+    def _named_extractor(cls, extractor: Any) -> str | None:
+        """A callable becomes its importable name, so checkpoints and thread ids can hold the config."""
+        if extractor is None:
+            return None
+        if not isinstance(extractor, str) and not callable(extractor):
+            raise ValueError(f"answer_extractor must be a name or a function, not {type(extractor).__name__}")
+        return extractor_name(extractor)
 
     @field_validator("rounds")
     @classmethod
@@ -79,7 +113,7 @@ class PaCoReConfig(BaseModel):
                 raise ValueError(f"rounds[{position}] is {k}: every round needs at least 1 trajectory")
         return rounds
 
-    @field_validator("template")
+    @field_validator("template", "verifier_template")
     @classmethod
     def _valid_template(cls, template: str) -> str:
         try:
@@ -96,6 +130,20 @@ class PaCoReConfig(BaseModel):
             raise ValueError(
                 f"max_tokens ({self.max_tokens}) must be smaller than context_window ({self.context_window})"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _coordination_is_complete(self) -> PaCoReConfig:
+        compares = {"early_stop": self.early_stop.active, "final_selector='vote'": self.final_selector == "vote"}
+        for option, used in compares.items():
+            if used and self.answer_extractor is None:
+                raise ValueError(f"{option} compares answers: set answer_extractor ('boxed' or 'module:function')")
+        if self.final_selector != "synthesis" and not self.rounds:
+            raise ValueError(
+                f"final_selector={self.final_selector!r} chooses among a round's conclusions, and rounds is empty"
+            )
+        if self.distinct_subsets and self.reference_subset is None:
+            raise ValueError("distinct_subsets needs reference_subset (the subset size k)")
         return self
 
     @classmethod

@@ -62,7 +62,7 @@ class Problem:
 
 
 @dataclass
-class Outcome:
+class ProblemOutcome:
     """What came of one problem: its ``result``, or the ``error`` that stopped it (a
     :class:`~pacore_graph.errors.RoundFailedError` carries the failed round); how its thread started
     (``status``); and the records its explorers made, those of earlier runs of the thread included (an
@@ -91,11 +91,11 @@ class RunSummary(BaseModel):
         return self.fresh + self.resumed + self.finished_from_checkpoint + self.retried
 
 
-Row = Callable[[Outcome], "dict[str, Any] | None | Awaitable[dict[str, Any] | None]"]
+Row = Callable[[ProblemOutcome], "dict[str, Any] | None | Awaitable[dict[str, Any] | None]"]
 _COUNTERS = {"fresh": "fresh", "resumed": "resumed", "finished": "finished_from_checkpoint", "retried": "retried"}
 
 
-def answer_row(outcome: Outcome) -> dict[str, Any] | None:
+def answer_row(outcome: ProblemOutcome) -> dict[str, Any] | None:
     """The default row: the problem's id, answer, rounds, usage, TTC and failures; nothing for an error."""
     if outcome.result is None:
         return None
@@ -264,8 +264,8 @@ class RunFolder:
 
     async def _solve(
         self, runner: PaCoReRunner, problem: Problem, messages: Any, thread: str, records: RecordLog, trace: bool
-    ) -> Outcome:
-        outcome = Outcome(problem, records=records.items)
+    ) -> ProblemOutcome:
+        outcome = ProblemOutcome(problem, records=records.items)
         try:
             outcome.status, outcome.result = await thread_status(runner, thread)
             if outcome.result is None:
@@ -278,7 +278,9 @@ class RunFolder:
             outcome.error = exc
         return outcome
 
-    async def _write(self, outcome: Outcome, row: Row, thread: str, records: RecordLog, summary: RunSummary) -> None:
+    async def _write(
+        self, outcome: ProblemOutcome, row: Row, thread: str, records: RecordLog, summary: RunSummary
+    ) -> None:
         problem_id = outcome.problem.id
         try:
             made = row(outcome)

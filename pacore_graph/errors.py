@@ -43,6 +43,25 @@ class RoundFailedError(PaCoReError):
         return self.round.transient
 
 
+class BudgetExhaustedError(PaCoReError):
+    """A token budget or deadline ran out before any trajectory had a conclusion: there is no answer to give.
+
+    ``reason`` is ``budget_tokens`` or ``deadline``; ``round`` holds the round it cut.
+    """
+
+    def __init__(self, reason: str, round: RoundRecord):
+        self.reason = reason
+        self.round = round
+        what = "the token budget" if reason == "budget_tokens" else "the deadline"
+        super().__init__(
+            f"{what} ran out in round {round.round_index + 1} before any trajectory finished with a conclusion "
+            f"({len(round.trajectories)} cut or failed): raise the budget"
+        )
+
+    def __reduce__(self):
+        return (type(self), (self.reason, self.round))
+
+
 class ModelRequestError(PaCoReError):
     """The server answered a request with an error status or an unusable body."""
 

@@ -6,19 +6,25 @@ Every other module of the package is internal and may change.
 
 Explorers (what produces one trajectory)
     ``Explorer`` the protocol (``async explore(messages, episode) -> Trajectory``); ``ChatExplorer`` one
-    chat completion; ``Trajectory`` what an explorer returns. ``explore_once(explorer, messages, episode,
-    config, slot=...)`` one trajectory with the operator's retries, timeout and token accounting, outside
-    a PaCoRe run (a pool of first-round trajectories), giving an ``Explored`` (outcome, record, error).
+    chat completion; ``Trajectory`` what an explorer returns. ``OneTrajectory(explorer, messages, episode,
+    config)``: one trajectory as the operator runs it (``await .explore(slot=...)`` with its retries and
+    timeout, ``.record(outcome)`` with its token accounting), for single calls outside a PaCoRe run (a pool
+    of first-round trajectories).
 Retries and transient errors
     ``RetryPolicy``, ``with_retries(attempt, policy, timeout, slot=...)``, ``is_transient(exc)`` (decided
     by the error's class), ``ModelRequestError`` (``.status``, ``.retryable``).
+Coordination options (``pacore_graph.coordination``; every one off by default)
+    ``Budget``, ``EarlyStop`` (``PaCoReConfig.budget`` / ``.early_stop``), ``BudgetExhaustedError``,
+    ``rsa_config`` and ``RSA_TEMPLATE`` (Recursive Self-Aggregation on the operator); the
+    answer a conclusion commits to, read by MathArena's non-strict rules: ``extract_answer``,
+    ``boxed_answer``, ``strip_math_delimiters``, ``TEXT_GROUP``, ``AnswerFlag``; ``majority_vote``.
 Token accounting
     ``completion_tokens(reported, content, reasoning)`` (server usage first, else a count) and
     ``count_tokens(text)``, each giving ``(tokens, approximate)``.
 Records (results as data)
     ``RoundRecord`` / ``TrajectoryRecord``: what ``PaCoReResult.rounds`` and ``RoundFailedError.round`` hold.
 The run engine's parts (see ``pacore_graph.RunFolder``)
-    ``Outcome`` what ``row(outcome)`` receives; ``RunSummary``; ``RunProgress`` the one progress display
+    ``ProblemOutcome`` what ``row(outcome)`` receives; ``RunSummary``; ``RunProgress`` the one progress display
     (rich, stderr); ``ResultsFile`` append-only JSONL rows; ``write_json_atomically``; the folder's errors
     ``FolderInUse`` (``.pid``) and ``SettingsMismatch`` (``.differing``); ``open_checkpointer(folder)`` and
     ``thread_id(...)`` for reading a folder's checkpoints.
@@ -36,14 +42,20 @@ Model servers
     ``OpenAICompatibleChatModel`` (the client class), ``EmbeddedServer``, ``EMBEDDED_MODEL`` /
     ``EMBEDDED_CONTEXT``, ``free_port()``; for vllm-router: ``ServerProcess``, ``router_command``,
     ``ROUTER_POLICY``.
+The OpenAI-compatible endpoint (``pacore serve``; needs the ``server`` extra, so imported when asked for)
+    ``create_app``, ``BackgroundServer``.
 """
 
 from pacore_graph.accounting import completion_tokens, count_tokens
 from pacore_graph.cli import add_model_arguments, add_schedule_arguments, config_from_args
 from pacore_graph.compaction import compact
 from pacore_graph.config import PRESETS, RetryPolicy, parse_rounds
-from pacore_graph.engine import Outcome, RunSummary
-from pacore_graph.errors import ModelRequestError, is_transient
+from pacore_graph.coordination import RSA_TEMPLATE, Budget, EarlyStop, boxed_answer, extract_answer, majority_vote
+from pacore_graph.coordination.answers import TEXT_GROUP, strip_math_delimiters
+from pacore_graph.coordination.answers import Flag as AnswerFlag
+from pacore_graph.coordination.rsa import rsa_config
+from pacore_graph.engine import ProblemOutcome, RunSummary
+from pacore_graph.errors import BudgetExhaustedError, ModelRequestError, is_transient
 from pacore_graph.explorer import ChatExplorer, Explorer
 from pacore_graph.fingerprint import SettingsMismatch
 from pacore_graph.folder_lock import FolderInUse
@@ -67,22 +79,28 @@ from pacore_graph.results_file import ResultsFile, write_json_atomically
 from pacore_graph.resume import open_checkpointer, thread_id
 from pacore_graph.retry import with_retries
 from pacore_graph.text import cut_middle
-from pacore_graph.trajectory import Explored, explore_once
+from pacore_graph.trajectory import OneTrajectory
 
 __all__ = [
     "DEFAULT_TEMPLATE",
+    "TEXT_GROUP",
     "EMBEDDED_CONTEXT",
     "EMBEDDED_MODEL",
     "PRESETS",
     "ROUTER_POLICY",
+    "RSA_TEMPLATE",
+    "AnswerFlag",
+    "Budget",
+    "BudgetExhaustedError",
     "ChatExplorer",
+    "EarlyStop",
     "EmbeddedServer",
-    "Explored",
     "Explorer",
     "FolderInUse",
     "ModelRequestError",
+    "OneTrajectory",
     "OpenAICompatibleChatModel",
-    "Outcome",
+    "ProblemOutcome",
     "ResultsFile",
     "RetryPolicy",
     "RoundRecord",
@@ -93,6 +111,7 @@ __all__ = [
     "Trajectory",
     "TrajectoryRecord",
     "add_model_arguments",
+    "boxed_answer",
     "add_schedule_arguments",
     "check_server",
     "compact",
@@ -102,18 +121,30 @@ __all__ = [
     "count_tokens",
     "cut_middle",
     "discover_model",
-    "explore_once",
+    "extract_answer",
     "free_port",
     "is_transient",
+    "majority_vote",
     "message_text",
     "open_checkpointer",
     "parse_rounds",
     "render_synthesis_prompt",
     "router_command",
+    "rsa_config",
     "served_models",
+    "strip_math_delimiters",
     "serving",
     "synthesis_messages",
     "thread_id",
     "with_retries",
     "write_json_atomically",
 ]
+
+
+def __getattr__(name: str):
+    """The endpoint's names, imported on first use: it needs the optional ``server`` extra."""
+    if name in ("BackgroundServer", "create_app"):
+        from pacore_graph import server
+
+        return getattr(server, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import operator
 from collections.abc import Callable, Iterable
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, NotRequired, TypedDict
 
 from langchain_core.messages import AIMessage
 from langchain_core.runnables import Runnable, RunnableConfig
@@ -30,15 +30,18 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Overwrite, Send
 
 from pacore_graph.config import PaCoReConfig
+from pacore_graph.coordination.control import TrajectoryCut
+from pacore_graph.coordination.ending import ending
+from pacore_graph.coordination.references import next_round_references
 from pacore_graph.episode import EpisodeContext
 from pacore_graph.errors import RoundFailedError
 from pacore_graph.explorer import Explorer, as_explorer
 from pacore_graph.limits import ConcurrencyLimiter
 from pacore_graph.prompt import last_user_index, order_references
-from pacore_graph.records import RoundData, RoundRecord, TrajectoryData, usable
+from pacore_graph.records import OutcomeData, RoundData, RoundRecord, TrajectoryData, usable
 from pacore_graph.run_context import PaCoReContext, current_context
 from pacore_graph.sync import run_sync
-from pacore_graph.trajectory import explore_once
+from pacore_graph.trajectory import OneTrajectory
 
 
 class PaCoReState(TypedDict, total=False):
@@ -46,6 +49,7 @@ class PaCoReState(TypedDict, total=False):
     results: Annotated[list[TrajectoryData], operator.add]  # this round's records (reset each round)
     rounds: Annotated[list[RoundData], operator.add]
     answer: AIMessage | None
+    outcome: OutcomeData | None  # set when a coordination option chose the answer
 
 
 class TrajectoryTask(TypedDict):
@@ -54,6 +58,11 @@ class TrajectoryTask(TypedDict):
     round_index: int
     index: int
     references: list[str]
+    # only with coordination options on: which earlier trajectories the references are, and how many
+    # each stands for (subset, dedup); completion tokens spent before this round (token budget)
+    reference_indices: NotRequired[list[int]]
+    reference_counts: NotRequired[list[int]]
+    spent: NotRequired[int]
 
 
 class _Step(Runnable[Any, Any]):
@@ -98,7 +107,7 @@ def build_pacore_graph(
         if len(schedule) > 1:
             last_user_index(run.messages)  # fail now, not after round 1 was paid for
         announce(run, 0)
-        return {"round_index": 0, "results": Overwrite([]), "rounds": Overwrite([]), "answer": None}
+        return {"round_index": 0, "results": Overwrite([]), "rounds": Overwrite([]), "answer": None, "outcome": None}
 
     def announce(run: PaCoReContext, round_index: int) -> None:
         """The round is fanned out from this node's task, in this process (routers see no runtime)."""
@@ -110,11 +119,15 @@ def build_pacore_graph(
         round_index = state["round_index"]
         if round_index == len(schedule):
             return END
-        references = RoundRecord.model_validate(state["rounds"][-1]).references if round_index > 0 else []
+        k = schedule[round_index]
+        previous = state["rounds"][-1] if round_index > 0 else None
+        lists = next_round_references(previous, k, round_index, settings)
+        spent = {"spent": spent_tokens(state["rounds"])} if settings.budget.tokens is not None else {}
         return [
-            Send("trajectory", TrajectoryTask(round_index=round_index, index=index, references=references))
-            for index in range(schedule[round_index])
-        ]
+            Send("trajectory", TrajectoryTask(round_index=round_index, index=index, references=seen.texts,
+                                              **seen.recorded(), **spent))
+            for index, seen in enumerate(lists)
+        ]  # fmt: skip
 
     async def trajectory(task: TrajectoryTask, config: RunnableConfig) -> dict[str, Any]:
         """One trajectory, retried on transient failures; a final failure is recorded, or raised when the
@@ -122,22 +135,35 @@ def build_pacore_graph(
         run = current_context()
         round_index, index = task["round_index"], task["index"]
         k = schedule[round_index]
-        messages, barrier = run.round(round_index, k, task["references"], settings)
-        final = round_index == final_round
+        verifier = round_index == final_round and settings.final_selector == "verifier"
+        template = settings.verifier_template if verifier else settings.template
+        messages, barrier = run.round(round_index, k, task["references"], settings, template)
+        control = run.control(settings).round(round_index, k, task.get("spent", 0))
+        final = round_index == final_round and not verifier  # a verifier's reply is not the answer: no streaming
         child = run.child_config(config, round_index, index, final)
         episode = EpisodeContext(round_index, index, final, child, run.payload, run.on_record)
+        one = OneTrajectory(explorer, messages, episode, settings)
         barrier.start()
         try:
-            explored = await explore_once(explorer, messages, episode, settings, slot=limiter.semaphore())
+            outcome = await control.guard(index, one.explore(slot=limiter.semaphore()))
         except asyncio.CancelledError:
             barrier.leave()
             raise
-        record, outcome = explored.record, explored.outcome
-        if outcome is None:
+        except TrajectoryCut as cut:
+            record = seen_references(TrajectoryData(round_index=round_index, index=index, cut=cut.reason), task)
+            record["attempts"] = one.attempts
+            barrier.finish(record, False)
+            run.emit({"event": "trajectory_cut", "round": round_index, "index": index, "reason": cut.reason})
+            return {"results": [record]}
+        except Exception as exc:
+            record = seen_references(one.failure(exc), task)
+            control.finished(record)
             run.emit({"event": "trajectory_failed", "round": round_index, "index": index, "error": record["error"]})
             if await barrier.fail(record):
-                raise RoundFailedError(round_record(round_index, k, barrier.records.values())) from explored.error
+                raise RoundFailedError(round_record(round_index, k, barrier.records.values())) from exc
             return {"results": [record]}
+        record = seen_references(one.record(outcome), task)
+        control.finished(record)
         barrier.finish(record, usable(record))
         if run.trace is not None:
             outcome.extra.setdefault("round_index", round_index)
@@ -172,12 +198,17 @@ def build_pacore_graph(
                 "k": round_data["k"],
                 "completion_tokens": sum(r.get("completion_tokens", 0) for r in records),
                 "failed": sum(1 for r in records if r.get("error") is not None),
+                "cut": sum(1 for r in records if r.get("cut")),
             }
         )
-        if not chosen:
+        end = ending(state.get("rounds", []), round_data, chosen, run.control(settings), settings, final_round)
+        if not chosen and end is None:
             raise RoundFailedError(RoundRecord.model_validate(round_data))
         update: dict[str, Any] = {"results": Overwrite([]), "rounds": [round_data], "round_index": round_index + 1}
-        if round_index == final_round:
+        if end is not None:
+            update.update(round_index=len(schedule), answer=answer_message(end.record), outcome=end.outcome)
+            run.emit({"event": "run_ended", "round": round_index, **end.outcome})
+        elif round_index == final_round:
             update["answer"] = answer_message(chosen[0])
         else:
             announce(run, round_index + 1)
@@ -193,6 +224,19 @@ def build_pacore_graph(
     builder.add_edge("trajectory", "collect")
     builder.add_conditional_edges("collect", route, ["trajectory", END])
     return builder
+
+
+def spent_tokens(rounds: list[RoundData]) -> int:
+    return sum(record.get("completion_tokens", 0) for data in rounds for record in data["trajectories"])
+
+
+def seen_references(record: TrajectoryData, task: TrajectoryTask) -> TrajectoryData:
+    """Records which earlier trajectories a trajectory saw, when an option chose them (subset, dedup)."""
+    if "reference_indices" in task:
+        record["reference_indices"] = task["reference_indices"]
+    if "reference_counts" in task:
+        record["reference_counts"] = task["reference_counts"]
+    return record
 
 
 def round_record(round_index: int, k: int, records: Iterable[TrajectoryData]) -> RoundRecord:

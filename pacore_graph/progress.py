@@ -91,7 +91,7 @@ class RunProgress:
             bar.tokens += event["completion_tokens"]
         elif kind == "trajectory_failed":
             bar.failed += 1
-        else:
+        elif kind != "trajectory_cut":  # cut: cancelled by early stop or a budget (pacore_graph.coordination)
             return
         self.progress.update(bar.task, advance=1, note=f"{bar.tokens} tokens, {bar.failed} failed")
 

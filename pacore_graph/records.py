@@ -41,6 +41,11 @@ class TrajectoryData(TypedDict, total=False):
     error_status: int | None
     error_transient: bool
     attempts: int
+    # coordination options (pacore_graph.coordination); absent when every option is off
+    answer: str | None
+    cut: str | None
+    reference_indices: list[int]
+    reference_counts: list[int]
 
 
 class RoundData(TypedDict):
@@ -50,6 +55,17 @@ class RoundData(TypedDict):
     k: int
     reference_order: list[int]
     trajectories: list[TrajectoryData]
+
+
+class OutcomeData(TypedDict, total=False):
+    """How the answer was chosen, when a coordination option chose it (see :class:`Outcome`)."""
+
+    selector: str
+    stop: str | None
+    round_index: int
+    index: int
+    votes: list[list]
+    verifier_choice: int | None
 
 
 class Trajectory(BaseModel):
@@ -88,6 +104,12 @@ class TrajectoryRecord(BaseModel):
     error_status: int | None = Field(None, description="HTTP status of the last error, when it had one")
     error_transient: bool = Field(False, description="the last error was of a kind worth trying again later")
     attempts: int = 1
+    answer: str | None = Field(None, description="extracted answer (with an answer_extractor)")
+    cut: str | None = Field(None, description="why the round cancelled it: early_stop, budget_tokens or deadline")
+    reference_indices: list[int] | None = Field(
+        None, description="previous round's trajectories it saw, template order (subset or dedup on)"
+    )
+    reference_counts: list[int] | None = Field(None, description="references each shown text stands for (dedup)")
 
     @property
     def failed(self) -> bool:
@@ -148,6 +170,21 @@ class RoundRecord(BaseModel):
         return any(t.error_transient for t in self.trajectories)
 
 
+class Outcome(BaseModel):
+    """How the answer was chosen. The paper: the final round's one synthesis (``selector="synthesis"``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    selector: str = Field(
+        "synthesis", description="synthesis | vote (over extracted answers) | verifier | first (first reference)"
+    )
+    stop: str | None = Field(None, description="why rounds were skipped: unanimous, budget_tokens or deadline")
+    round_index: int | None = Field(None, description="round of the trajectory whose conclusion is the answer")
+    index: int | None = Field(None, description="that trajectory's index")
+    votes: list[tuple[str, int]] = Field(default_factory=list, description="(answer, votes) when it was a vote")
+    verifier_choice: int | None = Field(None, description="candidate number the verifier named")
+
+
 class PaCoReResult(BaseModel):
     """The answer of a run plus everything needed to account for it."""
 
@@ -157,6 +194,7 @@ class PaCoReResult(BaseModel):
     rounds: list[RoundRecord]
     message: AIMessage
     trajectories: list[Trajectory] | None = Field(None, description="full trajectories, when traced")
+    outcome: Outcome = Field(default_factory=Outcome)
 
     @property
     def ttc(self) -> int:
@@ -171,6 +209,11 @@ class PaCoReResult(BaseModel):
     def failures(self) -> list[TrajectoryRecord]:
         return [t for r in self.rounds for t in r.failures]
 
+    @property
+    def cut(self) -> list[TrajectoryRecord]:
+        """Trajectories a round cancelled (early stop, budget): their tokens before the cut are not counted."""
+        return [t for r in self.rounds for t in r.trajectories if t.cut]
+
     def summary(self) -> dict[str, Any]:
         """JSON-ready account (what ``--output`` writes): each conclusion appears once, in its round."""
         return {"answer": self.answer, **self.accounting()}
@@ -182,4 +225,6 @@ class PaCoReResult(BaseModel):
             "ttc_approximate": self.ttc_approximate,
             "rounds": [r.model_dump() for r in self.rounds],
             "failures": [{"round_index": t.round_index, "index": t.index, "error": t.error} for t in self.failures],
+            "outcome": self.outcome.model_dump(),
+            "cut": [{"round_index": t.round_index, "index": t.index, "reason": t.cut} for t in self.cut],
         }

@@ -14,7 +14,7 @@ from pacore_graph.config import PaCoReConfig
 from pacore_graph.gc_policy import spaced_full_collections
 from pacore_graph.graph import build_pacore_graph
 from pacore_graph.limits import ConcurrencyLimiter
-from pacore_graph.records import PaCoReResult, RoundRecord, Trajectory
+from pacore_graph.records import Outcome, PaCoReResult, RoundRecord, Trajectory, TrajectoryRecord
 from pacore_graph.run_context import PaCoReContext
 from pacore_graph.sync import call_interruptibly, run_sync
 
@@ -39,7 +39,7 @@ class PaCoReRunner:
     """A compiled PaCoRe graph plus its run-wide concurrency limiter; reusable across problems.
 
     Without a ``checkpointer`` of its own the graph uses the enclosing graph's, when run inside one.
-    A ``limiter`` shared with other runners bounds their model calls together.
+    Runners given one ``limiter`` share its bound on in-flight trajectories (e.g. one per server).
     """
 
     def __init__(
@@ -133,9 +133,11 @@ def build_result(state: dict[str, Any], trace: list[Trajectory] | None = None) -
     """The result of a finished graph state; its message is the answer with every round's account."""
     rounds = [RoundRecord.model_validate(data) for data in state["rounds"]]
     answer: AIMessage = state["answer"]
-    last = rounds[-1]
-    final = next((t for t in last.trajectories if last.reference_order and t.index == last.reference_order[0]), None)
-    result = PaCoReResult(answer=str(answer.content), rounds=rounds, message=answer, trajectories=trace)
+    outcome = Outcome.model_validate(state.get("outcome") or {})
+    final = chosen_trajectory(rounds, outcome)
+    result = PaCoReResult(
+        answer=str(answer.content), rounds=rounds, message=answer, trajectories=trace, outcome=outcome
+    )
     prompt_tokens = sum(t.prompt_tokens for r in rounds for t in r.trajectories)
     result.message = AIMessage(
         content=result.answer,
@@ -154,6 +156,17 @@ def build_result(state: dict[str, Any], trace: list[Trajectory] | None = None) -
         },
     )
     return result
+
+
+def chosen_trajectory(rounds: list[RoundRecord], outcome: Outcome) -> TrajectoryRecord | None:
+    """The trajectory whose conclusion is the answer: the final synthesis, or the one a selector chose."""
+    if outcome.round_index is not None:
+        round_index, index = outcome.round_index, outcome.index
+    else:
+        last = rounds[-1]
+        round_index, index = last.round_index, last.reference_order[0] if last.reference_order else None
+    found = (t for r in rounds if r.round_index == round_index for t in r.trajectories if t.index == index)
+    return next(found, None)
 
 
 async def asolve(

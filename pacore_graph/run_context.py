@@ -9,6 +9,7 @@ messages again, and the per-round message lists are rebuilt from them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ from langgraph.runtime import get_runtime
 
 from pacore_graph.barrier import RoundBarrier
 from pacore_graph.config import PaCoReConfig
+from pacore_graph.coordination.control import RunControl
 from pacore_graph.fit import fit_references
 from pacore_graph.prompt import synthesis_messages
 from pacore_graph.records import Trajectory
@@ -46,9 +48,11 @@ class PaCoReContext:
     on_record: Callable[[Any], None] | None = None
     trace: list[Trajectory] | None = None
     stream_metadata: dict[str, Any] = field(default_factory=dict)
-    _rounds: dict[int, tuple[list[BaseMessage], RoundBarrier]] = field(
+    started: float = field(default_factory=time.monotonic)  # a budget's deadline counts from here
+    _rounds: dict[int, tuple[dict[tuple[str, ...], list[BaseMessage]], RoundBarrier]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    _control: RunControl | None = field(default=None, init=False, repr=False, compare=False)
     _fanned_out: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
 
     def fanned_out(self, round_index: int) -> None:
@@ -66,18 +70,30 @@ class PaCoReContext:
             pass
 
     def round(
-        self, round_index: int, k: int, references: Sequence[str], settings: PaCoReConfig
+        self, round_index: int, k: int, references: Sequence[str], settings: PaCoReConfig, template: str
     ) -> tuple[list[BaseMessage], RoundBarrier]:
-        """The round's messages (one list shared by its K trajectories) and its barrier, made on first use."""
+        """The messages for ``references`` (one list shared by the trajectories that see the same ones: all
+        K of a round unless each sees its own subset) and the round's barrier, made on first use."""
         entry = self._rounds.get(round_index)
         if entry is None:
+            entry = self._rounds[round_index] = ({}, RoundBarrier(k, round_index in self._fanned_out))
+        by_references, barrier = entry
+        key = tuple(references)
+        messages = by_references.get(key)
+        if messages is None:
             messages = list(self.messages)
             if round_index > 0:
-                messages = synthesis_messages(
-                    messages, fit_references(references, messages, settings), settings.template
-                )
-            entry = self._rounds[round_index] = (messages, RoundBarrier(k, round_index in self._fanned_out))
-        return entry
+                messages = synthesis_messages(messages, fit_references(references, messages, settings), template)
+            by_references[key] = messages
+        return messages, barrier
+
+    def control(self, settings: PaCoReConfig) -> RunControl:
+        """The run's coordination state (budgets, early stop), made on first use."""
+        if self._control is None:
+            self._control = RunControl(
+                settings.budget, settings.early_stop, settings.answer_extractor, self.started, self.emit
+            )
+        return self._control
 
     def child_config(self, node_config: RunnableConfig, round_index: int, index: int, final: bool) -> RunnableConfig:
         """The config of one trajectory's model call or agent run: traced under the trajectory's task,

@@ -1,6 +1,6 @@
 """One trajectory: an explorer called with the operator's retries and timeout, then its plain-data record.
 
-The graph runs every trajectory through :func:`explore_once`; so does anything that needs single model
+The graph runs every trajectory through :class:`OneTrajectory`; so does anything that needs single model
 calls with the same retries and token accounting (a benchmark's pool of first-round trajectories).
 """
 
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import uuid
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import BaseMessage
@@ -22,75 +21,66 @@ from pacore_graph.records import Trajectory, TrajectoryData
 from pacore_graph.retry import with_retries
 
 
-@dataclass(frozen=True)
-class Explored:
-    """What one trajectory came to: its raw outcome and record, or (``outcome`` None) the error that ended it
-    after retries, with a record saying why."""
+class OneTrajectory:
+    """``explorer.explore(messages, episode)`` as the operator runs it: retried on transient failures
+    (``settings.retry``), each attempt holding ``slot`` and limited to ``settings.request_timeout``.
 
-    outcome: Trajectory | None
-    record: TrajectoryData
-    error: Exception | None = None
+    ``attempts`` counts the attempts made so far, also when the work is cancelled midway.
+    """
 
+    def __init__(self, explorer: Any, messages: list[BaseMessage], episode: EpisodeContext, settings: PaCoReConfig):
+        self.explorer = explorer
+        self.messages = messages
+        self.episode = episode
+        self.settings = settings
+        self.attempts = 0
 
-async def explore_once(
-    explorer: Any,
-    messages: list[BaseMessage],
-    episode: EpisodeContext,
-    settings: PaCoReConfig,
-    *,
-    slot: AbstractAsyncContextManager[Any] | None = None,
-) -> Explored:
-    """Call ``explorer.explore`` until it succeeds, fails for good, or attempts run out (``settings.retry``);
-    each attempt holds ``slot`` and may take ``settings.request_timeout``. Never raises but for cancellation."""
-    attempts = 0
+    async def _attempt(self) -> Trajectory:
+        self.attempts += 1
+        return await self.explorer.explore(self.messages, self.episode)
 
-    async def attempt() -> Trajectory:
-        nonlocal attempts
-        attempts += 1
-        return await explorer.explore(messages, episode)
+    async def explore(self, *, slot: AbstractAsyncContextManager[Any] | None = None) -> Trajectory:
+        """The trajectory; the last error when it still fails after its retries."""
+        settings = self.settings
+        outcome, _ = await with_retries(self._attempt, settings.retry, settings.request_timeout, slot=slot)
+        return outcome
 
-    try:
-        outcome, _ = await with_retries(attempt, settings.retry, settings.request_timeout, slot=slot)
-    except Exception as exc:
-        return Explored(None, failure_record(episode.round_index, episode.index, exc, attempts), exc)
-    return Explored(outcome, trajectory_record(outcome, episode.round_index, episode.index, attempts, settings))
+    def record(self, outcome: Trajectory) -> TrajectoryData:
+        """What a run keeps of it: its conclusion (compacted) and counts, tokens from usage or counted."""
+        compacted = compact(outcome.content, outcome.reasoning, outcome.finish_reason)
+        conclusion = compacted.conclusion if compacted.conclusion.strip() else ""
+        if not conclusion and compacted.truncated and self.settings.truncated_policy == "keep":
+            conclusion = outcome.content  # the reference pipeline passes such raw text on
+        tokens, approximate = completion_tokens(outcome.completion_tokens, outcome.content, outcome.reasoning)
+        return TrajectoryData(
+            round_index=self.episode.round_index,
+            index=self.episode.index,
+            conclusion=conclusion,
+            tool_calls=[_tool_call(call) for call in outcome.tool_calls],
+            content_length=len(outcome.content),
+            prompt_tokens=outcome.prompt_tokens or 0,
+            completion_tokens=tokens,
+            tokens_approximate=approximate,
+            finish_reason=outcome.finish_reason,
+            model_name=outcome.model_name,
+            message_id=outcome.message_id,
+            truncated=compacted.truncated,
+            attempts=self.attempts,
+        )
 
-
-def trajectory_record(
-    outcome: Trajectory, round_index: int, index: int, attempts: int, config: PaCoReConfig
-) -> TrajectoryData:
-    compacted = compact(outcome.content, outcome.reasoning, outcome.finish_reason)
-    conclusion = compacted.conclusion if compacted.conclusion.strip() else ""
-    if not conclusion and compacted.truncated and config.truncated_policy == "keep":
-        conclusion = outcome.content  # the reference pipeline passes such raw text on
-    tokens, approximate = completion_tokens(outcome.completion_tokens, outcome.content, outcome.reasoning)
-    return TrajectoryData(
-        round_index=round_index,
-        index=index,
-        conclusion=conclusion,
-        tool_calls=[
-            {"name": call["name"], "args": call.get("args") or {}, "id": call.get("id") or f"call_{uuid.uuid4().hex}"}
-            for call in outcome.tool_calls
-        ],
-        content_length=len(outcome.content),
-        prompt_tokens=outcome.prompt_tokens or 0,
-        completion_tokens=tokens,
-        tokens_approximate=approximate,
-        finish_reason=outcome.finish_reason,
-        model_name=outcome.model_name,
-        message_id=outcome.message_id,
-        truncated=compacted.truncated,
-        attempts=attempts,
-    )
+    def failure(self, exc: BaseException) -> TrajectoryData:
+        """The record of a trajectory that failed for good: why, with the error's class, status and kind."""
+        return TrajectoryData(
+            round_index=self.episode.round_index,
+            index=self.episode.index,
+            error=f"{type(exc).__name__}: {exc}"[:2000],
+            error_type=type(exc).__name__,
+            error_status=error_status(exc),
+            error_transient=is_transient(exc),
+            attempts=self.attempts,
+        )
 
 
-def failure_record(round_index: int, index: int, exc: BaseException, attempts: int) -> TrajectoryData:
-    return TrajectoryData(
-        round_index=round_index,
-        index=index,
-        error=f"{type(exc).__name__}: {exc}"[:2000],
-        error_type=type(exc).__name__,
-        error_status=error_status(exc),
-        error_transient=is_transient(exc),
-        attempts=attempts,
-    )
+def _tool_call(call: dict[str, Any]) -> dict[str, Any]:
+    """A call as state keeps it; one without an id gets one (a ToolNode answers calls by id)."""
+    return {"name": call["name"], "args": call.get("args") or {}, "id": call.get("id") or f"call_{uuid.uuid4().hex}"}

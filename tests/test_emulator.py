@@ -425,3 +425,67 @@ async def test_a_prefill_stalls_the_sequences_decoding_on_its_replica():
 
             await asyncio.gather(short(), long())
     assert events == ["long prompt's first token", "short reply done"]
+
+
+# ------------------------------------------------------------------- answer distributions (coordination)
+
+
+def test_problems_are_easy_split_or_hard_and_replies_follow_their_kind():
+    from collections import Counter
+
+    from pacore_benchmarks.perf.emulator_replies import majority_answer, plan_reply, problem_answers, problem_kind
+
+    config = EmulatorConfig(**FAST)
+    problems = [f"Problem {n}: how many?" for n in range(400)]
+    kinds = Counter(problem_kind(config, p) for p in problems)
+    assert abs(kinds["easy"] / 400 - 0.5) < 0.08 and abs(kinds["hard"] / 400 - 0.2) < 0.06
+    for kind, shares in config.answers.kinds.items():
+        problem = next(p for p in problems if problem_kind(config, p) == kind)
+        answers = Counter(plan_reply(config, body(problem), n).answer for n in range(600))
+        expected = problem_answers(config.seed, problem, len(shares))
+        assert expected[0] == majority_answer(config, problem)
+        for answer, share in zip(expected, shares, strict=True):
+            assert abs(answers[answer] / 600 - share) < 0.06, (kind, answer, answers.most_common(4))
+
+
+def test_replies_off_the_majority_answer_are_longer_when_asked():
+    from pacore_benchmarks.perf.emulator_replies import majority_answer, plan_reply
+
+    config = EmulatorConfig(**{**FAST, "answers": {"minority_length": 1.5}})
+    plans = [plan_reply(config, body("Which one?"), n) for n in range(50)]
+    majority = majority_answer(config, "Which one?")
+    assert {p.completion_tokens for p in plans if p.answer == majority} == {40}
+    assert {p.completion_tokens for p in plans if p.answer != majority} == {60}
+
+
+async def test_a_deduplicated_reference_counts_as_often_as_its_note_says(emu):
+    from pacore_graph.coordination.references import DUPLICATES_NOTE
+    from pacore_graph.prompt import render_synthesis_prompt
+
+    references = ["so \\boxed{3}." + DUPLICATES_NOTE.format(count=3), "I get \\boxed{7}.", "Also \\boxed{7}."]
+    _, raw = await post(emu.base_url, body(render_synthesis_prompt("What is 1 + 2?", references)))
+    assert json.loads(raw)["choices"][0]["message"]["content"].endswith("\\boxed{3}.")
+
+
+async def test_a_client_closing_mid_generation_is_counted_with_the_tokens_made_so_far():
+    config = EmulatorConfig(ttft=0.0, token_delay=0.01, output_tokens=1000)  # a 10-second reply
+    with Emulator(config) as server:
+        with pytest.raises(asyncio.TimeoutError):
+            await post(server.base_url, body(), timeout=0.5)
+        for _ in range(200):
+            stats = server.stats()
+            if stats["cancelled"]:
+                break
+            await asyncio.sleep(0.02)
+    assert stats["cancelled"] == 1 and stats["completed"] == 0 and stats["active"] == 0
+    assert 0 < stats["cancelled_tokens"] < 1000
+
+
+def test_mix_and_minority_length_flags():
+    args = build_parser().parse_args(["--mix", "easy=0.7,hard=0.3", "--minority-length", "1.3"])
+    config = config_from_args(args)
+    assert config.answers.weights == {"easy": 0.7, "hard": 0.3} and config.answers.minority_length == 1.3
+    with pytest.raises(SystemExit, match="KIND=WEIGHT"):
+        config_from_args(build_parser().parse_args(["--mix", "easy"]))
+    with pytest.raises(ValueError, match="unknown answer kinds"):
+        EmulatorConfig(answers={"weights": {"medium": 1.0}})

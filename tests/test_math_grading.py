@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from pacore_benchmarks.math.data import DataError, load_problems
-from pacore_benchmarks.math.grading import MathGrader, as_integer, extract_answer, last_boxed, last_number
+from pacore_benchmarks.math.grading import MathGrader, as_integer
+from pacore_graph.coordination.answers import extract_answer, last_boxed, last_number
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "math"
 GOLD_ANSWERS = json.loads((FIXTURES / "gold_answers.json").read_text())

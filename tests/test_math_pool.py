@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pacore_benchmarks.math.pool import PoolError, PoolReplayExplorer, PoolStore, as_trajectory, draw
-from pacore_benchmarks.math.vote import majority_vote
+from pacore_benchmarks.math.pool import FirstRound, PoolError, PoolReplayExplorer, PoolStore, as_trajectory, draw
 from pacore_graph import EpisodeContext
-from pacore_graph.extend import Trajectory
+from pacore_graph.extend import Trajectory, majority_vote
 
 
 def majority_probability(pool_size: int, correct: int, k: int) -> float:
@@ -92,7 +91,7 @@ def test_replay_explorer_serves_round_one_from_the_pool_only() -> None:
     rows = [{"index": i, "content": f"\\boxed{{{i}}}", "completion_tokens": 10 + i} for i in range(3)]
     delegate = _CountingExplorer()
     explorer = PoolReplayExplorer(delegate)
-    pooled = [as_trajectory(r) for r in rows]  # the run's payload: its drawn first round
+    pooled = FirstRound([as_trajectory(r) for r in rows])  # the run's payload: its drawn first round
 
     async def go() -> list[Trajectory]:
         first = [await explorer.explore([], EpisodeContext(round_index=0, index=i, payload=pooled)) for i in range(3)]
@@ -105,4 +104,4 @@ def test_replay_explorer_serves_round_one_from_the_pool_only() -> None:
     assert delegate.calls == [(1, 0)]  # one model call: the later round's
     assert out[3].content == "synth 1.0"
     out[0].content = "changed"
-    assert pooled[0].content == "\\boxed{0}"  # the replay hands out copies
+    assert pooled.trajectories[0].content == "\\boxed{0}"  # the replay hands out copies

@@ -288,3 +288,34 @@ def test_a_refused_request_stops_the_run_with_one_message(tmp_path: Path) -> Non
     with pytest.raises(RunAborted, match=r"HTTP 404: model 'nope' does not exist .*check --model"):
         asyncio.run(MathBenchmark(settings, _FlakyExplorer(AIME, status=404), progress=False).arun())
     assert (tmp_path / "run/run.json").exists()
+
+
+def test_coordination_variants_replay_the_same_pool(tmp_path: Path, monkeypatch) -> None:
+    # the fake's trajectories differ by one token: pace the replay so that they finish clearly apart
+    monkeypatch.setattr("pacore_benchmarks.math.pool.PACE_SECONDS_PER_TOKEN", 0.02)
+    explorer = FakeMathExplorer(AIME)
+    variants = ["early_stop", "vote", "dedup", "subset"]
+    settings = _settings(tmp_path / "run", schedules=[[8, 2]], samples=1, methods=["pacore"], coordination=variants)
+    report = asyncio.run(MathBenchmark(settings, explorer, progress=False).arun())
+    assert not report.failures
+    rows = {(row["label"], row["problem_id"]): row for row in _rows(tmp_path / "run")}
+    labels = Counter(label for label, _ in rows)
+    assert labels == {"pacore[8,2]": 3, **{f"pacore[8,2]+{variant}": 3 for variant in variants}}
+    assert sum(n for (r, _), n in explorer.calls.items() if r == 0) == 3 * 8  # one pool, replayed by all
+    for (label, problem_id), row in rows.items():
+        paper = rows[("pacore[8,2]", problem_id)]
+        assert row["pool_indices"] == paper["pool_indices"]  # the same draw: paired comparison
+        if label.endswith("+vote"):  # a vote over round 2 instead of the final synthesis: one call fewer
+            assert row["model_calls"] == 2 and row["outcome"]["selector"] == "vote"
+            assert row["ttc"] == paper["ttc"] - SYNTH_TOKENS
+        if label.endswith("+early_stop"):  # no final synthesis (round 2 agrees); cut ones count their tokens so far
+            assert row["outcome"]["stop"] == "unanimous" and row["correct"] == paper["correct"]
+            assert paper["ttc"] - SYNTH_TOKENS - (POOL_TOKENS + 7) * row["cut"] <= row["ttc"] < paper["ttc"]
+    assert any(row["cut"] for (label, _), row in rows.items() if label.endswith("+early_stop"))
+
+
+def test_budget_variant_needs_its_budget(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="--budget-tokens"):
+        _settings(tmp_path / "run", coordination=["budget"])
+    with pytest.raises(ValueError, match="unknown coordination variant 'fast'"):
+        _settings(tmp_path / "run", coordination=["fast"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pacore_benchmarks.math.grading import MathGrader
-from pacore_benchmarks.math.vote import majority_vote
+from pacore_graph.coordination.vote import majority_vote
 
 
 @pytest.fixture(scope="module")

@@ -79,7 +79,7 @@ async def test_floor_sends_the_same_requests_as_the_operator(tmp_path):
     assert reference_counts == {0: 9, 3: 6, 2: 3}  # 3 problems x (3 first-round, 2 middle, 1 final)
 
 
-@pytest.mark.parametrize("client", ["floor", "operator"])
+@pytest.mark.parametrize("client", ["floor", "operator", "proxy"])
 async def test_worker_counts_every_trajectory_of_the_schedule(client):
     with Emulator(EmulatorConfig(**TINY_EMULATOR)) as emu:
         spec = WorkerSpec(client=client, base_url=emu.base_url, model=emu.config.model, rounds=[4, 2], problems=3,
@@ -109,8 +109,10 @@ def test_tiny_overhead_run_prints_the_json_verdict_last(tmp_path, capsys):
     assert summary["failures"] == 0
     assert summary["stream_ratio"] > 0 and summary["checkpoint_bytes_per_problem"] > 0
     assert set(summary["wall_ratios"]) == {"[2]", "[2, 2]"}
+    assert summary["proxy_wall_ratio"] > 0 and summary["proxy_added_cpu_ms_per_trajectory"] is not None
     markdown = (tmp_path / "overhead.md").read_text()
     assert "[2, 2]" in markdown and "Checkpoints" in markdown and "Streaming" in markdown
+    assert "[16] via endpoint" in markdown and "The endpoint adds" in markdown
     saved = json.loads((tmp_path / "overhead.json").read_text())
     assert saved["summary"] == summary
 

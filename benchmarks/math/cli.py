@@ -1,6 +1,6 @@
 """``pacore bench math``: the scaling curve; ``pacore bench math grade``: grade a predictions file.
 
-pacore bench math --data PATH [--limit N] [--base-url URL] [--model M] [--methods single,vote,pacore]
+pacore bench math --data PATH [--limit N] [--base-url URL] [--model M] [--methods single,vote,pacore,pacore+early_stop]
                   [--preset low,medium,high | --rounds 32,4 ...] [--samples N] [--pool N] --output DIR
 pacore bench math grade --data PATH --predictions FILE [--verdicts FILE]
 
@@ -50,7 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--limit", type=int, help="first N problems only")
     add_model_arguments(parser)
-    parser.add_argument("--methods", default="single,vote,pacore", help="comma list of single, vote, pacore")
+    parser.add_argument(
+        "--methods", default="single,vote,pacore",
+        help="comma list of single, vote, pacore, and PaCoRe with a coordination option: pacore+early_stop, "
+        "pacore+budget (with --budget-tokens), pacore+subset, pacore+dedup, pacore+vote, pacore+verifier",
+    )  # fmt: skip
+    parser.add_argument("--budget-tokens", type=int, help="pacore+budget: completion tokens per problem")
     schedule = parser.add_mutually_exclusive_group()
     schedule.add_argument(
         "--preset", action="append", metavar="NAME[,NAME]",
@@ -189,10 +194,13 @@ def run_command(args: argparse.Namespace) -> int:
     urls = configured_urls(args.base_urls)
     embedded = not urls
     data = _data_source(args)
-    methods = _csv(args.methods)
+    methods = [m for m in _csv(args.methods) if not m.startswith("pacore+")]
+    variants = [m.removeprefix("pacore+") for m in _csv(args.methods) if m.startswith("pacore+")]
     unknown = [m for m in methods if m not in ("single", "vote", "pacore")]
     if unknown:
-        raise ValueError(f"unknown method {unknown[0]!r} in --methods: choose from single, vote, pacore")
+        raise ValueError(
+            f"unknown method {unknown[0]!r} in --methods: choose from single, vote, pacore, pacore+OPTION"
+        )
     overrides: dict[str, Any] = {}
     if args.context_window or embedded:
         overrides["context_window"] = args.context_window or EMBEDDED_CONTEXT
@@ -215,6 +223,8 @@ def run_command(args: argparse.Namespace) -> int:
         max_tokens=max_tokens,
         max_inflight=args.max_inflight,
         pacore_overrides=overrides,
+        coordination=variants,
+        budget_tokens=args.budget_tokens,
     )
     _load(args)  # bad data fails before any server starts
     api_key = args.api_key or os.environ.get("OPENAI_API_KEY")

@@ -28,28 +28,21 @@ import importlib.metadata
 import logging
 import math
 import re
+import sys
 import threading
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
-from pacore_graph.extend import compact
+from pacore_graph.extend import TEXT_GROUP, extract_answer, strip_math_delimiters
+from pacore_graph.extend import AnswerFlag as Flag
 
-Flag = Literal["no_conclusion", "no_boxed", "unboxed", "unparsable", "timeout"]
-
-_BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
 # Separators people put inside integers: 7{,}521, 7\,521, 7\!521, 7~521, 7 521.
 _INT_SEPARATORS = re.compile(r"\{,\}|\\[,!;: ]|~|\s")
 _THOUSANDS = re.compile(r"^-?\d{1,3}(,\d{3})+$")
 _INTEGER = re.compile(r"^-?\d+$")
-# The last number of a message: a minus sign counts when it is not a binary minus ("a-5" ends in 5).
-_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?!\w)")
 _DECIMAL = re.compile(r"-?\d*\.\d+")
-_MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
-_LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")
-_PROSE_WORD = re.compile(r"[A-Za-z]{2,}")
-_TEXT_GROUP = re.compile(r"\\(?:text|textbf|textrm|textit|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
 _CONJUNCTION = re.compile(r"^\s*(?:and|or)\s*$", re.IGNORECASE)
 # A unit after the answer: \text{ cm}^2, \,\mathrm{km}, \text{ degrees}.
 _UNIT = re.compile(
@@ -57,8 +50,6 @@ _UNIT = re.compile(
     r"(?:\^\{?[23]\}?)?[\s.]*$"
 )
 _SQRT_DIGITS = re.compile(r"\\sqrt\s*(\d+)")  # \sqrt 10 and \sqrt10 mean the root of 10
-_UNICODE = {"\u2212": "-", "\u221a": "\\sqrt", "\u03c0": "\\pi", "\u00d7": "\\cdot", "\u202f": " "}
-_MAX_BARE_ANSWER = 120
 # math-verify rounds floats to this many decimals before comparing them (its default, 6, takes 0.444444
 # for 4/9); MathArena's relative-error rule decides single numbers, this bounds numbers inside lists.
 _FLOAT_ROUNDING = 10
@@ -74,114 +65,6 @@ class Verdict(BaseModel):
     flag: Flag | None = None
 
 
-def _closing_brace(text: str, start: int) -> int | None:
-    """Index of the brace closing the one opened just before ``start``; None when it never closes."""
-    depth = 1
-    for position in range(start, len(text)):
-        if text[position] == "{":
-            depth += 1
-        elif text[position] == "}":
-            depth -= 1
-            if depth == 0:
-                return position
-    return None
-
-
-def boxes(text: str) -> list[tuple[int, str]]:
-    """Every complete ``\\boxed{...}`` (or ``\\fbox``): (start, content), braces balanced, in order.
-
-    A box that never closes (cut off mid-answer) is left out; a box inside another is part of the outer
-    one's content, without its own ``\\boxed``.
-    """
-    found: list[tuple[int, str]] = []
-    end_of_last = -1
-    for match in _BOX_OPEN.finditer(text):
-        close = None if match.start() < end_of_last else _closing_brace(text, match.end())
-        if close is not None:
-            found.append((match.start(), _unbox(text[match.end() : close]).strip()))
-            end_of_last = close
-    return found
-
-
-def _unbox(content: str) -> str:
-    """``\\boxed{x}`` inside a box is just x."""
-    match = _BOX_OPEN.search(content)
-    while match:
-        close = _closing_brace(content, match.end())
-        if close is None:
-            break
-        content = content[: match.start()] + content[match.end() : close] + content[close + 1 :]
-        match = _BOX_OPEN.search(content, match.start())
-    return content
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last complete ``\\boxed{...}``; None when there is none."""
-    found = boxes(text)
-    return found[-1][1] if found else None
-
-
-def _boxed_answer(text: str, found: list[tuple[int, str]], list_answer: bool) -> str:
-    """The last box; for a list answer written as several boxes, all boxes on the last line with one."""
-    if not list_answer or len(found) == 1:
-        return found[-1][1]
-    line = text.count("\n", 0, found[-1][0])
-    return ",".join(content for start, content in found if text.count("\n", 0, start) == line)
-
-
-def _strip_math_delimiters(text: str) -> str:
-    text = text.strip()
-    for left, right in (("$$", "$$"), ("$", "$"), ("\\[", "\\]"), ("\\(", "\\)")):
-        if text.startswith(left) and text.endswith(right) and len(text) >= len(left) + len(right):
-            return text[len(left) : len(text) - len(right)].strip()
-    return text
-
-
-def _bare_answer(conclusion: str) -> str | None:
-    """A conclusion that is nothing but a short math expression ("025", "$\\frac{1}{2}$", "**70**") is its own
-    answer."""
-    text = _strip_math_delimiters(conclusion.strip().strip("*`#").strip()).rstrip(".").strip()
-    if not text or len(text) > _MAX_BARE_ANSWER or "\n" in text:
-        return None
-    if _PROSE_WORD.search(_LATEX_COMMAND.sub("", _TEXT_GROUP.sub("", text))):
-        return None
-    return text
-
-
-def last_number(text: str) -> str | None:
-    """MathArena's fallback, the last number written, but with its sign and decimals, and when it stands
-    in a math span (``The answer is $\\frac{24}{17}$.``) the whole span; None when there is no number."""
-    numbers = list(_NUMBER.finditer(text))
-    if not numbers:
-        return None
-    last = numbers[-1]
-    for span in _MATH_SPAN.finditer(text):
-        if span.start() <= last.start() and last.end() <= span.end():
-            content = next(group for group in span.groups() if group is not None).strip()
-            if len(content) <= _MAX_BARE_ANSWER:
-                return content
-    return last.group()
-
-
-def extract_answer(response: str, list_answer: bool = False) -> tuple[str | None, Flag | None]:
-    """The answer text a response commits to, and a flag when it is missing or not boxed.
-
-    Only the conclusion counts: text before the last ``</think>`` is reasoning (see compaction).
-    ``list_answer``: the gold is a list, so several boxes on the last line are one answer.
-    """
-    conclusion = compact(response or "").conclusion
-    if not conclusion.strip():
-        return None, "no_conclusion"
-    for char, latex in _UNICODE.items():
-        conclusion = conclusion.replace(char, latex)
-    found = boxes(conclusion)
-    if found:
-        return _boxed_answer(conclusion, found, list_answer), None
-    bare = None if _BOX_OPEN.search(conclusion) else _bare_answer(conclusion)
-    answer = bare if bare is not None else last_number(conclusion)
-    return (answer, "unboxed") if answer is not None else (None, "no_boxed")
-
-
 def _text_group(match: re.Match[str]) -> str:
     """``\\text{20}`` is 20, ``\\text{ and }`` a comma, ``\\mathrm{i}`` i; words beside a number
     (``\\text{(C) } 70``) go, as in MathArena; a text answer (``\\text{Alice}``) stays."""
@@ -193,7 +76,7 @@ def _text_group(match: re.Match[str]) -> str:
     if not match.group(0).startswith(("\\text", "\\mbox")):  # \mathrm{i} is i (math-verify drops it as a unit)
         return content if len(content.strip()) == 1 else match.group(0)
     outside = match.string[: match.start()] + match.string[match.end() :]
-    return " " if re.search(r"\d", _TEXT_GROUP.sub("", outside)) else match.group(0)
+    return " " if re.search(r"\d", TEXT_GROUP.sub("", outside)) else match.group(0)
 
 
 def normalize_answer(answer: str) -> str:
@@ -202,12 +85,12 @@ def normalize_answer(answer: str) -> str:
     unit = _UNIT.search(answer)
     if unit and re.search(r"\d", answer[: unit.start()]):
         answer = answer[: unit.start()]
-    return _TEXT_GROUP.sub(_text_group, answer).strip()
+    return TEXT_GROUP.sub(_text_group, answer).strip()
 
 
 def as_integer(text: str) -> int | None:
     """``"025"``, ``"7{,}521"``, ``"7,521"``, ``"\\text{25}"`` -> int; anything else -> None."""
-    text = _INT_SEPARATORS.sub("", normalize_answer(_strip_math_delimiters(text))).rstrip(".")
+    text = _INT_SEPARATORS.sub("", normalize_answer(strip_math_delimiters(text))).rstrip(".")
     if _THOUSANDS.match(text):
         text = text.replace(",", "")
     return int(text) if _INTEGER.match(text) else None
@@ -217,8 +100,8 @@ def _number(text: str, parsed: list[Any]) -> Any:
     """The value of one answer as a sympy number (a decimal literal exactly: 0.1 is 1/10), else None."""
     import sympy  # noqa: PLC0415
 
-    if _DECIMAL.fullmatch(_strip_math_delimiters(text)):
-        return sympy.Rational(_strip_math_delimiters(text))
+    if _DECIMAL.fullmatch(strip_math_delimiters(text)):
+        return sympy.Rational(strip_math_delimiters(text))
     expr = next((p for p in parsed if isinstance(p, sympy.Expr)), None)
     return expr if expr is not None and expr.is_number else None
 
@@ -231,7 +114,7 @@ def plain_numbers(gold: str, gold_parsed: list[Any], candidate: str, parsed: lis
     a, b = _number(gold, gold_parsed), _number(candidate, parsed)
     if a is None or b is None:
         return None
-    exact = not any(_DECIMAL.fullmatch(_strip_math_delimiters(t)) for t in (gold, candidate)) and not (
+    exact = not any(_DECIMAL.fullmatch(strip_math_delimiters(t)) for t in (gold, candidate)) and not (
         a.has(sympy.Float) or b.has(sympy.Float)
     )
     try:
@@ -262,7 +145,7 @@ def numbers_equal(pair: NumberPair) -> bool:
 
 
 def _squeeze(text: str) -> str:
-    return re.sub(r"\s+", "", _strip_math_delimiters(text))
+    return re.sub(r"\s+", "", strip_math_delimiters(text))
 
 
 def _wrap(latex: str) -> str:
@@ -373,7 +256,8 @@ class MathGrader:
 
 @functools.cache
 def grading_rules() -> str:
-    """Which rules graded a verdict: a digest of this module's source and math-verify's version.
+    """Which rules graded a verdict: a digest of the grader's source and of the answer reading it uses
+    (``extract_answer``'s module), with math-verify's version.
 
     Verdicts are stored with the rows and never made again, so a run folder's fingerprint holds this: rows
     graded by other rules are not mixed into one score (and a pooled trajectory's verdict is made again).
@@ -382,5 +266,6 @@ def grading_rules() -> str:
         verifier = importlib.metadata.version("math-verify")
     except importlib.metadata.PackageNotFoundError:
         verifier = "missing"
-    digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    sources = [Path(__file__), Path(sys.modules[extract_answer.__module__].__file__ or "")]
+    digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()[:12]
     return f"{digest}+math-verify-{verifier}"

@@ -16,6 +16,7 @@ import hashlib
 import random
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from pacore_benchmarks.math.data import Problem
 from pacore_benchmarks.math.grading import Verdict, grading_rules
 from pacore_graph import EpisodeContext, PaCoReConfig
-from pacore_graph.extend import ResultsFile, Trajectory, explore_once
+from pacore_graph.extend import OneTrajectory, ResultsFile, Trajectory
 
 
 class PoolError(ValueError):
@@ -130,13 +131,12 @@ async def fill_pool(
     messages: list[BaseMessage] = [HumanMessage(content=problem.prompt())]
 
     async def one(index: int) -> None:
-        explored = await explore_once(explorer, messages, EpisodeContext(round_index=0, index=index), config, slot=slot)
-        if explored.outcome is None:
-            raise explored.error  # type: ignore[misc]
-        record = explored.record
-        verdict = grade(explored.outcome.content, problem.answer)
+        trajectory = OneTrajectory(explorer, messages, EpisodeContext(round_index=0, index=index), config)
+        outcome = await trajectory.explore(slot=slot)
+        record = trajectory.record(outcome)
+        verdict = grade(outcome.content, problem.answer)
         pool.add(
-            problem.id, index, problem.prompt(), explored.outcome,
+            problem.id, index, problem.prompt(), outcome,
             completion_tokens=record["completion_tokens"], tokens_approximate=record["tokens_approximate"],
             attempts=record["attempts"], answer=verdict.extracted, correct=verdict.correct, flag=verdict.flag,
         )  # fmt: skip
@@ -155,17 +155,46 @@ def regraded(row: dict[str, Any], gold: str, grade: Callable[[str, str], Verdict
     return {**row, "answer": verdict.extracted, "correct": verdict.correct, "flag": verdict.flag}
 
 
-class PoolReplayExplorer:
-    """An Explorer whose first round replays pooled trajectories, later rounds call the real explorer.
+PACE_SECONDS_PER_TOKEN = 1e-4  # a paced replay of 10,000 tokens takes 1 s
 
-    The pooled trajectories of a run are its problem's payload (``EpisodeContext.payload``): a list
-    whose item ``index`` is trajectory ``index`` of round 1.
+
+@dataclass
+class FirstRound:
+    """The payload of one PaCoRe run of the benchmark: its drawn pooled trajectories, item ``index`` being
+    trajectory ``index`` of round 1.
+
+    ``paced`` (for options that cut a round short: early stop, budgets): a replayed trajectory takes as long
+    as generating its tokens at one fixed speed would, so trajectories finish shortest first as at a server,
+    and one that is cut counts the tokens it had made by then (``cut_tokens``).
     """
+
+    trajectories: list[Trajectory]
+    paced: bool = False
+    cut_tokens: int = 0
+
+
+class PoolReplayExplorer:
+    """An Explorer whose first round replays the run's :class:`FirstRound` (its payload), later rounds call
+    the real explorer."""
 
     def __init__(self, delegate: Any):
         self.delegate = delegate
 
     async def explore(self, messages: list[BaseMessage], episode: EpisodeContext) -> Trajectory:
-        if episode.round_index == 0:
-            return episode.payload[episode.index].model_copy(deep=True)
-        return await self.delegate.explore(messages, episode)
+        if episode.round_index > 0:
+            return await self.delegate.explore(messages, episode)
+        first: FirstRound = episode.payload
+        trajectory = first.trajectories[episode.index].model_copy(deep=True)
+        if first.paced:
+            await _generate(first, trajectory.completion_tokens or 0)
+        return trajectory
+
+
+async def _generate(first: FirstRound, tokens: int) -> None:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        await asyncio.sleep(tokens * PACE_SECONDS_PER_TOKEN)
+    except asyncio.CancelledError:
+        first.cut_tokens += min(tokens, int((loop.time() - started) / PACE_SECONDS_PER_TOKEN))
+        raise

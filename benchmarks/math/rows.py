@@ -12,8 +12,13 @@ from pacore_benchmarks.math.grading import MathGrader, Verdict
 from pacore_benchmarks.math.pool import draw
 from pacore_benchmarks.math.settings import Method
 from pacore_benchmarks.math.summary import schedule_label
-from pacore_benchmarks.math.vote import majority_vote
 from pacore_graph import PaCoReResult
+from pacore_graph.extend import majority_vote
+
+
+def pacore_label(rounds: list[int], variant: str = "") -> str:
+    """``pacore[32,4]``, or with a coordination variant ``pacore[32,4]+early_stop``."""
+    return schedule_label(rounds) + (f"+{variant}" if variant else "")
 
 
 def unit_key(label: str, problem_id: str, sample: int) -> str:
@@ -61,20 +66,23 @@ def vote_row(problem: Problem, pool: list[dict[str, Any]], k: int, sample: int, 
 
 
 def pacore_row(
-    problem: Problem, rounds: list[int], sample: int, indices: list[int], result: PaCoReResult, verdict: Verdict
+    problem: Problem, rounds: list[int], variant: str, sample: int, indices: list[int], result: PaCoReResult,
+    verdict: Verdict, cut_tokens: int = 0,
 ) -> dict[str, Any]:
-    """A PaCoRe run whose first round was the pooled trajectories ``indices``; model calls are its later rounds'."""
+    """A PaCoRe run whose first round was the pooled trajectories ``indices``; model calls are its later
+    rounds'; ``cut_tokens``: what replayed trajectories cut partway (early stop, budget) had made."""
     return {
-        **_base(problem, "pacore", schedule_label(rounds), sample),
+        **_base(problem, "pacore", pacore_label(rounds, variant), sample),
         "rounds": rounds,
         "answer": verdict.extracted,
         "correct": verdict.correct,
         "flag": verdict.flag,
-        "ttc": result.ttc,
+        "ttc": result.ttc + cut_tokens,
         "ttc_approximate": result.ttc_approximate,
         "round_tokens": [r.completion_tokens for r in result.rounds],
         "failed_trajectories": len(result.failures),
         "model_calls": sum(t.attempts for r in result.rounds[1:] for t in r.trajectories),
         "pool_indices": indices,
         "conclusion": result.answer,
+        **({"outcome": result.outcome.model_dump(), "cut": len(result.cut)} if variant else {}),
     }

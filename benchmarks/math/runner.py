@@ -5,7 +5,9 @@ Protocol (the paper's pool replay): per problem, a pool of first-round trajector
 - single: every pooled trajectory is one sample of a single-trajectory run;
 - vote@k: per sample, k pooled trajectories drawn reproducibly, majority vote over their answers;
 - PaCoRe: per sample, the first round is the same draw as vote@k1, later rounds call the model through
-  the operator (the run engine, with a pool-replaying Explorer).
+  the operator (the run engine, with a pool-replaying Explorer);
+- PaCoRe with a coordination option (``pacore+early_stop``, ``+budget``, ``+subset``, ``+dedup``, ``+vote``,
+  ``+verifier``: the settings of ``pacore bench coordination``), on the same draws.
 
 Everything happens in one run folder (``pacore_graph.RunFolder``): its lock, its settings fingerprint
 (grading rules included), its results, checkpoints and progress display. Pooled trajectories and result
@@ -30,6 +32,7 @@ import pacore_graph
 from pacore_benchmarks.math.data import Problem, load_problems
 from pacore_benchmarks.math.grading import MathGrader, Verdict
 from pacore_benchmarks.math.pool import (
+    FirstRound,
     PoolError,
     PoolReplayExplorer,
     PoolStore,
@@ -39,11 +42,11 @@ from pacore_benchmarks.math.pool import (
     regraded,
 )
 from pacore_benchmarks.math.report import write_outputs
-from pacore_benchmarks.math.rows import pacore_row, row_key, single_row, unit_key, vote_row
+from pacore_benchmarks.math.rows import pacore_label, pacore_row, row_key, single_row, unit_key, vote_row
 from pacore_benchmarks.math.settings import MathRunSettings
-from pacore_benchmarks.math.summary import Point, schedule_label
+from pacore_benchmarks.math.summary import Point
 from pacore_graph import PaCoReError, RunFolder
-from pacore_graph.extend import ModelRequestError, Outcome, ResultsFile, RunProgress
+from pacore_graph.extend import ModelRequestError, ProblemOutcome, ResultsFile, RunProgress
 
 Pools = dict[str, tuple[Problem, list[dict[str, Any]]]]  # problem id -> the problem and its graded pool
 
@@ -195,34 +198,38 @@ class MathBenchmark:
 
     # -- PaCoRe through the run engine -------------------------------------------------------------------
     async def _pacore(self, pools: Pools, run: RunFolder) -> None:
-        """One engine run per (schedule, sample): its problems are the problems with a full pool, each with
-        its drawn first round as the payload the replaying explorer reads."""
+        """One engine run per (schedule, variant, sample): its problems are the problems with a full pool, each
+        with its drawn first round as the payload the replaying explorer reads."""
         settings = self.settings
         replay = PoolReplayExplorer(self.explorer)
         runs = []
-        for rounds in settings.pacore_schedules:
+        for rounds, variant in settings.pacore_units:
+            paced = variant in ("early_stop", "budget")  # they cut rounds short: finish order and partial tokens matter
             for sample in range(settings.samples):
                 units: dict[str, tuple[Problem, list[int]]] = {}
                 problems = []
                 for problem, rows in pools.values():
                     indices = draw(len(rows), rounds[0], problem_id=problem.id, sample=sample, seed=settings.seed)
-                    key = unit_key(schedule_label(rounds), problem.id, sample)
+                    key = unit_key(pacore_label(rounds, variant), problem.id, sample)
                     units[key] = (problem, indices)
-                    first_round = [as_trajectory(rows[i]) for i in indices]
+                    first_round = FirstRound([as_trajectory(rows[i]) for i in indices], paced)
                     problems.append(pacore_graph.Problem(key, [HumanMessage(problem.prompt())], first_round))
-                row = partial(self._pacore_row, rounds, sample, units)
-                runs.append(run.run(replay, settings.pacore_config(rounds, sample), problems, row, label="evaluations"))
+                row = partial(self._pacore_row, rounds, variant, sample, units)
+                config = settings.pacore_config(rounds, sample, variant)
+                runs.append(run.run(replay, config, problems, row, label="evaluations"))
         await asyncio.gather(*runs)
 
     def _pacore_row(
-        self, rounds: list[int], sample: int, units: dict[str, tuple[Problem, list[int]]], outcome: Outcome
+        self, rounds: list[int], variant: str, sample: int, units: dict[str, tuple[Problem, list[int]]],
+        outcome: ProblemOutcome,
     ) -> dict[str, Any] | None:
         problem, indices = units[outcome.problem.id]
         if outcome.result is None:  # left for the next run, which resumes its checkpoint
-            self._fail(problem.id, schedule_label(rounds), sample, outcome.error or PaCoReError("no result"))
+            self._fail(problem.id, pacore_label(rounds, variant), sample, outcome.error or PaCoReError("no result"))
             return None
         verdict = self._grade(outcome.result.answer, problem.answer)
-        return pacore_row(problem, rounds, sample, indices, outcome.result, verdict)
+        cut_tokens = outcome.problem.payload.cut_tokens
+        return pacore_row(problem, rounds, variant, sample, indices, outcome.result, verdict, cut_tokens)
 
     # -- outputs ---------------------------------------------------------------------------------------
     def _report(self, results: ResultsFile, problem_ids: list[str]) -> MathReport:
@@ -240,7 +247,7 @@ class MathBenchmark:
 
     def _wanted_labels(self) -> set[str]:
         labels = {f"vote@{k}" for k in self.settings.effective_vote_ks}
-        labels |= {schedule_label(rounds) for rounds in self.settings.pacore_schedules}
+        labels |= {pacore_label(rounds, variant) for rounds, variant in self.settings.pacore_units}
         if "single" in self.settings.methods:
             labels.add("single")
         return labels

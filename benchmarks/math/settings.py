@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from pacore_benchmarks.math.grading import grading_rules
+from pacore_benchmarks.perf.coordination import VARIANTS, method_options
 from pacore_graph import PaCoReConfig
 from pacore_graph.extend import PRESETS
 
@@ -33,12 +34,22 @@ class MathRunSettings(BaseModel):
     max_tokens: int | None = Field(None, ge=1)
     max_inflight: int = Field(256, ge=1, description="model calls in flight across the whole benchmark")
     pacore_overrides: dict[str, Any] = Field(default_factory=dict, description="extra PaCoReConfig fields")
+    coordination: list[str] = Field(
+        default_factory=list, description=f"PaCoRe variants to run beside it: {', '.join(VARIANTS)}"
+    )
+    budget_tokens: int | None = Field(None, ge=1, description="token budget per problem of the budget variant")
+
+    @field_validator("coordination")
+    @classmethod
+    def _known_variants(cls, variants: list[str]) -> list[str]:
+        unknown = [variant for variant in variants if variant not in VARIANTS]
+        if unknown:
+            raise ValueError(f"unknown coordination variant {unknown[0]!r}: choose from {', '.join(VARIANTS)}")
+        return list(dict.fromkeys(variants))
 
     @field_validator("methods")
     @classmethod
-    def _some_methods(cls, methods: list[Method]) -> list[Method]:
-        if not methods:
-            raise ValueError("--methods needs at least one of single, vote, pacore")
+    def _unique_methods(cls, methods: list[Method]) -> list[Method]:
         return list(dict.fromkeys(methods))
 
     @field_validator("schedules")
@@ -53,6 +64,14 @@ class MathRunSettings(BaseModel):
             if rounds not in unique:
                 unique.append(list(rounds))
         return unique
+
+    @model_validator(mode="after")
+    def _something_to_run(self) -> MathRunSettings:
+        if not self.methods and not self.coordination:
+            raise ValueError("--methods needs at least one of single, vote, pacore, pacore+OPTION")
+        if "budget" in self.coordination and self.budget_tokens is None:
+            raise ValueError("pacore+budget needs --budget-tokens (completion tokens per problem)")
+        return self
 
     @model_validator(mode="after")
     def _pool_is_big_enough(self) -> MathRunSettings:
@@ -73,7 +92,13 @@ class MathRunSettings(BaseModel):
 
     @property
     def pacore_schedules(self) -> list[list[int]]:
-        return self.schedules if "pacore" in self.methods else []
+        return self.schedules if "pacore" in self.methods or self.coordination else []
+
+    @property
+    def pacore_units(self) -> list[tuple[list[int], str]]:
+        """(schedule, variant) of every PaCoRe setting; variant "" is the paper's."""
+        variants = ([""] if "pacore" in self.methods else []) + self.coordination
+        return [(rounds, variant) for rounds in self.schedules for variant in variants]
 
     @property
     def pool_needed(self) -> int:
@@ -90,7 +115,8 @@ class MathRunSettings(BaseModel):
     def pool_path(self) -> Path:
         return self.pool_file or self.output / "pool.jsonl"
 
-    def pacore_config(self, rounds: list[int], sample: int) -> PaCoReConfig:
+    def pacore_config(self, rounds: list[int], sample: int, variant: str = "") -> PaCoReConfig:
+        coordination = method_options(variant, budget_tokens=self.budget_tokens) if variant else {}
         return PaCoReConfig(
             rounds=rounds,
             temperature=self.temperature,
@@ -98,6 +124,7 @@ class MathRunSettings(BaseModel):
             max_tokens=self.max_tokens,
             seed=self.seed * 1_000_003 + sample,
             **self.pacore_overrides,
+            **coordination,
         )
 
     def fingerprint(self, model: str) -> dict[str, Any]:
@@ -110,5 +137,6 @@ class MathRunSettings(BaseModel):
             "top_p": self.top_p,
             "max_tokens": self.max_tokens,
             "pacore_overrides": self.pacore_overrides,
+            "budget_tokens": self.budget_tokens,
             "grading": grading_rules(),
         }

@@ -27,7 +27,7 @@ from pacore_benchmarks.multichallenge.data import Conversation
 from pacore_benchmarks.multichallenge.judge import Judge, JudgeOutcome
 from pacore_benchmarks.multichallenge.settings import RunSettings
 from pacore_graph import PaCoReConfig, PaCoReResult, Problem, RoundFailedError, RunFolder
-from pacore_graph.extend import ModelRequestError, Outcome, RetryPolicy, with_retries
+from pacore_graph.extend import ModelRequestError, ProblemOutcome, RetryPolicy, with_retries
 
 # A response error caused by the request itself: retrying the same request cannot help.
 _PERMANENT_STATUSES = frozenset({400, 413, 422})
@@ -133,7 +133,7 @@ class MultiChallengeRunner:
         *,
         on_done: Callable[[dict[str, Any] | None], None] | None = None,
     ) -> RunOutcome:
-        async def row(outcome: Outcome) -> dict[str, Any] | None:
+        async def row(outcome: ProblemOutcome) -> dict[str, Any] | None:
             made = None
             try:
                 made = await self.row(outcome)
@@ -165,7 +165,7 @@ class MultiChallengeRunner:
             raise Unfinished(f"judge call failed: {type(exc).__name__}: {exc}"[:500]) from exc
         return verdict, None
 
-    async def row(self, outcome: Outcome) -> dict[str, Any]:
+    async def row(self, outcome: ProblemOutcome) -> dict[str, Any]:
         """The row of one (conversation, sample); raises Unfinished when it must be done again later."""
         started = time.monotonic()
         conv, sample = outcome.problem.payload

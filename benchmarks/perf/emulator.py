@@ -24,10 +24,10 @@ import time
 import urllib.request
 from typing import Any
 
-from pacore_benchmarks.perf.emulator_config import EmulatorConfig, FaultRates
+from pacore_benchmarks.perf.emulator_config import AnswerMix, EmulatorConfig, FaultRates
 
 READY = "EMULATOR READY port="
-__all__ = ["Emulator", "EmulatorConfig", "FaultRates", "main"]
+__all__ = ["AnswerMix", "Emulator", "EmulatorConfig", "FaultRates", "main"]
 
 
 class EmulatorError(RuntimeError):
@@ -174,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-usage", action="store_true", help="omit token usage")
     parser.add_argument("--slots", type=int, help="requests served at once; the rest queue")
     parser.add_argument("--max-model-len", type=int)
+    parser.add_argument("--mix", metavar="KIND=WEIGHT,...", help="share of easy, split and hard problems")
+    parser.add_argument("--minority-length", type=float, help="length factor of replies off the majority answer")
     parser.add_argument("--fault", action="append", default=[], metavar="KIND=RATE",
                         help=f"inject a fault, KIND one of {', '.join(FaultRates.model_fields)}")
     parser.add_argument("--request-log", help="append every request body to this JSON lines file")
@@ -194,6 +196,15 @@ def config_from_args(args: argparse.Namespace) -> EmulatorConfig:
             data[name] = value
     if args.no_usage:
         data["usage"] = False
+    answers = dict(data.get("answers") or {})
+    if args.mix is not None:
+        try:
+            answers["weights"] = AnswerMix.parse_weights(args.mix)
+        except ValueError as exc:
+            raise SystemExit(str(exc)) from None
+    if args.minority_length is not None:
+        answers["minority_length"] = args.minority_length
+    data["answers"] = answers
     faults = dict(data.get("faults") or {})
     for item in args.fault:
         kind, _, rate = item.partition("=")

@@ -45,6 +45,61 @@ class FaultRates(BaseModel):
         return None
 
 
+class AnswerMix(BaseModel):
+    """Which answers trajectories reach, per problem: some problems easy, some split, some hard.
+
+    A problem's kind is drawn from ``weights`` by a seeded hash of its text. ``kinds[kind]`` lists the shares
+    of the problem's first, second, ... answers (distinct, fixed per problem); the rest of the mass is noise,
+    spread over a thousand values. The first answer is the problem's *majority answer*
+    (:func:`~pacore_benchmarks.perf.emulator_replies.majority_answer`). ``minority_length`` stretches the
+    replies that miss it (longer reasoning is more often wrong: Hassid et al. 2025, "Don't Overthink It").
+    A synthesis prompt answers with the majority of its references, counting a deduplicated one as often as
+    its note says.
+    """
+
+    kinds: dict[str, list[float]] = Field(
+        default_factory=lambda: {"easy": [0.85], "split": [0.45, 0.35], "hard": [0.3, 0.2, 0.15]}
+    )
+    weights: dict[str, float] = Field(default_factory=lambda: {"easy": 0.5, "split": 0.3, "hard": 0.2})
+    minority_length: float = Field(1.0, ge=1.0, description="length factor of replies off the majority answer")
+
+    @model_validator(mode="after")
+    def _valid_mix(self) -> AnswerMix:
+        for kind, shares in self.kinds.items():
+            if not shares or any(share <= 0 for share in shares) or sum(shares) > 1.0 + 1e-9:
+                raise ValueError(f"answer kind {kind!r}: shares must be positive and add up to at most 1, got {shares}")
+            if any(share >= shares[0] for share in shares[1:]):
+                raise ValueError(f"answer kind {kind!r}: the first share is the majority answer, so the largest")
+        unknown = set(self.weights) - set(self.kinds)
+        if unknown:
+            raise ValueError(f"weights name unknown answer kinds {sorted(unknown)}; kinds are {sorted(self.kinds)}")
+        if not any(weight > 0 for weight in self.weights.values()) or any(w < 0 for w in self.weights.values()):
+            raise ValueError(f"answer kind weights must be non-negative with one positive, got {self.weights}")
+        return self
+
+    @staticmethod
+    def parse_weights(text: str) -> dict[str, float]:
+        """``"easy=0.5,split=0.3,hard=0.2"`` -> weights (the command lines' ``--mix``)."""
+        weights = {}
+        for item in text.split(","):
+            kind, _, weight = item.strip().partition("=")
+            try:
+                weights[kind.strip()] = float(weight)
+            except ValueError:
+                raise ValueError(f"--mix takes KIND=WEIGHT pairs such as easy=0.5,split=0.3, not {text!r}") from None
+        return weights
+
+    def pick(self, u: float) -> str:
+        """The kind for a uniform draw ``u`` in [0, 1)."""
+        total = sum(self.weights.values())
+        edge = 0.0
+        for kind, weight in self.weights.items():
+            edge += weight / total
+            if u < edge:
+                return kind
+        return next(kind for kind, weight in reversed(self.weights.items()) if weight > 0)
+
+
 class EmulatorConfig(BaseModel):
     """An OpenAI-compatible server that behaves like vLLM under load, minus the GPU."""
 
@@ -80,6 +135,7 @@ class EmulatorConfig(BaseModel):
     )
     prefix_cache_tokens: int = Field(0, ge=0, description="prefix cache capacity in tokens (LRU); 0: no cache")
     block_size: int = Field(16, ge=1, description="tokens per cached block, as vLLM's --block-size")
+    answers: AnswerMix = Field(default_factory=AnswerMix, description="per-problem answer distributions")
     faults: FaultRates = Field(default_factory=FaultRates)
     hang_seconds: float = Field(3600.0, ge=0, description="how long a 'timeout' fault holds the connection")
     request_log: str | None = Field(None, description="JSON lines file of every request received")

@@ -4,9 +4,10 @@ A reply is a function of (emulator seed, the request's messages, how many times 
 seen before). Identical requests (PaCoRe's K parallel trajectories) therefore get different replies, the
 set of replies is repeatable, and a retry is a fresh draw (a fault does not repeat forever).
 
-Every reply ends with a conclusion holding ``\\boxed{N}``: N is the problem's own answer most of the
-time, and a synthesis prompt (the Table-6 template) answers with the majority of its references, so a
-benchmark on the emulator sees PaCoRe-like behaviour (synthesis beats a single sample).
+Every reply ends with a conclusion holding ``\\boxed{N}``: N is drawn from the problem's own answer
+distribution (:class:`~pacore_benchmarks.perf.emulator_config.AnswerMix`: easy, split or hard), and a
+synthesis prompt (the Table-6 template) answers with the majority of its references, so a benchmark on
+the emulator sees PaCoRe-like behaviour (synthesis beats a single sample).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from typing import Any
 
 from pacore_benchmarks.perf.emulator_config import EmulatorConfig
 
-AGREEMENT = 0.6  # chance that one trajectory answers the problem's own answer
 ANSWER_RANGE = 1000
 VOCAB = (
     "let consider the sum over all cases so we get that each term is bounded and hence since "
@@ -34,6 +34,9 @@ CLOSING = [" Checked.", " Verified."]  # filler before the final sentence when a
 _ORIGINAL = re.compile(r"Original Problem:\n(.*?)\n\nReference Responses:", re.S)
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 _REFERENCE_SPLIT = re.compile(r"\nReference \d+:\n")
+# The note a deduplicated reference carries (pacore_graph.coordination.references.DUPLICATES_NOTE; a test
+# keeps the two in step): it stands for that many references.
+_DUPLICATES = re.compile(r"\n\n\[(\d+) references gave this same response\.\]\s*$")
 
 
 def message_text(content: Any) -> str:
@@ -69,12 +72,43 @@ def request_key(messages: list[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(messages, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
-def problem_answer(seed: int, problem: str) -> int:
-    return int.from_bytes(_digest("answer", seed, problem)[:4], "big") % ANSWER_RANGE
+def problem_answers(seed: int, problem: str, count: int) -> list[int]:
+    """The problem's first ``count`` answers: distinct, fixed by the seed and the problem's text."""
+    answers = [int.from_bytes(_digest("answer", seed, problem)[:4], "big") % ANSWER_RANGE]
+    salt = 0
+    while len(answers) < count:
+        salt += 1
+        answer = int.from_bytes(_digest("answer", seed, problem, salt)[:4], "big") % ANSWER_RANGE
+        if answer not in answers:
+            answers.append(answer)
+    return answers
+
+
+def problem_kind(config: EmulatorConfig, problem: str) -> str:
+    """Easy, split, hard, ...: the problem's kind in ``config.answers``, fixed by the seed and the text."""
+    return config.answers.pick(_unit(_digest("kind", config.seed, problem)))
+
+
+def majority_answer(config: EmulatorConfig, problem: str) -> int:
+    """The answer most trajectories of ``problem`` (the text of its user message) reach."""
+    return problem_answers(config.seed, problem, 1)[0]
+
+
+def draw_answer(config: EmulatorConfig, problem: str, rng: random.Random) -> int:
+    """One trajectory's answer: the problem's k-th answer with the k-th share of its kind, else noise."""
+    shares = config.answers.kinds[problem_kind(config, problem)]
+    u = rng.random()
+    edge = 0.0
+    for answer, share in zip(problem_answers(config.seed, problem, len(shares)), shares, strict=True):
+        edge += share
+        if u < edge:
+            return answer
+    return rng.randrange(ANSWER_RANGE)
 
 
 def synthesis_answer(text: str) -> int | None:
-    """Majority of the ``\\boxed{}`` answers in a synthesis prompt's references (ties: smallest)."""
+    """Majority of the ``\\boxed{}`` answers in a synthesis prompt's references (ties: smallest); a
+    deduplicated reference counts as many times as its note says."""
     match = _ORIGINAL.search(text)
     if not match:
         return None
@@ -82,7 +116,8 @@ def synthesis_answer(text: str) -> int | None:
     for reference in _REFERENCE_SPLIT.split(text[match.end():])[1:]:
         found = _BOXED.findall(reference)
         if found and found[-1].strip().lstrip("-").isdigit():
-            votes[int(found[-1])] += 1
+            duplicates = _DUPLICATES.search(reference)
+            votes[int(found[-1])] += int(duplicates.group(1)) if duplicates else 1
     if not votes:
         return None
     best = max(votes.values())
@@ -122,10 +157,11 @@ def plan_reply(config: EmulatorConfig, body: dict[str, Any], occurrence: int) ->
     problem = original.group(1) if original else last_user
     answer = synthesis_answer(last_user)
     if answer is None:
-        own = problem_answer(config.seed, problem)
-        answer = own if rng.random() < AGREEMENT else rng.randrange(ANSWER_RANGE)
+        answer = draw_answer(config, problem, rng)
 
     length = rng.randint(*config.output_tokens) if isinstance(config.output_tokens, tuple) else config.output_tokens
+    if config.answers.minority_length != 1.0 and answer != majority_answer(config, problem):
+        length = round(length * config.answers.minority_length)
     conclusion = rng.randint(*config.answer_tokens) if isinstance(config.answer_tokens, tuple) else config.answer_tokens
     pieces = _pieces(config.reasoning, rng, length, conclusion, answer)
     limit = body.get("max_completion_tokens") or body.get("max_tokens")

@@ -218,6 +218,9 @@ class EmulatorServer:
             "prompt_tokens": self.counts["prompt_tokens"],
             "cached_tokens": self.counts["cached_tokens"],
             "completion_tokens": self.counts["completion_tokens"],
+            # requests whose client closed the connection mid-generation, and the tokens made until then
+            "cancelled": self.counts["cancelled"],
+            "cancelled_tokens": self.counts["cancelled_tokens"],
             "prefill_s": round(self.gpu.stalled(now) - self.prefill_start, 4),
             "busy_s": round(self.busy_s + (now - self.busy_since if self.busy_since is not None else 0.0), 4),
         }
@@ -346,12 +349,25 @@ class EmulatorServer:
         self.counts["prompt_tokens"] += plan.prompt_tokens
         self.counts["cached_tokens"] += cached
         start = self.gpu.prefill(plan.prompt_tokens - cached, self.loop.time())
+        conn.on_lost = lambda: self._cancelled(plan, start, release)
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             self._after_work(conn, start, self.config.ttft, self._begin_stream, conn, plan, include_usage, release)
         else:
             work = self.config.ttft + plan.completion_tokens * self.config.token_delay
             self._after_work(conn, start, work, self._finish_plain, conn, plan, release)
+
+    def _cancelled(self, plan: ReplyPlan, start: float, release: Any) -> None:
+        """The client went away mid-generation (vLLM aborts such a request): count what was generated."""
+        now = self.loop.time()
+        decoding = now - start - self.config.ttft - (self.gpu.stalled(now) - self.gpu.stalled(start))
+        if self.config.token_delay > 0:
+            generated = min(plan.completion_tokens, max(0, int(decoding / self.config.token_delay)))
+        else:
+            generated = plan.completion_tokens if decoding >= 0 else 0
+        self.counts["cancelled"] += 1
+        self.counts["cancelled_tokens"] += generated
+        release()
 
     def _after_work(self, conn: _Connection, start: float, work: float, callback: Any, *args: Any) -> None:
         """Call back once ``work`` seconds of decoding from ``start`` are done; prefills stall the count."""

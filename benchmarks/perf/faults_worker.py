@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pacore_graph import PaCoReConfig, Problem, RunFolder
-from pacore_graph.extend import Outcome, RetryPolicy, parse_rounds
+from pacore_graph.extend import ProblemOutcome, RetryPolicy, parse_rounds
 
 RESULTS_FILE = "results.jsonl"
 
@@ -31,7 +31,7 @@ def synthetic_problems(count: int) -> list[Problem]:
     ]
 
 
-def result_row(outcome: Outcome) -> dict[str, Any] | None:
+def result_row(outcome: ProblemOutcome) -> dict[str, Any] | None:
     """One results row: the answer, TTC and every trajectory's record; a failed problem is left to a rerun."""
     result = outcome.result
     if result is None:
@@ -110,7 +110,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.call_log:
         explorer = CallLog(explorer, Path(args.call_log))
 
-    def printed_row(outcome: Outcome) -> dict[str, Any] | None:
+    def printed_row(outcome: ProblemOutcome) -> dict[str, Any] | None:
         row = result_row(outcome)
         if row is not None:
             print(f"DONE {outcome.problem.id} {outcome.status}", flush=True)

@@ -5,8 +5,9 @@ client alone; the emulator is yet another process. For every schedule the floor 
 one after the other against the same emulator (reset in between, so both get the same replies).
 
 Sections: the schedules (wall, CPU ms per trajectory, peak RSS), a streaming comparison (client tokens
-per CPU-second), checkpoint bytes per problem with SQLite for [32, 4], and scaling with K and with the
-number of problems. The last stdout line is one JSON object (see :func:`summarise`).
+per CPU-second), checkpoint bytes per problem with SQLite for [32, 4], the same workload through the
+OpenAI-compatible endpoint (``pacore serve``) against the in-process operator, and scaling with K and
+with the number of problems. The last stdout line is one JSON object (see :func:`summarise`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class OverheadSettings(BaseModel):
     stream_schedule: list[int] = Field(default_factory=lambda: [16])
     repeats: int = Field(1, ge=1, description="runs per client and schedule; the median is reported")
     checkpoint: bool = True
+    proxy: bool = Field(True, description="the operator behind the endpoint, beside the in-process operator")
+    proxy_schedule: list[int] = Field(default_factory=lambda: [16])
     checkpoint_problems: int | None = Field(None, ge=1, description="default: min(problems, 16)")
     scaling: bool = True
     scaling_ks: list[int] = Field(default_factory=lambda: [4, 16, 64, 256])
@@ -82,7 +85,8 @@ class Measurement(ClientCost):
 
 
 class Pair(BaseModel):
-    """The floor and the operator on one workload."""
+    """A baseline (``floor``: the bare client, or the in-process operator for the endpoint row) and the
+    client measured against it (``operator``: the operator, or the endpoint) on one workload."""
 
     label: str
     floor: Measurement
@@ -106,6 +110,7 @@ class OverheadReport(BaseModel):
     schedules: list[Pair] = Field(default_factory=list)
     streaming: list[Pair] = Field(default_factory=list)
     checkpoint: Measurement | None = None
+    proxy: list[Pair] = Field(default_factory=list)
     scaling_k: list[Pair] = Field(default_factory=list)
     scaling_problems: list[Pair] = Field(default_factory=list)
     profile_path: str | None = None
@@ -163,14 +168,14 @@ def measure(emu: Emulator, spec: WorkerSpec, repeats: int = 1) -> Measurement:
 
 
 def compare(emu: Emulator, settings: OverheadSettings, rounds: list[int], problems: int, stream: bool,
-            label: str | None = None) -> Pair:
-    """Floor and operator on one workload, alternating run by run so a change in machine load hits both."""
+            label: str | None = None, clients: tuple[str, str] = ("floor", "operator")) -> Pair:
+    """A baseline and a client on one workload, alternating run by run so a change in machine load hits both."""
 
     def spec(client: str) -> WorkerSpec:
         return WorkerSpec(client=client, base_url=emu.base_url, model=emu.config.model, rounds=rounds,
                           problems=problems, concurrency=settings.concurrency, stream=stream)
 
-    floor_spec, operator_spec = spec("floor"), spec("operator")
+    floor_spec, operator_spec = spec(clients[0]), spec(clients[1])
     floor_runs, operator_runs = [], []
     for _ in range(settings.repeats):
         floor_runs.append(_one_run(emu, floor_spec))
@@ -193,6 +198,10 @@ def plan(settings: OverheadSettings) -> list[tuple[str, dict[str, Any]]]:
     if settings.checkpoint:
         problems = settings.checkpoint_problems or min(settings.problems, 16)
         steps.append(("checkpoint", {"rounds": [32, 4], "problems": problems}))
+    if settings.proxy:
+        steps.append(("proxy", {"rounds": settings.proxy_schedule, "problems": settings.problems, "stream": False,
+                                "label": f"{schedule_label(settings.proxy_schedule)} via endpoint",
+                                "clients": ("operator", "proxy")}))
     if settings.scaling:
         for k in settings.scaling_ks:
             steps.append(("scaling_k", {"rounds": [k], "problems": settings.scaling_k_problems, "stream": False,
@@ -239,6 +248,12 @@ def run_overhead(settings: OverheadSettings, console: Any = None) -> OverheadRep
     return report
 
 
+def proxy_added_cpu_ms(pair: Pair) -> float:
+    """What the endpoint adds per trajectory: its process's CPU (server and calling client) minus the in-process
+    operator's, over the trajectories it ran."""
+    return 1000 * (pair.operator.cpu_s - pair.floor.cpu_s) / max(pair.operator.trajectories, 1)
+
+
 def _worst(values: list[float]) -> float | None:
     return max(values) if values else None
 
@@ -255,6 +270,7 @@ def summarise(report: OverheadReport) -> dict[str, Any]:
         op_rate = sum(p.operator.tokens_out for p in report.streaming) / sum(p.operator.cpu_s for p in report.streaming)
         floor_rate = sum(p.floor.tokens_out for p in report.streaming) / sum(p.floor.cpu_s for p in report.streaming)
         stream_ratio = op_rate / floor_rate
+    proxy = report.proxy[0] if report.proxy else None
     summary: dict[str, Any] = {
         "wall_ratio": _worst([p.wall_ratio for p in pairs]),
         "wall_ratios": {p.label: round(p.wall_ratio, 4) for p in pairs},
@@ -277,6 +293,8 @@ def summarise(report: OverheadReport) -> dict[str, Any]:
         "failures": sum(p.operator.failures for p in pairs),
         "checkpoint_bytes_per_problem": (report.checkpoint.checkpoint or {}).get("file_bytes_per_problem")
         if report.checkpoint else None,
+        "proxy_wall_ratio": proxy.wall_ratio if proxy else None,
+        "proxy_added_cpu_ms_per_trajectory": proxy_added_cpu_ms(proxy) if proxy else None,
     }
     from pacore_benchmarks.perf.overhead_report import cost_model
 
@@ -285,7 +303,8 @@ def summarise(report: OverheadReport) -> dict[str, Any]:
         summary["operator_extra_ms_per_trajectory"] = round(model["extra_ms_per_trajectory"], 4)
         summary["operator_extra_ms_per_problem"] = round(model["extra_ms_per_problem"], 3)
     for key in ("wall_ratio", "cpu_ratio", "cpu_ms_per_trajectory", "floor_cpu_ms_per_trajectory", "stream_ratio",
-                "peak_rss_mb", "floor_peak_rss_mb", "checkpoint_bytes_per_problem"):
+                "peak_rss_mb", "floor_peak_rss_mb", "checkpoint_bytes_per_problem", "proxy_wall_ratio",
+                "proxy_added_cpu_ms_per_trajectory"):
         if isinstance(summary[key], float):
             summary[key] = round(summary[key], 4)
     targets = {

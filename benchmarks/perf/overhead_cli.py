@@ -30,9 +30,10 @@ def register(subparsers: Any) -> None:
         "overhead",
         help="operator vs bare aiohttp floor on the serving emulator (wall, CPU, RSS, streaming)",
         description="Runs the PaCoRe schedules [4], [16] and [32, 4] through PaCoReNode in a graph and through a "
-        "bare aiohttp client sending the same requests, side by side on the serving emulator. Prints tables and, "
-        "as the last line, one JSON object (wall_ratio, cpu_ratio, cpu_ms_per_trajectory, stream_ratio, "
-        "peak_rss_mb, ...).",
+        "bare aiohttp client sending the same requests, side by side on the serving emulator, and [16] through the "
+        "OpenAI-compatible endpoint against the in-process operator. Prints tables and, as the last line, one JSON "
+        "object (wall_ratio, cpu_ratio, cpu_ms_per_trajectory, stream_ratio, peak_rss_mb, "
+        "proxy_added_cpu_ms_per_trajectory, ...).",
     )
     parser.add_argument("--quick", action="store_true", help="16 problems, ~1 s requests, no scaling (about 1 min)")
     parser.add_argument("--problems", type=int, help="problems per schedule (default 64; quick 16)")
@@ -46,6 +47,8 @@ def register(subparsers: Any) -> None:
                         help="scaling with K (4..256) and problems (default: on, off with --quick)")
     parser.add_argument("--checkpoint", action=argparse.BooleanOptionalAction, default=True,
                         help="SQLite checkpoint bytes per problem for [32, 4]")
+    parser.add_argument("--proxy", action=argparse.BooleanOptionalAction, default=True,
+                        help="the [16] workload through the OpenAI-compatible endpoint vs the in-process operator")
     parser.add_argument("--profile", action="store_true", help="also profile one operator run with cProfile")
     parser.add_argument("--ttft", type=float, help="emulator seconds to first token")
     parser.add_argument("--token-delay", type=float, help="emulator seconds per token")
@@ -59,7 +62,8 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     from pacore_benchmarks.perf.overhead import OverheadSettings
 
     overrides: dict[str, Any] = {"concurrency": args.concurrency, "stream": args.stream, "repeats": args.repeats,
-                                 "checkpoint": args.checkpoint, "profile": args.profile, "output_dir": args.output}
+                                 "checkpoint": args.checkpoint, "proxy": args.proxy, "profile": args.profile,
+                                 "output_dir": args.output}
     if args.problems is not None:
         overrides["problems"] = args.problems
     if args.schedules is not None:
@@ -106,6 +110,9 @@ def run(args: argparse.Namespace) -> int:
         c = report.checkpoint.checkpoint
         out.print(f"checkpoints ([32, 4], SQLite): {c['file_bytes_per_problem']:,.0f} file bytes per problem, "
                   f"{c['payload_bytes_per_problem']:,.0f} payload bytes per problem")
+    if summary["proxy_added_cpu_ms_per_trajectory"] is not None:
+        out.print(f"through the endpoint: {summary['proxy_added_cpu_ms_per_trajectory']:+.3f} ms CPU per trajectory, "
+                  f"{summary['proxy_wall_ratio']:.3f}x wall, against the in-process operator")
     out.print(f"report: {markdown}")
     print(json.dumps(summary), flush=True)
     return 1 if args.strict and not summary["targets_met"] else 0

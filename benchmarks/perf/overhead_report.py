@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pacore_benchmarks.perf.overhead import TARGETS, OverheadReport, Pair, expected_trajectories
+from pacore_benchmarks.perf.overhead import TARGETS, OverheadReport, Pair, expected_trajectories, proxy_added_cpu_ms
 
 PAIR_COLUMNS = ["workload", "client", "wall s", "wall ratio", "CPU ms/traj", "CPU ratio", "peak RSS MB",
                 "full GC passes (longest ms)", "trajectories", "failed", "answered", "emulator CPU s",
@@ -104,6 +104,14 @@ def render_markdown(report: OverheadReport, summary: dict[str, Any], plot: Path 
             )
             + "\n"
         )
+    if report.proxy:
+        pair = report.proxy[0]
+        parts.append(
+            _section("Through the OpenAI-compatible endpoint (pacore serve) vs the in-process operator", report.proxy)
+            + f"\nThe endpoint adds {proxy_added_cpu_ms(pair):.3f} ms of CPU per trajectory (its process: the server "
+            "and an aiohttp client sending one request per problem; baseline: PaCoReNode in a graph) and runs in "
+            f"{pair.wall_ratio:.3f}x the operator's wall time.\n"
+        )
     if report.scaling_k:
         parts.append(_section(f"Scaling with K (one round, {s.scaling_k_problems} problems)", report.scaling_k))
     if report.scaling_problems:
@@ -140,6 +148,7 @@ def rich_tables(report: OverheadReport) -> list[Any]:
 
     tables = []
     for title, pairs, tokens in (("Schedules", report.schedules, False), ("Streaming", report.streaming, True),
+                                 ("Through the endpoint", report.proxy, False),
                                  ("Scaling with K", report.scaling_k, False),
                                  ("Scaling with problems", report.scaling_problems, False)):
         if not pairs:

@@ -27,7 +27,7 @@ SYSTEM = "You are a careful competition mathematician. Reason step by step, then
 
 
 class WorkerSpec(BaseModel):
-    client: Literal["floor", "operator"]
+    client: Literal["floor", "operator", "proxy"]  # proxy: the operator behind `pacore serve`, called over HTTP
     base_url: str
     model: str
     rounds: list[int]
@@ -133,6 +133,36 @@ async def _run_operator(spec: WorkerSpec, problems: list[list[dict[str, str]]], 
     return trajectories, failures, tokens, answered
 
 
+async def _run_proxy(spec: WorkerSpec, problems: list[list[dict[str, str]]]) -> tuple[int, int, int, int]:
+    """The operator behind the OpenAI-compatible endpoint (uvicorn in a thread of this process, so its CPU
+    counts), each problem one chat-completions request from an aiohttp client in this process."""
+    import aiohttp
+
+    from pacore_graph import PaCoReConfig, chat_model
+    from pacore_graph.extend import BackgroundServer, create_app
+
+    llm = chat_model(base_url=spec.base_url, model=spec.model)
+    config = PaCoReConfig(rounds=spec.rounds, max_concurrency=spec.concurrency, seed=spec.seed, stream=spec.stream,
+                          spaced_gc=True)
+    with BackgroundServer(create_app(llm, config)) as server:
+        url = f"{server.base_url}/chat/completions"
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                         timeout=aiohttp.ClientTimeout(total=None)) as session:
+
+            async def one(messages: list[dict[str, str]]) -> dict[str, Any]:
+                async with session.post(url, json={"model": spec.model, "messages": messages}) as response:
+                    return await response.json()
+
+            replies = await asyncio.gather(*(one(m) for m in problems))
+            _mark_answered()
+    rounds = [r for reply in replies for r in reply["usage"]["pacore"]["rounds"]]
+    trajectories = sum(r["k"] for r in rounds)
+    failures = sum(r["failed"] for r in rounds)
+    tokens = sum(reply["usage"]["completion_tokens"] for reply in replies)
+    answered = sum(1 for reply in replies if str(reply["choices"][0]["message"]["content"] or "").strip())
+    return trajectories, failures, tokens, answered
+
+
 async def _run_operator_checkpointed(spec: WorkerSpec, problems: list[list[dict[str, str]]]
                                      ) -> tuple[tuple[int, int, int, int], dict[str, Any]]:
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -170,10 +200,10 @@ async def warm_up(spec: WorkerSpec) -> None:
     """One tiny unmeasured run ([1], one problem) so lazy imports and first-call setup are not counted."""
     tiny = spec.model_copy(update={"rounds": [1], "problems": 1, "checkpoint": None})
     problem = make_problems(1)
-    if spec.client == "floor":
-        await _run_floor(tiny, problem)
-    else:
-        await _run_operator(tiny, problem)
+    await _RUNS[spec.client](tiny, problem)
+
+
+_RUNS = {"floor": _run_floor, "operator": _run_operator, "proxy": _run_proxy}
 
 
 class FullPassClock:
@@ -206,12 +236,10 @@ async def measure(spec: WorkerSpec) -> WorkerResult:
     wall0, cpu0 = time.perf_counter(), time.process_time()
     if profiler is not None:
         profiler.enable()
-    if spec.client == "floor":
-        counts = await _run_floor(spec, problems)
-    elif spec.checkpoint:
+    if spec.checkpoint:
         counts, checkpoint = await _run_operator_checkpointed(spec, problems)
     else:
-        counts = await _run_operator(spec, problems)
+        counts = await _RUNS[spec.client](spec, problems)
     if profiler is not None:
         profiler.disable()
     end, cpu = time.perf_counter(), time.process_time() - cpu0

@@ -1,4 +1,5 @@
-"""Majority vote over trajectories (self-consistency), counting answers that math-verify calls equal as one.
+"""Majority vote over trajectories (self-consistency), counting answers that ``equivalent`` calls equal as one:
+math-verify in the math benchmark, equal :func:`~pacore_graph.coordination.answers.answer_key` in the operator.
 
 Tie rule (deterministic, independent of timing): among the answers with the most votes, the one whose
 first vote came from the lowest trajectory index wins. Trajectories without an extractable answer do

@@ -1,0 +1,49 @@
+"""``pacore serve``: PaCoRe behind an OpenAI-compatible endpoint, in front of one upstream server."""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+
+import uvicorn
+
+from pacore_graph.config import PaCoReConfig
+from pacore_graph.models import serving
+from pacore_graph.server.app import create_app
+
+LOOPBACK_NAMES = ("localhost",)
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host in LOOPBACK_NAMES
+
+
+def serve(
+    defaults: PaCoReConfig,
+    *,
+    base_url: str | None,
+    model: str | None = None,
+    upstream_api_key: str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8100,
+    api_key: str | None = None,
+) -> int:
+    """Run the endpoint until Ctrl-C (exit status 0); without ``base_url`` (and ``$OPENAI_BASE_URL``) in front of the
+    embedded model, started and stopped here."""
+    if not is_loopback(host) and api_key is None:
+        print(f"pacore serve: warning: listening on {host} without --api-key: anyone who reaches this port "
+              "spends your upstream's tokens", file=sys.stderr)  # fmt: skip
+    with serving(base_url, model, upstream_api_key) as chat:
+        app = create_app(chat, defaults, api_key=api_key)
+        schedule = ", ".join(map(str, defaults.rounds)) or "one plain call"
+        print(f"pacore serve: http://{host}:{port}/v1 in front of {chat.base_urls[0]} (model {chat.model}, "
+              f"default rounds [{schedule}]; pick per call with model pacore-high/{chat.model} or a "
+              '"pacore" body field)', file=sys.stderr, flush=True)  # fmt: skip
+        try:
+            uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).run()
+        except KeyboardInterrupt:  # uvicorn shuts down cleanly on Ctrl-C, then passes the signal on
+            pass
+    return 0
