@@ -22,13 +22,13 @@ def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """--base-url (repeatable: one per vLLM replica) and --model; none: the embedded model."""
+    """--base-url and --model; none: the embedded model. ``args.base_url`` is a list so that a repeated flag is
+    refused (by :func:`~pacore_graph.models.serving`) rather than silently cut to its last URL."""
     parser.add_argument(
         "--base-url",
         action="append",
-        dest="base_urls",
         metavar="URL",
-        help="OpenAI-compatible server, e.g. http://localhost:8000/v1; repeat for replicas",
+        help="OpenAI-compatible server, e.g. http://localhost:8000/v1 (replicas: vllm-router's URL, see serve-vllm)",
     )
     parser.add_argument("--model", help="model name (default: the server's first model)")
     parser.add_argument("--api-key", help="API key (default: $OPENAI_API_KEY)")
@@ -58,7 +58,7 @@ def _solve(args: argparse.Namespace) -> int:
     import asyncio
 
     from pacore_graph.engine import Problem
-    from pacore_graph.models import serving
+    from pacore_graph.models import configured_url, serving
     from pacore_graph.progress import RunProgress
     from pacore_graph.prompt import last_user_index
     from pacore_graph.run import asolve, to_messages
@@ -77,6 +77,7 @@ def _solve(args: argparse.Namespace) -> int:
         raise ValueError("give a PROBLEM or --messages-file")
     messages = to_messages(messages)  # checked before a server is started or a token is spent
     last_user_index(messages)
+    base_url = configured_url(args.base_url)  # several URLs are refused here, before anything runs
     progress = RunProgress()
     folder = _solve_folder(args.output, messages, config, args.model, progress) if args.output else None
 
@@ -97,7 +98,7 @@ def _solve(args: argparse.Namespace) -> int:
             row = folder.results.rows[0]
             print(f"answered before; read from {folder.results.path}", file=sys.stderr)
         else:
-            with serving(args.base_urls, args.model, args.api_key) as model, progress:
+            with serving(base_url, args.model, args.api_key) as model, progress:
                 row = asyncio.run(run(model))
     finally:
         if folder is not None:

@@ -12,7 +12,8 @@ Explorers (what produces one trajectory)
     of first-round trajectories).
 Retries and transient errors
     ``RetryPolicy``, ``with_retries(attempt, policy, timeout, slot=...)``, ``is_transient(exc)`` (decided
-    by the error's class), ``ModelRequestError`` (``.status``, ``.retryable``).
+    by the error's class), ``ModelRequestError`` (``.status``, ``.retryable``); ``run_sync(coroutine)``
+    (a sync wrapper's way to await: one background loop, cancelled on Ctrl-C).
 Coordination options (``pacore_graph.coordination``; every one off by default)
     ``Budget``, ``EarlyStop`` (``PaCoReConfig.budget`` / ``.early_stop``), ``BudgetExhaustedError``,
     ``rsa_config`` and ``RSA_TEMPLATE`` (Recursive Self-Aggregation on the operator); the
@@ -36,12 +37,12 @@ Schedules and command lines
     ``PRESETS``, ``parse_rounds("32,4")``, ``add_schedule_arguments`` / ``add_model_arguments`` (the
     ``--preset``/``--rounds`` and ``--base-url``/``--model``/``--api-key`` flags) and ``config_from_args``.
 Model servers
-    ``serving(base_urls, model, api_key)`` (a client for a block; starts the embedded model when no URL is
-    given), ``configured_urls`` (the URLs given, else ``OPENAI_BASE_URL``), ``check_server(model)`` (each
-    replica answers and serves the model), ``served_models(url)`` and ``discover_model(url)`` (its first),
-    ``OpenAICompatibleChatModel`` (the client class), ``EmbeddedServer``, ``EMBEDDED_MODEL`` /
-    ``EMBEDDED_CONTEXT``, ``free_port()``; for vllm-router: ``ServerProcess``, ``router_command``,
-    ``ROUTER_POLICY``.
+    ``serving(base_url, model, api_key)`` (a client for a block; starts the embedded model when no URL is
+    given), ``configured_url`` (the URL given, else ``OPENAI_BASE_URL``; several are refused),
+    ``check_server(model)`` (the server answers and serves the model), ``served_models(url)`` and
+    ``discover_model(url)`` (its first), ``OpenAICompatibleChatModel`` (the client class),
+    ``EmbeddedServer``, ``EMBEDDED_MODEL`` / ``EMBEDDED_CONTEXT``, ``free_port()``; for vllm-router:
+    ``ServerProcess``, ``router_command``, ``ROUTER_POLICY``.
 The OpenAI-compatible endpoint (``pacore serve``; needs the ``server`` extra, so imported when asked for)
     ``create_app``, ``BackgroundServer``.
 """
@@ -63,7 +64,7 @@ from pacore_graph.models import (
     EmbeddedServer,
     OpenAICompatibleChatModel,
     check_server,
-    configured_urls,
+    configured_url,
     discover_model,
     served_models,
     serving,
@@ -78,6 +79,7 @@ from pacore_graph.records import RoundRecord, Trajectory, TrajectoryRecord
 from pacore_graph.results_file import ResultsFile, write_json_atomically
 from pacore_graph.resume import open_checkpointer, thread_id
 from pacore_graph.retry import with_retries
+from pacore_graph.sync import run_sync
 from pacore_graph.text import cut_middle
 from pacore_graph.trajectory import OneTrajectory
 
@@ -117,7 +119,7 @@ __all__ = [
     "compact",
     "completion_tokens",
     "config_from_args",
-    "configured_urls",
+    "configured_url",
     "count_tokens",
     "cut_middle",
     "discover_model",
@@ -130,6 +132,7 @@ __all__ = [
     "parse_rounds",
     "render_synthesis_prompt",
     "router_command",
+    "run_sync",
     "rsa_config",
     "served_models",
     "strip_math_delimiters",

@@ -27,13 +27,15 @@ def prompt_key(body: dict[str, Any]) -> str:
 
 
 class MockOpenAIServer:
-    """Run in a background thread; ``requests`` lists the JSON bodies in arrival order, ``keys`` their API keys."""
+    """Run in a background thread; ``requests`` lists the JSON bodies in arrival order, ``keys`` their API keys,
+    ``sessions`` their session keys (the ``X-Session-ID`` header vllm-router routes by)."""
 
     def __init__(self, handler: Handler, model: str = "mock-model"):
         self.handler = handler
         self.model = model
         self.requests: list[dict[str, Any]] = []
         self.keys: list[str | None] = []  # the bearer token of each request, None without one
+        self.sessions: list[str | None] = []
         self.disconnected = 0
         self._attempts: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -50,6 +52,7 @@ class MockOpenAIServer:
         with self._lock:
             self.requests.append(body)
             self.keys.append(request.headers.get("Authorization", "").removeprefix("Bearer ") or None)
+            self.sessions.append(request.headers.get("X-Session-ID"))
             same_prompt = prompt_key(body)
             self._attempts[same_prompt] += 1
             attempt = self._attempts[same_prompt]

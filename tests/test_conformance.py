@@ -13,8 +13,8 @@ import random
 
 import pytest
 
-from pacore_graph import PaCoReConfig, RoundFailedError, asolve, chat_model
-from pacore_graph.extend import RetryPolicy
+from pacore_graph import PaCoReConfig, PaCoReError, RoundFailedError, asolve, chat_model
+from pacore_graph.extend import OpenAICompatibleChatModel, RetryPolicy
 
 TABLE_6 = (
     "You are given a problem and a list of reference responses. Your job is to analyze these references and "
@@ -167,11 +167,29 @@ async def test_sampling_settings_and_token_cap_reach_the_request(mock_server):
     )
 
 
-async def test_several_base_urls_spread_trajectories_over_replicas(mock_server):
-    handler = lambda body, attempt: {"content": "r"}  # noqa: E731
-    with mock_server(handler) as first, mock_server(handler) as second:
-        model = chat_model([first.base_url, second.base_url], model="mock-model")
-        await asolve(model, "spread", PaCoReConfig(rounds=[8]))
+def test_one_server_per_model_and_several_urls_point_at_the_router():
+    urls = ["http://a:1/v1", "http://b:1/v1"]
+    for several in (lambda: chat_model(urls, model="m"), lambda: OpenAICompatibleChatModel(base_url=urls, model="m")):
+        with pytest.raises(PaCoReError, match=r"^2 base URLs given; .*vllm-router \(`pacore serve-vllm --replicas N`"):
+            several()
+
+
+async def test_requests_carry_the_session_key_of_the_prefix_they_share(mock_server):
+    """vllm-router's keyed policies follow X-Session-ID: a problem's K trajectories share their round's key; a
+    conversation keeps one key over every round (its history is what they share); problems differ."""
+    with mock_server(lambda body, attempt: {"content": "r"}) as server:
+        model = chat_model(server.base_url)
+        await asolve(model, "first problem", PaCoReConfig(rounds=[3]))
+        await asolve(model, "second problem", PaCoReConfig(rounds=[3]))
+        await asolve(model, CONVERSATION, PaCoReConfig(rounds=[3]))
         await model.aclose()
-    assert len(first.requests) + len(second.requests) == 9
-    assert len(first.requests) >= 3 and len(second.requests) >= 3
+    keys = {}
+    for body, key in zip(server.requests, server.sessions, strict=True):
+        keys.setdefault(json.dumps(body["messages"]), set()).add(key)
+    assert all(len(found) == 1 and None not in found for found in keys.values())  # one key per prompt
+    first, second, chat = (server.sessions[start:start + 4] for start in (0, 4, 8))
+    assert len(set(first[:3])) == 1 and first[3] != first[0]  # round 1 alike; the synthesis prompt its own
+    assert not set(first) & set(second)
+    assert len(set(chat)) == 1 and not set(chat) & set(first + second)  # the history before the last turn
+
+

@@ -86,7 +86,7 @@ def test_default_judge_requests_are_the_official_ones(mock_server, tmp_path, cap
 
     # The judge is recorded in the results settings and the report; its key is written nowhere.
     settings = json.loads((output / "run.json").read_text())["settings"]
-    assert settings["judge_base_urls"] == [grader.base_url] and settings["judge_model"] == OFFICIAL_MODEL
+    assert settings["judge_base_url"] == grader.base_url and settings["judge_model"] == OFFICIAL_MODEL
     assert settings["judge_prompt"] == "official"
     report = (output / "report.md").read_text()
     assert f"Judge: `{OFFICIAL_MODEL}` at {grader.base_url}, the official MultiChallenge judge prompt" in report

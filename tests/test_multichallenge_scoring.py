@@ -105,7 +105,7 @@ def test_markdown_report_has_table_overall_errors_and_skips(tmp_path):
     scores = score_rows(rows, {**wanted(rows), "c": "INFERENCE_MEMORY", "d": "SELF_COHERENCE"}, 1)
     text = markdown_report(
         scores,
-        _settings(samples=1, judge_base_urls=["http://judge/v1"], judge_model="gpt-4o-2024-08-06"),
+        _settings(samples=1, judge_base_url="http://judge/v1", judge_model="gpt-4o-2024-08-06"),
         skipped=[SkippedRow(where="q-17", reason="TARGET_QUESTION missing")],
         judge_formats={"json_schema": 2},
         plot_name="axis_scores.png",

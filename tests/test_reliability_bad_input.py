@@ -147,17 +147,29 @@ def test_math_cli_reports_a_bad_dataset_in_one_line(capsys, tmp_path):
 # -------------------------------------------------------------------------------------------- servers
 
 
+@pytest.mark.parametrize(
+    ("command", "code", "prefix"),
+    [(["solve", "q"], 1, "pacore: "), (["bench", "math", "--data", "rows.jsonl"], 2, "pacore bench math: "),
+     (["bench", "multichallenge", "--data", "rows.jsonl"], 2, "error: ")],
+)  # fmt: skip
+def test_several_base_urls_are_one_line_pointing_at_the_router(capsys, command, code, prefix):
+    closed = [f"http://127.0.0.1:{free_port()}/v1" for _ in range(2)]  # never reached: refused first
+    got, lines = _cli(capsys, *command, "--base-url", closed[0], "--base-url", closed[1], "--model", "m")
+    assert got == code and len(lines) == 1
+    assert lines[0].startswith(f"{prefix}2 base URLs given; one server URL per model") and "--replicas N" in lines[0]
+
+
 def test_unreachable_server_is_one_clear_message(capsys):
     url = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(PaCoReError, match=f"cannot reach the model server at {url}"):
-        check_server(OpenAICompatibleChatModel(base_urls=[url], model="m"))
+        check_server(OpenAICompatibleChatModel(base_url=url, model="m"))
     code, lines = _cli(capsys, "solve", "q", "--base-url", url)
     assert code == 1 and len(lines) == 1 and f"cannot reach the model server at {url}" in lines[0]
 
 
 async def test_unreachable_server_mid_run_fails_the_problem_with_the_reason_and_keeps_the_rest(tmp_path):
     url = f"http://127.0.0.1:{free_port()}/v1"
-    model = OpenAICompatibleChatModel(base_urls=[url], model="m")
+    model = OpenAICompatibleChatModel(base_url=url, model="m")
     results = ResultsFile(tmp_path / "results.jsonl", key=lambda row: row["id"])
     results.append({"id": "done-before", "answer": "42"})
     config = PaCoReConfig(rounds=[2], retry=RetryPolicy(max_attempts=2, initial_delay=0))
@@ -176,9 +188,9 @@ async def test_unreachable_server_mid_run_fails_the_problem_with_the_reason_and_
 
 def test_wrong_model_name_is_caught_before_the_run():
     with Emulator(EmulatorConfig()) as emu:
-        check_server(OpenAICompatibleChatModel(base_urls=[emu.base_url], model=emu.config.model))
+        check_server(OpenAICompatibleChatModel(base_url=emu.base_url, model=emu.config.model))
         with pytest.raises(PaCoReError, match=r"does not serve model 'gpt-9'; it serves emulated-model"):
-            check_server(OpenAICompatibleChatModel(base_urls=[emu.base_url], model="gpt-9"))
+            check_server(OpenAICompatibleChatModel(base_url=emu.base_url, model="gpt-9"))
 
 
 def test_wrong_model_name_in_a_run_is_one_line_and_not_retried(capsys):
@@ -191,7 +203,7 @@ def test_wrong_model_name_in_a_run_is_one_line_and_not_retried(capsys):
 
 async def test_context_overflow_is_named_and_not_retried():
     with Emulator(EmulatorConfig(ttft=0.01, max_model_len=64)) as emu:
-        model = OpenAICompatibleChatModel(base_urls=[emu.base_url], model=emu.config.model)
+        model = OpenAICompatibleChatModel(base_url=emu.base_url, model=emu.config.model)
         try:
             with pytest.raises(RoundFailedError) as caught:
                 await PaCoReRunner(model, PaCoReConfig(rounds=[2])).arun("word " * 400)

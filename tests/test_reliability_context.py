@@ -61,7 +61,7 @@ LONG_CONCLUSIONS = EmulatorConfig(ttft=0.01, token_delay=0.0002, output_tokens=1
 
 async def _run_on_emulator(config: PaCoReConfig):
     with Emulator(LONG_CONCLUSIONS) as emu:
-        model = OpenAICompatibleChatModel(base_urls=[emu.base_url], model=emu.config.model)
+        model = OpenAICompatibleChatModel(base_url=emu.base_url, model=emu.config.model)
         try:
             return await PaCoReRunner(model, config).arun("problem one"), emu.stats()
         finally:
@@ -110,7 +110,7 @@ async def test_embedded_model_synthesis_overflowing_its_context_is_capped(embedd
     """Four 2500-word references overflow n_ctx 8192 (llama.cpp answers HTTP 400); with a context
     window set the references are capped and the synthesis succeeds. A 2048-token window is used so
     the capped prompt stays small on 2 CPU cores; the server's own token count must fit it."""
-    model = OpenAICompatibleChatModel(base_urls=[embedded_server.base_url], model=embedded_server.model)
+    model = OpenAICompatibleChatModel(base_url=embedded_server.base_url, model=embedded_server.model)
     try:
         overflow = PaCoReConfig(rounds=[4], max_tokens=16, retry=NO_RETRY)
         with pytest.raises(RoundFailedError, match="does not fit the model's context"):

@@ -35,7 +35,7 @@ async def test_streamed_replies_survive_cut_streams_and_broken_events():
     faults = FaultRates(cut_stream=0.15, malformed=0.1, drop=0.05)
     config = PaCoReConfig(rounds=[6], stream=True, retry=FAST_RETRY, request_timeout=5)
     with Emulator(EmulatorConfig(ttft=0.01, token_delay=0.0005, output_tokens=(40, 120), faults=faults)) as emu:
-        model = OpenAICompatibleChatModel(base_urls=[emu.base_url], model=emu.config.model)
+        model = OpenAICompatibleChatModel(base_url=emu.base_url, model=emu.config.model)
         runner = PaCoReRunner(model, config)
         try:
             results = [await runner.arun(f"problem {i}") for i in range(3)]
@@ -55,7 +55,7 @@ class PartlyMisnamed:
     never retried): deterministic failures among transient ones."""
 
     def __init__(self, good: OpenAICompatibleChatModel, config: PaCoReConfig):
-        bad = OpenAICompatibleChatModel(base_urls=good.base_urls, model="no-such-model")
+        bad = OpenAICompatibleChatModel(base_url=good.base_url, model="no-such-model")
         self.good, self.bad = ChatExplorer(good, config), ChatExplorer(bad, config)
 
     async def explore(self, messages, episode):
@@ -68,7 +68,7 @@ async def test_trajectories_that_still_fail_are_recorded_with_their_reason_and_l
     config = PaCoReConfig(rounds=[6], retry=FAST_RETRY, request_timeout=5)
     faults = FaultRates(http_500=0.1, drop=0.05)
     with Emulator(EmulatorConfig(ttft=0.01, token_delay=0.0005, faults=faults)) as emu:
-        model = OpenAICompatibleChatModel(base_urls=[emu.base_url], model=emu.config.model)
+        model = OpenAICompatibleChatModel(base_url=emu.base_url, model=emu.config.model)
         explorer = PartlyMisnamed(model, config)
         try:
             result = await PaCoReRunner(explorer, config).arun("problem")
@@ -88,7 +88,7 @@ async def test_trajectories_that_still_fail_are_recorded_with_their_reason_and_l
 async def test_a_round_where_every_trajectory_fails_raises_one_clear_error():
     config = PaCoReConfig(rounds=[4], retry=RetryPolicy(max_attempts=2, initial_delay=0), request_timeout=5)
     with Emulator(EmulatorConfig(ttft=0.01, faults=FaultRates(http_500=1.0))) as emu:
-        model = OpenAICompatibleChatModel(base_urls=[emu.base_url], model=emu.config.model)
+        model = OpenAICompatibleChatModel(base_url=emu.base_url, model=emu.config.model)
         try:
             with pytest.raises(RoundFailedError) as caught:
                 await PaCoReRunner(model, config).arun("problem")

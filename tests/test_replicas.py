@@ -1,5 +1,6 @@
 """Past one server: vllm-router (the real PyPI package) in front of emulator replicas, a replica killed
-mid-run, the session key, and ``pacore serve-vllm`` as a whole (emulated) cluster and without GPUs."""
+mid-run, the session key the client sends, the benchmark's workloads and its client-side spreading baseline,
+and ``pacore serve-vllm`` as a whole (emulated) cluster and without GPUs."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ import pytest
 
 from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
 from pacore_benchmarks.perf.replicas import ReplicasSettings, run_benchmark
-from pacore_benchmarks.perf.session_key import SessionKeyedChatModel, session_key
+from pacore_benchmarks.perf.replicas_spread import SpreadChatModel
 from pacore_graph.config import PaCoReConfig
+from pacore_graph.models import chat_model
 from pacore_graph.models.embedded import free_port
-from pacore_graph.models.vllm_server import ServerProcess, router_command
+from pacore_graph.models.routing import session_key
+from pacore_graph.models.vllm_server import ROUTER_POLICY, ServerProcess, router_command
 from pacore_graph.run import asolve
 
 # Small and quick replies; prompts long enough (hundreds of tokens) for whole cached blocks.
@@ -47,13 +50,21 @@ def pacore(*args: str) -> list[str]:
     return [str(Path(sys.executable).parent / "pacore"), *args]
 
 
-def test_session_key_is_the_prompt_up_to_the_last_user_message():
+def test_session_key_names_the_prefix_a_request_shares():
     system = {"role": "system", "content": "be brief"}
     task = {"role": "user", "content": "fix the bug"}
     turn = [system, task, {"role": "assistant", "content": "ls"}, {"role": "tool", "content": "a.py"}]
     assert session_key([system, task]) == session_key(turn)  # an agent's later turns stay with their prefix
     assert session_key([system, task]) != session_key([system, {"role": "user", "content": "synthesis..."}])
     assert session_key([system]) == session_key([dict(system)])
+    history = [system, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    last_turns = ({"role": "user", "content": "and 17*23?"}, {"role": "user", "content": "Reference 1: ..."})
+    assert len({session_key([*history, last]) for last in last_turns}) == 1  # every round keeps the history
+    assert session_key([*history, last_turns[0]]) != session_key([system, history[1], last_turns[0]])
+    long = "x" * 50_000  # a long message counts by its length and both ends
+    ends = ([long + "a", long + "b"], ["a" + long, "b" + long], [long, long + "x"])
+    assert all(session_key([{"role": "user", "content": a}]) != session_key([{"role": "user", "content": b}])
+               for a, b in ends)  # fmt: skip
 
 
 @pytest.fixture
@@ -73,7 +84,7 @@ def replicas(tmp_path):
 @pytest.fixture
 def router(replicas, tmp_path):
     port = free_port()
-    command = router_command([e.root_url for e in replicas], port=port, policy="consistent_hash")
+    command = router_command([e.root_url for e in replicas], port=port)  # the default policy
     server = ServerProcess("vllm-router", command, f"http://127.0.0.1:{port}", tmp_path / "router.log").start()
     try:
         server.wait_ready(60)
@@ -84,7 +95,7 @@ def router(replicas, tmp_path):
 
 
 async def test_router_keeps_each_prompt_on_one_replica_where_its_prefix_is_cached(replicas, router, tmp_path):
-    model = SessionKeyedChatModel(base_urls=[router.url + "/v1"], model=replicas[0].config.model)
+    model = chat_model(router.url + "/v1", replicas[0].config.model)  # as any user runs it: the key is a header
     problems = [PROBLEM.format(n=n, m=n + 5) for n in range(4)]
     try:
         results = [await asolve(model, problem, PaCoReConfig(rounds=[4])) for problem in problems]
@@ -106,15 +117,40 @@ async def test_router_keeps_each_prompt_on_one_replica_where_its_prefix_is_cache
 
 async def test_a_replica_killed_mid_run_loses_nothing_through_the_router(tmp_path):
     emulator = EmulatorConfig.gpu_replica(**{**SMALL_REPLICA, "token_delay": 0.002, "output_tokens": (150, 300)})
-    settings = ReplicasSettings(replicas=2, problems=3, schedules=[[8]], policies=["consistent_hash"],
-                                kill_spread=False, emulator=emulator)  # fmt: skip
+    settings = ReplicasSettings(replicas=2, problems=3, schedules=[[8]], chat_problems=0,
+                                policies=[ROUTER_POLICY], kill_spread=False, emulator=emulator)  # fmt: skip
     report = await run_benchmark(settings, str(tmp_path))
     clean, killed = report.runs[-1], report.kills[0]
-    assert clean.policy == killed.policy == "consistent_hash" and clean.lost == 0
+    assert clean.policy == killed.policy == ROUTER_POLICY and clean.lost == 0
     assert killed.killed is not None and killed.cut > 0  # it died serving requests
     assert killed.answered == killed.problems == 3 and killed.lost == 0
     summary = report.summary()
-    assert summary["lost"] == 0 and set(summary["runs"]) == {"spread", "consistent_hash"}
+    assert summary["lost"] == 0 and set(summary["runs"]) == {"spread", ROUTER_POLICY}
+
+
+async def test_chat_workload_keeps_each_conversation_and_agent_step_where_its_history_is_cached(tmp_path):
+    settings = ReplicasSettings(replicas=2, problems=1, schedules=[[2]], chat_problems=2, policies=[ROUTER_POLICY],
+                                kill=False, emulator=EmulatorConfig.gpu_replica(**SMALL_REPLICA))  # fmt: skip
+    report = await run_benchmark(settings, str(tmp_path))
+    spread, routed = report.of("chat")
+    assert (spread.policy, routed.policy) == ("spread", ROUTER_POLICY)
+    assert spread.answered == routed.answered == 4 and spread.lost == routed.lost == 0
+    # The spreading prefills each round-1 prompt on both replicas; the router, once.
+    assert routed.prefill_tokens < spread.prefill_tokens
+    summary = report.summary()
+    assert summary["chat_best_policy"] == ROUTER_POLICY and summary["chat_problems"] == 4
+    assert 0 < summary["chat_prefill_ratio_default_vs_spread"] < 1 and set(summary["chat_runs"]) == set(summary["runs"])
+
+
+async def test_the_spreading_baseline_sends_each_request_to_the_replica_with_the_fewest_in_flight(mock_server):
+    handler = lambda body, attempt: {"content": "r", "delay": 0.05}  # noqa: E731
+    with mock_server(handler) as first, mock_server(handler) as second:
+        model = SpreadChatModel.over([first.base_url, second.base_url], "mock-model")
+        try:
+            result = await asolve(model, "spread", PaCoReConfig(rounds=[8]))
+        finally:
+            await model.aclose()
+    assert result.answer == "r" and (len(first.requests), len(second.requests)) in ((5, 4), (4, 5))
 
 
 def _refused(port: int) -> bool:

@@ -287,7 +287,7 @@ def assert_never_saw_hidden_tests(requests: list[dict], row: dict) -> None:
 def test_tool_calling_episode_over_http_in_a_local_copy(mock_server):
     row = roman_row()
     with mock_server(tool_script(row["patch"])) as server:
-        model = OpenAICompatibleChatModel(base_urls=[server.base_url], model="scripted")
+        model = OpenAICompatibleChatModel(base_url=server.base_url, model="scripted")
         episode = RepairEpisode(model, RepairSettings(runtime="local"))
 
         async def go():
@@ -331,7 +331,7 @@ def docker_episode(handler, row: dict) -> tuple[dict, dict, list[dict]]:
     """One real episode in Docker against a scripted server: final state, episode record, request bodies."""
     assert docker_ready(), "the docker tests need a daemon: run scripts/docker-setup.sh"
     with MockOpenAIServer(handler) as server:
-        model = OpenAICompatibleChatModel(base_urls=[server.base_url], model="scripted")
+        model = OpenAICompatibleChatModel(base_url=server.base_url, model="scripted")
         episode = RepairEpisode(model, RepairSettings(runtime="docker"))
 
         async def go():

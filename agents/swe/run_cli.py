@@ -94,7 +94,7 @@ def run_command(args: argparse.Namespace) -> int:
     )
     output = Path(args.output)
 
-    with serving(args.base_urls, args.model, args.api_key) as model:
+    with serving(args.base_url, args.model, args.api_key) as model:
         model_name = args.model or model.model
         recorded = {
             "dataset": args.dataset,

@@ -186,13 +186,13 @@ def run_command(args: argparse.Namespace) -> int:
         EMBEDDED_MODEL,
         ChatExplorer,
         RunProgress,
-        configured_urls,
+        configured_url,
         discover_model,
         serving,
     )
 
-    urls = configured_urls(args.base_urls)
-    embedded = not urls
+    url = configured_url(args.base_url)  # several URLs are refused here, before anything runs
+    embedded = url is None
     data = _data_source(args)
     methods = [m for m in _csv(args.methods) if not m.startswith("pacore+")]
     variants = [m.removeprefix("pacore+") for m in _csv(args.methods) if m.startswith("pacore+")]
@@ -228,7 +228,7 @@ def run_command(args: argparse.Namespace) -> int:
     )
     _load(args)  # bad data fails before any server starts
     api_key = args.api_key or os.environ.get("OPENAI_API_KEY")
-    model_name = args.model or (EMBEDDED_MODEL if embedded else discover_model(urls[0], api_key))
+    model_name = args.model or (EMBEDDED_MODEL if embedded else discover_model(url, api_key))
     # The folder is locked and its settings checked now: a run already writing there, or one made with other
     # settings, is refused before a server starts or anything is spent.
     folder = math_folder(settings, model_name, RunProgress(enabled=not args.no_progress)).claim()
@@ -247,7 +247,7 @@ def run_command(args: argparse.Namespace) -> int:
             await model.aclose()
 
     try:
-        with serving(urls, model_name, api_key) as model:
+        with serving(url, model_name, api_key) as model:
             report = asyncio.run(run(model))
     finally:
         folder.release()

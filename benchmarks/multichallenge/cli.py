@@ -43,18 +43,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--base-url",
         action="append",
-        default=[],
-        dest="base_urls",
         metavar="URL",
-        help="responder server (repeat for replicas; default: embedded SmolLM2)",
+        help="responder server (one: replicas go behind vllm-router; default: embedded SmolLM2)",
     )
     parser.add_argument("--model", help="responder model name (default: the server's first model)")
     parser.add_argument("--api-key", help="responder API key (default: $OPENAI_API_KEY)")
     parser.add_argument(
         "--judge-base-url",
         action="append",
-        default=[],
-        dest="judge_base_urls",
         metavar="URL",
         help="judge server, e.g. https://api.openai.com/v1 (default: the responder's: self-judging, with a warning)",
     )
@@ -137,7 +133,7 @@ def main(args: argparse.Namespace) -> int:
     from pacore_benchmarks.multichallenge.runner import run_folder
     from pacore_benchmarks.multichallenge.settings import RunSettings
     from pacore_graph import PaCoReConfig, PaCoReError
-    from pacore_graph.extend import EMBEDDED_CONTEXT, RunProgress, configured_urls
+    from pacore_graph.extend import EMBEDDED_CONTEXT, RunProgress, configured_url
 
     try:
         rounds, preset = _schedule(args)
@@ -150,23 +146,26 @@ def main(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             return _fail(f"--{name} must be at least 1")
 
-    base_urls = configured_urls(args.base_urls)
-    # The judge defaults to the responder's endpoint and model (warned about below).
-    judge_urls = args.judge_base_urls or base_urls
-    embedded = not base_urls
+    try:  # one URL each (a repeated flag is refused)
+        base_url = configured_url(args.base_url)
+        # The judge defaults to the responder's endpoint and model (warned about below).
+        judge_url = configured_url(args.judge_base_url) if args.judge_base_url else base_url
+    except PaCoReError as exc:
+        return _fail(str(exc))
+    embedded = base_url is None
     max_tokens = args.max_tokens if args.max_tokens is not None else (EMBEDDED_MAX_TOKENS if embedded else None)
     judge_max_tokens = args.judge_max_tokens
-    if judge_max_tokens is None and not judge_urls:
+    if judge_max_tokens is None and judge_url is None:
         judge_max_tokens = EMBEDDED_MAX_TOKENS
     settings = RunSettings(
         data=args.data or default_source(),
         output=args.output or _default_output(rounds, preset),
         limit=args.limit,
         axis=args.axis.upper() if args.axis else None,
-        base_urls=base_urls,
+        base_url=base_url,
         model=args.model,
-        judge_base_urls=judge_urls,
-        judge_model=args.judge_model or (None if args.judge_base_urls else args.model),
+        judge_base_url=judge_url,
+        judge_model=args.judge_model or (None if args.judge_base_url else args.model),
         judge_prompt=args.judge_prompt,
         rounds=rounds,
         preset=preset,
@@ -263,17 +262,17 @@ async def _respond_and_judge(settings, conversations, folder, console, keys: Key
 
     with ExitStack() as stack:
         try:
-            if not settings.base_urls:
+            if not settings.base_url:
                 console.print("starting the embedded SmolLM2 server ...")
-            responder = stack.enter_context(serving(settings.base_urls or None, settings.model, keys.responder))
+            responder = stack.enter_context(serving(settings.base_url, settings.model, keys.responder))
             check_server(responder)  # one clear line instead of hundreds of rows of connection errors
             # The judge has a client of its own, sending what the official one sends, even on the same server.
             judge_args = (settings.judge_model, keys.judge)
             judge_client = {"extra_body": OFFICIAL_EXTRA_BODY}
-            if settings.judge_base_urls == settings.base_urls:  # the embedded server included
-                judge = chat_model(responder.base_urls, *judge_args, **judge_client)
+            if settings.judge_base_url == settings.base_url:  # the embedded server included
+                judge = chat_model(responder.base_url, *judge_args, **judge_client)
             else:
-                judge = stack.enter_context(serving(settings.judge_base_urls, *judge_args, **judge_client))
+                judge = stack.enter_context(serving(settings.judge_base_url, *judge_args, **judge_client))
             check_server(judge)
         except PaCoReError as exc:
             raise _Fatal(str(exc)) from None

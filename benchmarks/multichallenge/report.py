@@ -60,10 +60,10 @@ def print_summary(scores: Scores, settings: RunSettings, console: Console | None
     (console or Console()).print(summary_table(scores, settings))
 
 
-def _endpoint(urls: list[str], model: str | None) -> str:
-    if not urls:
+def _endpoint(url: str | None, model: str | None) -> str:
+    if not url:
         return f"`{model or EMBEDDED_MODEL}` (embedded SmolLM2 server)"
-    return f"`{model or 'first listed model'}` at {', '.join(urls)}"
+    return f"`{model or 'first listed model'}` at {url}"
 
 
 def self_judging_warning(settings: RunSettings) -> str | None:
@@ -71,7 +71,7 @@ def self_judging_warning(settings: RunSettings) -> str | None:
     if not settings.judge_is_responder():
         return None
     return (
-        f"the judge is the responder itself ({_endpoint(settings.base_urls, settings.model)}): the model grades "
+        f"the judge is the responder itself ({_endpoint(settings.base_url, settings.model)}): the model grades "
         f"its own answers, so the scores are not comparable with published MultiChallenge figures (official "
         f"judge: {OFFICIAL_JUDGE_MODEL}); pass --judge-base-url and --judge-model"
     )
@@ -84,7 +84,7 @@ def _judge_line(settings: RunSettings, formats: Mapping[str, int] | None) -> str
         prompt = "the project's own judge prompt (not the official one)"
     used = ", ".join(f"{name} ({count} rows)" for name, count in sorted((formats or {}).items()))
     return (
-        f"- Judge: {_endpoint(settings.judge_base_urls, settings.judge_model)}, {prompt}, temperature 0, "
+        f"- Judge: {_endpoint(settings.judge_base_url, settings.judge_model)}, {prompt}, temperature 0, "
         f"max_tokens {settings.judge_max_tokens or 'unlimited'}"
         + (f", structured output {used}" if used else "")
         + "; it sees only the final response and TARGET_QUESTION; pass = verdict equals PASS_CRITERIA"
@@ -105,7 +105,7 @@ def markdown_report(
         f"- Data: `{settings.data}`"
         + (f", axis {settings.axis}" if settings.axis else "")
         + (f", first {settings.limit} conversations" if settings.limit is not None else ""),
-        f"- Responses: {_endpoint(settings.base_urls, settings.model)}, {settings.schedule_label()}, "
+        f"- Responses: {_endpoint(settings.base_url, settings.model)}, {settings.schedule_label()}, "
         f"temperature {settings.temperature}, max_tokens {settings.max_tokens or 'unlimited'}",
         _judge_line(settings, judge_formats),
         f"- Samples (attempts) per conversation: {settings.samples}",

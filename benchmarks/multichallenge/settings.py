@@ -14,9 +14,9 @@ from pydantic import BaseModel, Field
 # Fields that change what a result row means; the rest (concurrency, limit, axis) only pick what to run.
 IDENTITY_FIELDS = (
     "data",
-    "base_urls",
+    "base_url",
     "model",
-    "judge_base_urls",
+    "judge_base_url",
     "judge_model",
     "judge_prompt",
     "rounds",
@@ -35,9 +35,9 @@ class RunSettings(BaseModel):
     output: str
     limit: int | None = None
     axis: str | None = None
-    base_urls: list[str] = Field(default_factory=list)  # empty: the embedded model
+    base_url: str | None = None  # None: the embedded model
     model: str | None = None
-    judge_base_urls: list[str] = Field(default_factory=list)  # empty: the embedded model
+    judge_base_url: str | None = None  # None: the embedded model
     judge_model: str | None = None  # None: the judge server's first model
     judge_prompt: Literal["official", "project"] = "official"
     rounds: list[int] = Field(default_factory=lambda: [4])  # [] = plain single call
@@ -59,7 +59,7 @@ class RunSettings(BaseModel):
 
     def judge_is_responder(self) -> bool:
         """Same servers and the same model, or a model name left to the server that may be the same."""
-        if self.judge_base_urls != self.base_urls:
+        if self.judge_base_url != self.base_url:
             return False
         return self.judge_model is None or self.model is None or self.judge_model == self.model
 

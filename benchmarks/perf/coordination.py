@@ -136,7 +136,7 @@ async def run_method(emulator: Emulator, settings: CoordinationSettings, method:
     config = settings.config(method, paper_tokens)
     texts = problems(settings)
     emulator.reset()
-    model = OpenAICompatibleChatModel(base_urls=[emulator.base_url], model=emulator.config.model)
+    model = OpenAICompatibleChatModel(base_url=emulator.base_url, model=emulator.config.model)
     slots = asyncio.Semaphore(settings.concurrency)
 
     async def solve(position: int, text: str) -> Any:

@@ -98,7 +98,7 @@ async def run_fault_scenario(settings: FaultSettings, folder: Path) -> FaultRepo
     )
     problems = synthetic_problems(settings.problems)
     with Emulator(emulator_config) as emulator:
-        model = OpenAICompatibleChatModel(base_urls=[emulator.base_url], model=emulator_config.model)
+        model = OpenAICompatibleChatModel(base_url=emulator.base_url, model=emulator_config.model)
         try:
             async with RunFolder(folder, fingerprint=fingerprint(emulator_config.model, config), progress=False) as run:
                 await run.run(model, config, problems, result_row, salt=[emulator_config.model])

@@ -105,7 +105,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         request_timeout=args.request_timeout,
         max_tokens=args.max_tokens,
     )
-    model = OpenAICompatibleChatModel(base_urls=[args.base_url], model=args.model)
+    model = OpenAICompatibleChatModel(base_url=args.base_url, model=args.model)
     explorer: Any = ChatExplorer(model, config)
     if args.call_log:
         explorer = CallLog(explorer, Path(args.call_log))

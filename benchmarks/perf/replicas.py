@@ -1,11 +1,14 @@
-"""``pacore bench replicas``: one PaCoRe workload over emulated GPU replicas, routed several ways, side by side.
+"""``pacore bench replicas``: PaCoRe workloads over emulated GPU replicas, routed several ways, side by side.
 
-The workload: P problems with schedule [32, 4] and P with [16], all in flight at once, against N emulated
-replicas (:meth:`EmulatorConfig.gpu_replica`: prefix cache, prefill cost, PaCoRe-sized conclusions). It is
-sent once through the client's own spreading over every replica URL (fewest requests in flight: the
-baseline) and once through vllm-router per policy. Each run starts from empty caches and zeroed counters.
-Then the best router policy and the spreading run again while the busiest replica is killed (SIGKILL)
-mid-run: every problem must still be answered and no trajectory lost.
+Two workloads (:mod:`~pacore_benchmarks.perf.replicas_workloads`), each with all its problems in flight at
+once, against N emulated replicas (:meth:`EmulatorConfig.gpu_replica`: prefix cache, prefill cost,
+PaCoRe-sized conclusions): the issue's ([32, 4] and [16]), which gives the headline figures, and the chat and
+agent one. Each is sent through the client-side spreading over every replica URL (fewest requests in flight,
+:mod:`~pacore_benchmarks.perf.replicas_spread`: the baseline) and through vllm-router per policy, with the
+project's client as any user would run it (it sends the session key the router can follow). Each run starts
+from empty caches and zeroed counters. Then the best router policy and the spreading run the issue's workload
+again while the busiest replica is killed (SIGKILL) mid-run: every problem must still be answered and no
+trajectory lost.
 
 What the emulator models, and what not, is in :mod:`pacore_benchmarks.perf.emulator_gpu`.
 """
@@ -15,24 +18,27 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
-from pacore_graph import PaCoReConfig, Problem, asolve
+from pacore_benchmarks.perf.replicas_workloads import CHAT, PACORE, Workload, chat_workload, pacore_workload
+from pacore_graph import PaCoReConfig, asolve, chat_model
 from pacore_graph.extend import ROUTER_POLICY, ServerProcess, free_port, router_command
 
-SPREAD = "spread"  # the client's built-in spreading over every replica URL
+SPREAD = "spread"  # the client-side spreading over every replica URL
 COMPARED_POLICIES = ["round_robin", "cache_aware", "consistent_hash", "sticky_least_loaded"]
+CLOSE = 0.1  # prefill shares this close (relative) to the smallest count as equal
 
 
 class ReplicasSettings(BaseModel):
     replicas: int = Field(4, ge=2)
     problems: int = Field(8, ge=1, description="problems per schedule")
     schedules: list[list[int]] = Field(default_factory=lambda: [[32, 4], [16]])
+    chat_problems: int = Field(8, ge=0, description="conversations, and agent steps, in the chat workload (0: none)")
     policies: list[str] = Field(default_factory=lambda: list(COMPARED_POLICIES))
     kill: bool = Field(True, description="kill a replica mid-run under the best policy")
     kill_spread: bool = Field(True, description="and under the spreading, for comparison")
@@ -41,8 +47,12 @@ class ReplicasSettings(BaseModel):
 
     @classmethod
     def quick(cls, **overrides: Any) -> ReplicasSettings:
-        """About a minute: 4 problems per schedule, no kill under the spreading."""
-        return cls(**{"problems": 4, "kill_spread": False, **overrides})
+        """About a minute and a half: 4 problems per schedule and of each kind, no kill under the spreading."""
+        return cls(**{"problems": 4, "chat_problems": 4, "kill_spread": False, **overrides})
+
+    def workloads(self) -> dict[str, Workload]:
+        chat = {CHAT: chat_workload(self.chat_problems)} if self.chat_problems else {}
+        return {PACORE: pacore_workload(self.problems, self.schedules), **chat}
 
 
 class ReplicaStats(BaseModel):
@@ -58,6 +68,7 @@ class ReplicaStats(BaseModel):
 
 class PolicyRun(BaseModel):
     policy: str
+    workload: str = PACORE
     killed: int | None = Field(None, description="index of the replica killed mid-run")
     cut: int = Field(0, description="requests the killed replica was serving when it died")
     wall_s: float
@@ -93,16 +104,6 @@ class PolicyRun(BaseModel):
         return max(busy) / (sum(busy) / len(busy)) if sum(busy) else 1.0
 
 
-def workload(settings: ReplicasSettings) -> list[tuple[list[int], Problem]]:
-    """Distinct problems, P per schedule (the emulator derives every reply from the prompt)."""
-    return [
-        (schedule, Problem(id=f"{'-'.join(map(str, schedule))}:{n}",
-                           messages=f"Problem {n} for {schedule}: how many pairs (a, b) with a + b = {n + 7}?"))
-        for schedule in settings.schedules
-        for n in range(settings.problems)
-    ]  # fmt: skip
-
-
 class ReplicaBench:
     """N emulated replicas on fixed ports (a killed one comes back on its port) and the runs over them."""
 
@@ -125,38 +126,46 @@ class ReplicaBench:
         for emulator in self.emulators:
             emulator.stop()
 
-    async def run(self, policy: str, *, kill_after: float | None = None) -> PolicyRun:
-        """The workload routed by ``policy`` (``spread`` or a vllm-router policy); optionally kill a replica."""
-        from pacore_benchmarks.perf.session_key import SessionKeyedChatModel
-        from pacore_graph.extend import OpenAICompatibleChatModel
+    async def run(self, policy: str, workloads: dict[str, Workload], *, kill_after: float | None = None
+                  ) -> list[PolicyRun]:  # fmt: skip
+        """Each workload in turn routed by ``policy`` (``spread`` or a vllm-router policy), from empty caches;
+        with ``kill_after``, a replica is killed that many seconds into the (single) workload."""
+        from pacore_benchmarks.perf.replicas_spread import SpreadChatModel
 
-        for emulator in self.emulators:
-            emulator.reset()
         model_name = self.settings.emulator.model
         router: ServerProcess | None = None
         if policy == SPREAD:
-            model = OpenAICompatibleChatModel(base_urls=[e.base_url for e in self.emulators], model=model_name)
+            model: Any = SpreadChatModel.over([e.base_url for e in self.emulators], model_name)
         else:
             port = free_port()
             command = router_command([e.root_url for e in self.emulators], port=port, policy=policy)
             router = ServerProcess("vllm-router", command, f"http://127.0.0.1:{port}", self.log_dir / f"{policy}.log")
             router.start().wait_ready(60)
-            model = SessionKeyedChatModel(base_urls=[router.url + "/v1"], model=model_name)
+            model = chat_model(router.url + "/v1", model_name)
+        runs = []
         try:
-            started = time.monotonic()
-            killer = asyncio.create_task(self._kill_busiest(kill_after)) if kill_after is not None else None
-            results = await solve_all(model, workload(self.settings))
-            wall = time.monotonic() - started
-            killed, snapshot, cut = await killer if killer is not None else (None, None, 0)
+            for name, workload in workloads.items():
+                runs.append(await self._run_one(policy, name, model, workload, kill_after))
         finally:
             await model.aclose()
             if router is not None:
                 router.stop()
+        return runs
+
+    async def _run_one(self, policy: str, name: str, model: Any, workload: Workload, kill_after: float | None
+                       ) -> PolicyRun:  # fmt: skip
+        for emulator in self.emulators:
+            emulator.reset()
+        started = time.monotonic()
+        killer = asyncio.create_task(self._kill_busiest(kill_after)) if kill_after is not None else None
+        results = await solve_all(model, workload)
+        wall = time.monotonic() - started
+        killed, snapshot, cut = await killer if killer is not None else (None, None, 0)
         stats = [snapshot if index == killed else ReplicaStats(**emulator.stats())
                  for index, emulator in enumerate(self.emulators)]  # fmt: skip
         if killed is not None:
             self.emulators[killed] = Emulator(self.configs[killed]).start()  # back on its port for the next run
-        return summarise(policy, results, stats, wall, killed).model_copy(update={"cut": cut})
+        return summarise(policy, results, stats, wall, killed).model_copy(update={"cut": cut, "workload": name})
 
     async def _kill_busiest(self, after: float) -> tuple[int, ReplicaStats, int]:
         """SIGKILL the replica serving the most requests ``after`` seconds in (once one serves any).
@@ -177,7 +186,7 @@ class ReplicaBench:
         return victim, ReplicaStats(**stats[victim]), stats[victim]["active"]
 
 
-async def solve_all(model: Any, items: Sequence[tuple[list[int], Problem]]) -> list[Any]:
+async def solve_all(model: Any, items: Workload) -> list[Any]:
     """Every problem at once; a problem that fails comes back as its exception."""
     calls = [asolve(model, problem.messages, PaCoReConfig(rounds=schedule)) for schedule, problem in items]
     return await asyncio.gather(*calls, return_exceptions=True)
@@ -206,33 +215,54 @@ class ReplicasReport(BaseModel):
     runs: list[PolicyRun]
     kills: list[PolicyRun] = Field(default_factory=list)
 
-    @property
-    def spread(self) -> PolicyRun:
-        return next(run for run in self.runs if run.policy == SPREAD)
+    def of(self, workload: str) -> list[PolicyRun]:
+        return [run for run in self.runs if run.workload == workload]
 
-    def best(self) -> PolicyRun:
-        """The router policy with the smallest share of prompt tokens computed, among those no slower than
-        the spreading. (A share, not a count: replies depend on where a request ran, so the prompts that
-        later rounds send differ a little between runs.)"""
-        routed = [run for run in self.runs if run.policy != SPREAD and run.lost == 0]
-        fast = [run for run in routed if run.wall_s <= self.spread.wall_s] or routed
-        return min(fast, key=lambda run: (round(run.prefill_ratio, 2), run.wall_s))
+    def spread(self, workload: str = PACORE) -> PolicyRun:
+        return next(run for run in self.of(workload) if run.policy == SPREAD)
+
+    def best(self, workload: str = PACORE) -> PolicyRun:
+        """The router policy that computes the smallest share of the prompt tokens sent, losing nothing; among
+        shares within :data:`CLOSE` of the smallest, the one that keeps the replicas most evenly busy.
+
+        With the same work done, the busiest replica sets the wall time; its busy time over the mean is that
+        figure without the noise a shared machine puts into wall times, so two runs pick the same policy. A
+        share, not a count: replies depend on where a request ran, so later rounds' prompts differ between runs.
+        """
+        routed = [run for run in self.of(workload) if run.policy != SPREAD and run.lost == 0]
+        least = min(run.prefill_ratio for run in routed)
+        return min((run for run in routed if run.prefill_ratio <= least * (1 + CLOSE)), key=lambda run: run.balance)
 
     def summary(self) -> dict[str, Any]:
-        """The one JSON object ``pacore bench replicas`` prints last."""
-        best, spread = self.best(), self.spread
+        """The one JSON object ``pacore bench replicas`` prints last: the headline figures on the issue's
+        workload, the chat workload's under the same (default) policy, and every run's figures."""
+        best, spread = self.best(), self.spread()
         killed = {run.policy: run for run in self.kills}
-        return {
-            "prefill_ratio_best_vs_spread": round(best.prefill_tokens / max(spread.prefill_tokens, 1), 3),
-            "wall_ratio_best_vs_spread": round(best.wall_s / spread.wall_s, 3),
+        summary = {
+            "prefill_ratio_best_vs_spread": _ratio(best.prefill_tokens, spread.prefill_tokens),
+            "wall_ratio_best_vs_spread": _ratio(best.wall_s, spread.wall_s),
             "lost": killed[best.policy].lost if best.policy in killed else None,
             "default_policy": best.policy,
             "launcher_default": ROUTER_POLICY,
             "replicas": self.settings.replicas,
-            "problems": len(workload(self.settings)),
-            "runs": {run.policy: _figures(run) for run in self.runs},
+            "problems": spread.problems,
+            "runs": {run.policy: _figures(run) for run in self.of(PACORE)},
             "killed_runs": {run.policy: _figures(run) for run in self.kills},
         }
+        if self.of(CHAT):
+            default, chat_spread = next(run for run in self.of(CHAT) if run.policy == best.policy), self.spread(CHAT)
+            summary |= {
+                "chat_prefill_ratio_default_vs_spread": _ratio(default.prefill_tokens, chat_spread.prefill_tokens),
+                "chat_wall_ratio_default_vs_spread": _ratio(default.wall_s, chat_spread.wall_s),
+                "chat_best_policy": self.best(CHAT).policy,
+                "chat_problems": chat_spread.problems,
+                "chat_runs": {run.policy: _figures(run) for run in self.of(CHAT)},
+            }
+        return summary
+
+
+def _ratio(part: float, whole: float) -> float:
+    return round(part / whole, 3) if whole else 0.0
 
 
 def _figures(run: PolicyRun) -> dict[str, Any]:
@@ -243,6 +273,7 @@ def _figures(run: PolicyRun) -> dict[str, Any]:
         "prefill_ratio": round(run.prefill_ratio, 3),
         "requests_per_replica": [r.requests for r in run.replicas],
         "busy_balance": round(run.balance, 2),
+        "answered": f"{run.answered}/{run.problems}",
         "lost": run.lost,
         "retries": run.retries,
         **({"killed_replica": run.killed, "requests_cut": run.cut} if run.killed is not None else {}),
@@ -252,18 +283,23 @@ def _figures(run: PolicyRun) -> dict[str, Any]:
 async def run_benchmark(
     settings: ReplicasSettings, log_dir: str | None = None, on_run: Callable[[PolicyRun], None] | None = None
 ) -> ReplicasReport:
-    """The spreading, each router policy, then a replica killed under the best policy and under the spreading."""
+    """The spreading and each router policy over every workload, then a replica killed under the best policy
+    and under the spreading (the issue's workload)."""
     folder = Path(log_dir or tempfile.mkdtemp(prefix="pacore-replicas-"))
     folder.mkdir(parents=True, exist_ok=True)
     report = ReplicasReport(settings=settings, runs=[])
+    workloads = settings.workloads()
     with ReplicaBench(settings, folder) as bench:
         for policy in [SPREAD, *settings.policies]:
-            report.runs.append(await bench.run(policy))
-            if on_run:
-                on_run(report.runs[-1])
-        killed = [report.best(), report.spread][: 2 if settings.kill_spread else 1] if settings.kill else []
+            for run in await bench.run(policy, workloads):
+                report.runs.append(run)
+                if on_run:
+                    on_run(run)
+        killed = [report.best(), report.spread()][: 2 if settings.kill_spread else 1] if settings.kill else []
         for clean in killed:
-            report.kills.append(await bench.run(clean.policy, kill_after=settings.kill_at * clean.wall_s))
+            after = settings.kill_at * clean.wall_s
+            (run,) = await bench.run(clean.policy, {PACORE: workloads[PACORE]}, kill_after=after)
+            report.kills.append(run)
             if on_run:
-                on_run(report.kills[-1])
+                on_run(run)
     return report

@@ -1,7 +1,9 @@
-"""``pacore bench replicas [--quick]``: routing over emulated replicas, a table, then one JSON object.
+"""``pacore bench replicas [--quick]``: routing over emulated replicas, a table per workload, then one JSON object.
 
 The last line printed is JSON with ``prefill_ratio_best_vs_spread``, ``wall_ratio_best_vs_spread``, ``lost``
-(under the best policy with a replica killed mid-run) and ``default_policy`` (plus every run's figures).
+(under the best policy with a replica killed mid-run) and ``default_policy``, all on the issue's workload;
+then ``chat_prefill_ratio_default_vs_spread``, ``chat_wall_ratio_default_vs_spread`` and ``chat_best_policy``
+on the chat and agent workload (plus every run's figures).
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ TARGETS = {"prefill_ratio": 0.5, "wall_ratio": 1.0}
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "replicas", help="one PaCoRe workload over 4 emulated GPU replicas: client spreading vs vllm-router policies"
+        "replicas", help="PaCoRe workloads over 4 emulated GPU replicas: client spreading vs vllm-router policies"
     )
-    parser.add_argument("--quick", action="store_true", help="4 problems per schedule, about a minute")
+    parser.add_argument("--quick", action="store_true", help="4 problems per schedule and kind, a minute or two")
     parser.add_argument("--problems", type=int, help="problems per schedule (default 8; quick 4)")
+    parser.add_argument("--chat-problems", type=int, help="conversations and agent steps each (default 8; quick 4)")
     parser.add_argument("--replicas", type=int, help="emulated replicas (default 4)")
     parser.add_argument("--no-kill", action="store_true", help="skip the runs with a replica killed mid-run")
     parser.add_argument("--log-dir", help="keep the routers' logs here (default: a temporary folder)")
@@ -31,9 +34,10 @@ def main(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from pacore_benchmarks.perf.replicas import PolicyRun, ReplicasSettings, run_benchmark
+    from pacore_benchmarks.perf.replicas_workloads import AGENT_SCHEDULE, CHAT, CONVERSATION_SCHEDULE, PACORE
 
-    overrides = {name: value for name, value in (("problems", args.problems), ("replicas", args.replicas))
-                 if value is not None}  # fmt: skip
+    given = (("problems", args.problems), ("chat_problems", args.chat_problems), ("replicas", args.replicas))
+    overrides = {name: value for name, value in given if value is not None}
     if args.no_kill:
         overrides["kill"] = False
     settings = ReplicasSettings.quick(**overrides) if args.quick else ReplicasSettings(**overrides)
@@ -41,22 +45,28 @@ def main(args: argparse.Namespace) -> int:
 
     def progress(run: PolicyRun) -> None:
         killed = f", replica {run.killed} killed" if run.killed is not None else ""
-        console.print(f"{run.policy}{killed}: {run.wall_s} s, {run.prefill_tokens} prefill tokens, lost {run.lost}")
+        console.print(f"{run.workload} workload, {run.policy}{killed}: {run.wall_s} s, "
+                      f"{run.prefill_tokens} prefill tokens, lost {run.lost}")  # fmt: skip
 
     schedules = " and ".join(str(s) for s in settings.schedules)
-    console.print(f"{settings.problems} problems each of {schedules} over {settings.replicas} emulated replicas")
+    titles = {PACORE: f"PaCoRe workload: {settings.problems} problems each of {schedules}",
+              CHAT: f"chat workload: {settings.chat_problems} conversations {CONVERSATION_SCHEDULE} and "
+                    f"{settings.chat_problems} agent steps {AGENT_SCHEDULE}"}  # fmt: skip
+    workloads = [PACORE, CHAT] if settings.chat_problems else [PACORE]
+    console.print(f"{' / '.join(titles[name] for name in workloads)}; {settings.replicas} emulated replicas")
     report = asyncio.run(run_benchmark(settings, args.log_dir, on_run=progress))
 
-    table = Table(title="pacore bench replicas")
-    for column in ("routing", "wall s", "prompt tokens", "prefill tokens", "prefill/prompt", "requests per replica",
-                   "busy max/mean", "lost", "retries"):
-        table.add_column(column, justify="left" if column == "routing" else "right")
-    for run in [*report.runs, *report.kills]:
-        name = run.policy + (f" (replica {run.killed} killed)" if run.killed is not None else "")
-        table.add_row(name, f"{run.wall_s:.1f}", str(run.prompt_tokens), str(run.prefill_tokens),
-                      f"{run.prefill_ratio:.2f}", " ".join(str(r.requests) for r in run.replicas),
-                      f"{run.balance:.2f}", str(run.lost), str(run.retries))  # fmt: skip
-    Console().print(table)
+    for name in workloads:
+        table = Table(title=titles[name])
+        for column in ("routing", "wall s", "prompt tokens", "prefill tokens", "prefill/prompt",
+                       "requests per replica", "busy max/mean", "lost", "retries"):  # fmt: skip
+            table.add_column(column, justify="left" if column == "routing" else "right")
+        for run in [*report.of(name), *(report.kills if name == PACORE else [])]:
+            routing = run.policy + (f" (replica {run.killed} killed)" if run.killed is not None else "")
+            table.add_row(routing, f"{run.wall_s:.1f}", str(run.prompt_tokens), str(run.prefill_tokens),
+                          f"{run.prefill_ratio:.2f}", " ".join(str(r.requests) for r in run.replicas),
+                          f"{run.balance:.2f}", str(run.lost), str(run.retries))  # fmt: skip
+        Console(width=max(Console().width, 120)).print(table)
     summary = report.summary()
     print(json.dumps(summary), flush=True)
     good = (summary["prefill_ratio_best_vs_spread"] <= TARGETS["prefill_ratio"]

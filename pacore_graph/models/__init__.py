@@ -7,8 +7,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from pacore_graph.errors import PaCoReError
 from pacore_graph.models.embedded import EmbeddedServer, shared_server
-from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
+from pacore_graph.models.openai_compatible import ROUTER_HINT, OpenAICompatibleChatModel
 from pacore_graph.models.preflight import check_server, discover_model, served_models
 
 __all__ = [
@@ -16,50 +17,56 @@ __all__ = [
     "OpenAICompatibleChatModel",
     "chat_model",
     "check_server",
+    "configured_url",
     "discover_model",
     "served_models",
     "serving",
 ]
 
 
-def configured_urls(base_urls: str | Sequence[str] | None) -> list[str]:
-    """The servers to use: the ones given, else ``OPENAI_BASE_URL``, else none (the embedded model)."""
-    urls = [base_urls] if isinstance(base_urls, str) else list(base_urls or [])
-    if not urls and os.environ.get("OPENAI_BASE_URL"):
-        urls = [os.environ["OPENAI_BASE_URL"]]
-    return urls
+def configured_url(base_url: str | Sequence[str] | None) -> str | None:
+    """The server to use: the one given, else ``OPENAI_BASE_URL``, else None (the embedded model).
+
+    A command's repeatable ``--base-url`` arrives as a list: more than one URL is refused, naming the
+    router that spreads requests over replicas instead.
+    """
+    if base_url is not None and not isinstance(base_url, str):
+        urls = list(base_url)
+        if len(urls) > 1:
+            raise PaCoReError(f"{len(urls)} base URLs given; {ROUTER_HINT}")
+        base_url = urls[0] if urls else None
+    return base_url or os.environ.get("OPENAI_BASE_URL") or None
 
 
 def chat_model(
-    base_url: str | Sequence[str] | None = None,
-    model: str | None = None,
-    api_key: str | None = None,
-    **kwargs: Any,
+    base_url: str | None = None, model: str | None = None, api_key: str | None = None, **kwargs: Any
 ) -> OpenAICompatibleChatModel:
     """A chat model for vLLM's OpenAI-compatible API (reasoning kept, lean transport, no client timeout).
 
-    ``base_url`` may list several replicas; trajectories go to the least busy. Without a base URL and
-    without ``OPENAI_BASE_URL`` the embedded SmolLM2 server is started (and stopped at exit). Without
-    ``model`` the server's first listed model is used.
+    ``base_url`` is one server; several replicas go behind vllm-router (``pacore serve-vllm --replicas N``),
+    whose URL this is then. Without a base URL and without ``OPENAI_BASE_URL`` the embedded SmolLM2 server is
+    started (and stopped at exit). Without ``model`` the server's first listed model is used.
     """
-    urls = configured_urls(base_url)
+    url = configured_url(base_url)
     api_key = api_key or os.environ.get("OPENAI_API_KEY")
-    if not urls:
+    if url is None:
         server = shared_server()
-        urls, model = [server.base_url], model or server.model
+        url, model = server.base_url, model or server.model
     if model is None:
-        model = discover_model(urls[0], api_key)
-    return OpenAICompatibleChatModel(base_urls=urls, model=model, api_key=api_key, **kwargs)
+        model = discover_model(url, api_key)
+    return OpenAICompatibleChatModel(base_url=url, model=model, api_key=api_key, **kwargs)
 
 
 @contextmanager
 def serving(
-    base_urls: str | Sequence[str] | None = None, model: str | None = None, api_key: str | None = None, **kwargs: Any
+    base_url: str | Sequence[str] | None = None, model: str | None = None, api_key: str | None = None, **kwargs: Any
 ) -> Iterator[OpenAICompatibleChatModel]:
-    """A chat model for the duration of a block; starts and stops the embedded server when no URL is given."""
-    urls = configured_urls(base_urls)
-    if urls:
-        yield chat_model(urls, model, api_key, **kwargs)
+    """A chat model for the duration of a block; starts and stops the embedded server when no URL is given.
+
+    ``base_url`` may be a command's ``--base-url`` list (one URL at most, see :func:`configured_url`)."""
+    url = configured_url(base_url)
+    if url is not None:
+        yield chat_model(url, model, api_key, **kwargs)
         return
     with EmbeddedServer() as server:
         yield chat_model(server.base_url, model or server.model, api_key, **kwargs)

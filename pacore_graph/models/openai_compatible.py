@@ -3,7 +3,8 @@
 Why not ChatOpenAI: at 1024 requests in flight it costs about 6 ms of client CPU per call and drops
 vLLM's ``reasoning`` field. This model posts JSON over one pooled aiohttp session per event loop
 (:mod:`~pacore_graph.models.sessions`), keeps the reasoning in ``additional_kwargs["reasoning_content"]``
-and reports usage. Several base URLs spread requests over replicas (fewest requests in flight first).
+and reports usage. One model talks to one server: several replicas belong behind vllm-router, which
+each request's session key (:mod:`~pacore_graph.models.routing`) lets keep a shared prompt on one replica.
 It does not retry: the PaCoRe explorer retries transient failures, once, for every kind of model.
 
 Streaming has two meanings here. ``streaming=True`` (or the per-call ``sse=True``) asks the server for
@@ -43,12 +44,17 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_core.utils.utils import LC_ID_PREFIX
 from pydantic import Field, PrivateAttr, field_validator
 
-from pacore_graph.errors import ModelRequestError, status_is_retryable
+from pacore_graph.errors import ModelRequestError, PaCoReError, status_is_retryable
+from pacore_graph.models.routing import SESSION_HEADER, session_key
 from pacore_graph.models.sessions import SessionPool
 from pacore_graph.models.sse import Delta, read_stream, reasoning_of
 from pacore_graph.sync import run_sync
 
 CONVERTED_ROUNDS = 256  # message lists whose OpenAI form is kept: rounds of this many problems in flight
+ROUTER_HINT = (
+    "one server URL per model: put the replicas behind vllm-router (`pacore serve-vllm --replicas N`, or "
+    "`vllm-router --worker-urls URL ...`) and pass the router's URL"
+)
 
 
 def _normalise_base_url(url: str) -> str:
@@ -58,20 +64,10 @@ def _normalise_base_url(url: str) -> str:
     return url
 
 
-class _Endpoint:
-    """One replica: its URL and how many requests it is serving for us now."""
-
-    __slots__ = ("url", "in_flight")
-
-    def __init__(self, base_url: str):
-        self.url = f"{base_url}/chat/completions"
-        self.in_flight = 0
-
-
 class OpenAICompatibleChatModel(BaseChatModel):
-    """Chat completions against one or more OpenAI-compatible servers, with vLLM's reasoning kept."""
+    """Chat completions against one OpenAI-compatible server (or vllm-router), with vLLM's reasoning kept."""
 
-    base_urls: list[str] = Field(min_length=1, description="one URL per replica, ending in /v1")
+    base_url: str = Field(description="the server's URL, ending in /v1")
     model: str = Field(description="model name the server knows")
     api_key: str | None = Field(None, repr=False)
     temperature: float | None = None
@@ -81,23 +77,24 @@ class OpenAICompatibleChatModel(BaseChatModel):
     streaming: bool = Field(False, description="request SSE streaming and assemble the message client-side")
     extra_body: dict[str, Any] = Field(default_factory=dict, description="extra request fields")
 
-    _endpoints: list[_Endpoint] = PrivateAttr()
+    _url: str = PrivateAttr()
     _pool: SessionPool = PrivateAttr()
-    _converted: dict[tuple[int, ...], tuple[list[BaseMessage], list[dict[str, Any]]]] = PrivateAttr(
+    _converted: dict[tuple[int, ...], tuple[list[BaseMessage], list[dict[str, Any]], str]] = PrivateAttr(
         default_factory=dict
     )
     _serialized_identity: dict[str, Any] | None = PrivateAttr(default=None)
 
-    @field_validator("base_urls")
+    @field_validator("base_url", mode="before")
     @classmethod
-    def _urls(cls, urls: list[str]) -> list[str]:
-        for url in urls:
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"base URL {url!r} must start with http:// or https://")
-        return [_normalise_base_url(url) for url in urls]
+    def _url(cls, url: Any) -> Any:
+        if isinstance(url, (list, tuple)):
+            raise PaCoReError(f"{len(url)} base URLs given; {ROUTER_HINT}")
+        if isinstance(url, str) and not url.startswith(("http://", "https://")):
+            raise ValueError(f"base URL {url!r} must start with http:// or https://")
+        return _normalise_base_url(url) if isinstance(url, str) else url
 
     def model_post_init(self, context: Any) -> None:
-        self._endpoints = [_Endpoint(url) for url in self.base_urls]
+        self._url = f"{self.base_url}/chat/completions"
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
@@ -109,7 +106,7 @@ class OpenAICompatibleChatModel(BaseChatModel):
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
-        return {"model": self.model, "base_urls": self.base_urls}
+        return {"model": self.model, "base_url": self.base_url}
 
     def _get_invocation_params(self, stop: list[str] | None = None, **kwargs: Any) -> dict[str, Any]:
         # What tracing records per call; the base class dumps the whole model under a warnings filter.
@@ -132,12 +129,6 @@ class OpenAICompatibleChatModel(BaseChatModel):
         """Close the running loop's session now (else it is closed when the loop shuts down)."""
         await self._pool.aclose()
 
-    def _pick_endpoint(self) -> _Endpoint:
-        endpoints = self._endpoints
-        if len(endpoints) == 1:
-            return endpoints[0]
-        return min(endpoints, key=lambda endpoint: endpoint.in_flight)
-
     def payload(self, messages: list[dict[str, Any]], **overrides: Any) -> dict[str, Any]:
         """The request body: only the fields that are set, as the PaCoRe reference pipeline sends."""
         body: dict[str, Any] = {"model": self.model, "messages": messages}
@@ -150,29 +141,27 @@ class OpenAICompatibleChatModel(BaseChatModel):
         return body
 
     async def acomplete(
-        self, messages: list[dict[str, Any]], *, on_delta: Callable[[Delta], None] | None = None, **overrides: Any
-    ) -> dict[str, Any]:
+        self, messages: list[dict[str, Any]], *, on_delta: Callable[[Delta], None] | None = None,
+        key: str | None = None, **overrides: Any,
+    ) -> dict[str, Any]:  # fmt: skip
         """Send one request; the assistant message as a dict with usage, finish_reason and model.
 
         ``stream`` (default: the ``streaming`` field) asks for server-sent events, assembled here;
-        ``on_delta`` then sees each delta as it arrives.
+        ``on_delta`` then sees each delta as it arrives. ``key`` is the request's session key (default:
+        :func:`~pacore_graph.models.routing.session_key` of ``messages``), sent as the ``X-Session-ID`` header.
         """
         stream = overrides.pop("stream", self.streaming) or on_delta is not None
         body = self.payload(messages, **overrides)
-        endpoint = self._pick_endpoint()
-        endpoint.in_flight += 1
-        try:
-            if stream:
-                body["stream"] = True
-                body.setdefault("stream_options", {"include_usage": True})
-                return await self._post_stream(endpoint.url, body, on_delta)
-            return await self._post(endpoint.url, body)
-        finally:
-            endpoint.in_flight -= 1
+        headers = {SESSION_HEADER: key or session_key(messages)}
+        if stream:
+            body["stream"] = True
+            body.setdefault("stream_options", {"include_usage": True})
+            return await self._post_stream(body, headers, on_delta)
+        return await self._post(body, headers)
 
-    async def _post(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
-        session = await self._pool.get()
-        async with session.post(url, json=body) as response:
+    async def _post(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        session, url = await self._pool.get(), self._url
+        async with session.post(url, json=body, headers=headers) as response:
             raw = await response.read()
             if response.status != 200:
                 raise _status_error(response.status, raw, url)
@@ -190,25 +179,27 @@ class OpenAICompatibleChatModel(BaseChatModel):
         return message
 
     async def _post_stream(
-        self, url: str, body: dict[str, Any], on_delta: Callable[[Delta], None] | None
+        self, body: dict[str, Any], headers: dict[str, str], on_delta: Callable[[Delta], None] | None
     ) -> dict[str, Any]:
-        session = await self._pool.get()
-        async with session.post(url, json=body) as response:
+        session, url = await self._pool.get(), self._url
+        async with session.post(url, json=body, headers=headers) as response:
             if response.status != 200:
                 raise _status_error(response.status, await response.read(), url)
             return await read_stream(response, url, on_delta)
 
-    def _openai_messages(self, messages: list[BaseMessage]) -> list[dict[str, Any]]:
-        """Convert once per message list: the K trajectories of a round send the same message objects."""
-        key = tuple(map(id, messages))
-        cached = self._converted.get(key)
+    def _openai_messages(self, messages: list[BaseMessage]) -> tuple[list[dict[str, Any]], str]:
+        """The messages in OpenAI form and their session key, made once per message list: the K trajectories
+        of a round send the same message objects."""
+        ids = tuple(map(id, messages))
+        cached = self._converted.get(ids)
         if cached is not None:
-            return cached[1]
+            return cached[1], cached[2]
         converted = convert_to_openai_messages(messages)
+        key = session_key(converted)
         if len(self._converted) >= CONVERTED_ROUNDS:
             self._converted.pop(next(iter(self._converted)))
-        self._converted[key] = (list(messages), converted)  # holding the messages keeps their ids unique
-        return converted
+        self._converted[ids] = (list(messages), converted, key)  # holding the messages keeps their ids unique
+        return converted, key
 
     # ---- LangChain interface ---------------------------------------------------------------------
 
@@ -279,7 +270,8 @@ class OpenAICompatibleChatModel(BaseChatModel):
         kwargs.pop("stream", None)
         if stop:
             kwargs["stop"] = stop
-        raw = await self.acomplete(self._openai_messages(messages), stream=kwargs.pop("sse", self.streaming), **kwargs)
+        converted, key = self._openai_messages(messages)
+        raw = await self.acomplete(converted, key=key, stream=kwargs.pop("sse", self.streaming), **kwargs)
         return ChatResult(generations=[ChatGeneration(message=to_ai_message(raw))])
 
     def _generate(
@@ -306,9 +298,11 @@ class OpenAICompatibleChatModel(BaseChatModel):
             kwargs["stop"] = stop
         queue: asyncio.Queue[Delta | None] = asyncio.Queue()
 
+        converted, key = self._openai_messages(messages)
+
         async def pump() -> dict[str, Any]:
             try:
-                return await self.acomplete(self._openai_messages(messages), on_delta=queue.put_nowait, **kwargs)
+                return await self.acomplete(converted, key=key, on_delta=queue.put_nowait, **kwargs)
             finally:
                 queue.put_nowait(None)
 

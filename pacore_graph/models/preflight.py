@@ -12,6 +12,7 @@ import urllib.request
 from typing import Any
 
 from pacore_graph.errors import PaCoReError
+from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
 
 
 def served_models(base_url: str, api_key: str | None = None, timeout: float = 10.0) -> list[str]:
@@ -41,15 +42,13 @@ def discover_model(base_url: str, api_key: str | None = None, timeout: float = 1
 
 
 def check_server(model: Any) -> None:
-    """Every replica of ``model`` answers and serves its model name. Other chat models are not checked."""
-    base_urls = getattr(model, "base_urls", None)
-    name = getattr(model, "model", None)
-    if not base_urls or not isinstance(name, str):
+    """The server of an :class:`OpenAICompatibleChatModel` answers and serves its model name. Other chat
+    models are not checked."""
+    if not isinstance(model, OpenAICompatibleChatModel):
         return
-    for base_url in base_urls:
-        models = served_models(base_url, getattr(model, "api_key", None))
-        if models and name not in models:
-            raise PaCoReError(
-                f"the server at {base_url} does not serve model {name!r}; it serves {', '.join(models)} "
-                "(pass one of these with --model)"
-            )
+    models = served_models(model.base_url, model.api_key)
+    if models and model.model not in models:
+        raise PaCoReError(
+            f"the server at {model.base_url} does not serve model {model.model!r}; it serves {', '.join(models)} "
+            "(pass one of these with --model)"
+        )

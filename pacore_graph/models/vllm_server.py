@@ -29,12 +29,15 @@ PACORE_FLAGS = [
 ]  # fmt: skip
 
 # What `pacore bench replicas` measured best (README, "Past one GPU server"). vllm-router 0.1.17 routes a chat
-# completion without reading its messages: consistent_hash follows the request's session key
-# (session_params.session_id or an X-Session-ID header) and sends requests without one all to one replica;
-# cache_aware sees no text at all and acts as least-loaded.
-ROUTER_POLICY = "consistent_hash"
-ROUTER_POLICIES = ["consistent_hash", "sticky_least_loaded", "cache_aware", "power_of_two", "round_robin", "random"]
-KEYLESS_NOTE = "it routes by each request's session key; for clients that send none, use --policy cache_aware"
+# completion without reading its messages: sticky_least_loaded and consistent_hash follow the request's session
+# key (an X-Session-ID header, which this project's client sends: pacore_graph.models.routing) and send requests
+# without one all to one replica; cache_aware sees no text at all and acts as least-loaded. Both keyed policies
+# prefill a shared prompt once; sticky_least_loaded places each new key on the replica holding the fewest, so a
+# handful of problems in flight keeps every replica busy, where a hash leaves some idle.
+ROUTER_POLICY = "sticky_least_loaded"
+ROUTER_POLICIES = ["sticky_least_loaded", "consistent_hash", "cache_aware", "power_of_two", "round_robin", "random"]
+KEYLESS_NOTE = ("it routes by each request's X-Session-ID header, which pacore-graph's client sends; requests "
+                "without one (ChatOpenAI, curl) all go to one replica: for such clients use --policy cache_aware")
 ROUTER_FLAGS = [
     "--health-check-interval-secs", "5",  # a dead replica leaves the rotation within seconds (default 60)
     "--request-timeout-secs", "7200",  # PaCoRe trajectories think for up to an hour (default 1800)

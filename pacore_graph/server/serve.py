@@ -39,7 +39,7 @@ def serve(
     with serving(base_url, model, upstream_api_key) as chat:
         app = create_app(chat, defaults, api_key=api_key)
         schedule = ", ".join(map(str, defaults.rounds)) or "one plain call"
-        print(f"pacore serve: http://{host}:{port}/v1 in front of {chat.base_urls[0]} (model {chat.model}, "
+        print(f"pacore serve: http://{host}:{port}/v1 in front of {chat.base_url} (model {chat.model}, "
               f"default rounds [{schedule}]; pick per call with model pacore-high/{chat.model} or a "
               '"pacore" body field)', file=sys.stderr, flush=True)  # fmt: skip
         try:

@@ -81,7 +81,7 @@ class Upstream:
 
     async def _ask(self) -> list[str] | None:
         try:
-            return await asyncio.to_thread(served_models, self.chat.base_urls[0], self.chat.api_key)
+            return await asyncio.to_thread(served_models, self.chat.base_url, self.chat.api_key)
         except PaCoReError:
             return None
 
