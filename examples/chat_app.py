@@ -13,7 +13,7 @@ import os
 from langgraph.graph import END, START, MessagesState, StateGraph
 
 from pacore_graph import PaCoReConfig, PaCoReNode, chat_model
-from pacore_graph.config import parse_rounds
+from pacore_graph.extend import parse_rounds
 
 
 def build_chat_graph(model=None, config: PaCoReConfig | None = None) -> StateGraph:

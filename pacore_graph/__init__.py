@@ -1,42 +1,39 @@
-"""PaCoRe (Parallel Coordinated Reasoning) as a composable LangGraph operator."""
+"""PaCoRe (Parallel Coordinated Reasoning) as a composable LangGraph operator.
 
-from pacore_graph.config import PRESETS, PaCoReConfig, RetryPolicy
+One way to run it per use:
+- one problem: ``await asolve(model, messages, config)`` / ``solve(...)``;
+- many problems, resumably, into an output folder: ``RunFolder(...).run(model, config, problems)``;
+- inside a LangGraph graph: ``PaCoReNode(model, config)`` in place of a model call, or the uncompiled
+  ``build_pacore_graph(model, config)`` run with ``context=PaCoReContext(messages=...)``.
+
+Benchmark and agent authors find the parts these are made of in :mod:`pacore_graph.extend`.
+"""
+
+from pacore_graph.config import PaCoReConfig
+from pacore_graph.engine import Problem, RunFolder
 from pacore_graph.episode import EpisodeContext
-from pacore_graph.errors import ModelRequestError, PaCoReError, RoundFailedError
-from pacore_graph.explorer import AgentExplorer, ChatExplorer, Explorer
-from pacore_graph.graph import PaCoReState, build_pacore_graph
-from pacore_graph.models import chat_model, serving
+from pacore_graph.errors import PaCoReError, RoundFailedError
+from pacore_graph.explorer import AgentExplorer
+from pacore_graph.graph import build_pacore_graph
+from pacore_graph.models import chat_model
 from pacore_graph.node import PaCoReNode
-from pacore_graph.prompt import DEFAULT_TEMPLATE, render_synthesis_prompt, synthesis_messages
-from pacore_graph.records import PaCoReResult, RoundRecord, Trajectory, TrajectoryRecord
-from pacore_graph.run import PaCoReRunner, asolve, solve
+from pacore_graph.records import PaCoReResult
+from pacore_graph.run import asolve, solve
 from pacore_graph.run_context import PaCoReContext
 
 __all__ = [
-    "DEFAULT_TEMPLATE",
-    "PRESETS",
     "AgentExplorer",
-    "ChatExplorer",
     "EpisodeContext",
-    "Explorer",
-    "ModelRequestError",
     "PaCoReConfig",
     "PaCoReContext",
     "PaCoReError",
     "PaCoReNode",
     "PaCoReResult",
-    "PaCoReRunner",
-    "PaCoReState",
-    "RetryPolicy",
+    "Problem",
     "RoundFailedError",
-    "RoundRecord",
-    "Trajectory",
-    "TrajectoryRecord",
+    "RunFolder",
     "asolve",
     "build_pacore_graph",
     "chat_model",
-    "render_synthesis_prompt",
-    "serving",
     "solve",
-    "synthesis_messages",
 ]

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pacore_graph.config import PRESETS, PaCoReConfig, parse_rounds
+from pacore_graph.errors import PaCoReError
 
 
 def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,10 +51,14 @@ def config_from_args(args: argparse.Namespace, **overrides: Any) -> PaCoReConfig
     return PaCoReConfig(**fields)
 
 
+SOLVE_ID = "problem"  # the one problem of a `pacore solve --output` folder
+
+
 def _solve(args: argparse.Namespace) -> int:
     import asyncio
 
-    from pacore_graph.models import serving
+    from pacore_graph.engine import Problem
+    from pacore_graph.models import configured_url, serving
     from pacore_graph.progress import RunProgress
     from pacore_graph.prompt import last_user_index
     from pacore_graph.run import asolve, to_messages
@@ -72,21 +77,54 @@ def _solve(args: argparse.Namespace) -> int:
         raise ValueError("give a PROBLEM or --messages-file")
     messages = to_messages(messages)  # checked before a server is started or a token is spent
     last_user_index(messages)
-    async def run(model, progress):
+    base_url = configured_url(args.base_url)  # several URLs are refused here, before anything runs
+    progress = RunProgress()
+    folder = _solve_folder(args.output, messages, config, args.model, progress) if args.output else None
+
+    async def run(model) -> dict[str, Any]:
         try:
-            return await asolve(model, messages, config, on_event=progress)
+            if folder is None:
+                return (await asolve(model, messages, config, on_event=progress)).summary()
+            async with folder:
+                summary = await folder.run(model, config, [Problem(SOLVE_ID, messages)], label=None)
+            if summary.failed:
+                raise PaCoReError(f"{summary.failed[SOLVE_ID]} (rerun the same command to continue: {args.output})")
+            return folder.results.rows[0]
         finally:
             await model.aclose()
 
-    with serving(args.base_url, args.model, args.api_key) as model:
-        with RunProgress() as progress:
-            result = asyncio.run(run(model, progress))
-    if args.output:
-        Path(args.output).write_text(json.dumps(result.summary(), indent=2, ensure_ascii=False))
-    print(result.answer)
-    approx = " (approximate)" if result.ttc_approximate else ""
-    print(f"effective TTC: {result.ttc} tokens{approx}; failed trajectories: {len(result.failures)}", file=sys.stderr)
+    try:
+        if folder is not None and folder.results.rows:
+            row = folder.results.rows[0]
+            print(f"answered before; read from {folder.results.path}", file=sys.stderr)
+        else:
+            with serving(base_url, args.model, args.api_key) as model, progress:
+                row = asyncio.run(run(model))
+    finally:
+        if folder is not None:
+            folder.release()
+    print(row["answer"])
+    approx = " (approximate)" if row["ttc_approximate"] else ""
+    print(f"effective TTC: {row['ttc']} tokens{approx}; failed trajectories: {len(row['failures'])}", file=sys.stderr)
     return 0
+
+
+def _solve_folder(output: str, messages: list, config: PaCoReConfig, model: str | None, progress: Any) -> Any:
+    """The run folder of ``--output``, claimed now: a bad path, a folder in use or one made for another
+    problem or settings is refused before a server starts."""
+    from langchain_core.messages import convert_to_openai_messages
+
+    from pacore_graph.engine import RunFolder
+    from pacore_graph.resume import RUNTIME_FIELDS
+
+    if output.endswith(".json") and not Path(output).is_dir():
+        raise ValueError(f"--output names a folder now (it keeps the result and the checkpoint): not {output}")
+    fingerprint = {
+        "messages": convert_to_openai_messages(messages),
+        "model": model,
+        **config.model_dump(mode="json", exclude=RUNTIME_FIELDS),
+    }
+    return RunFolder(output, fingerprint=fingerprint, progress=progress).claim()
 
 
 def _serve_local(args: argparse.Namespace) -> int:
@@ -141,7 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_arguments(solve)
     solve.add_argument("--max-concurrency", type=int, help="in-flight trajectories at most")
     solve.add_argument("--max-tokens", type=int, help="cap on each generated message (default: none)")
-    solve.add_argument("--output", help="write answer, rounds, usage, TTC and failures as JSON")
+    solve.add_argument(
+        "--output", metavar="DIR",
+        help="a folder for the run: its row (answer, rounds, usage, TTC, failures) in results.jsonl and its "
+        "checkpoint; the same command again continues an interrupted run or prints the answer",
+    )  # fmt: skip
     solve.set_defaults(func=_solve)
 
     local = commands.add_parser("serve-local", help="run the embedded SmolLM2 server alone")
@@ -191,8 +233,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from pydantic import ValidationError
-
-    from pacore_graph.errors import PaCoReError
 
     args = build_parser().parse_args(argv)
     try:

@@ -18,9 +18,9 @@ from langchain_core.messages import BaseMessage
 from pacore_graph.accounting import count_tokens
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.prompt import last_user_index, message_text, render_synthesis_prompt
+from pacore_graph.text import cut_middle
 
 MIN_SHARE = 256
-CHARS_PER_TOKEN = 4
 MESSAGE_OVERHEAD = 8  # role markers of a chat template, per message
 
 
@@ -29,11 +29,10 @@ def cap_text(text: str, max_tokens: int) -> str:
     tokens, _ = count_tokens(text)
     if tokens <= max_tokens:
         return text
-    marker = f"\n[... about {tokens - max_tokens} tokens cut to fit the context ...]\n"
-    room = max(1, max_tokens - count_tokens(marker)[0])  # the marker counts against the cap too
+    what = f"about {tokens - max_tokens} tokens cut to fit the context"
+    room = max(1, max_tokens - count_tokens(f"\n[... {what} ...]\n")[0])  # the marker counts against the cap too
     keep_chars = max(2, room * len(text) // tokens)
-    head, tail = text[: keep_chars // 3], text[len(text) - (keep_chars - keep_chars // 3) :]
-    return f"{head}{marker}{tail}"
+    return cut_middle(text, keep_chars // 3, keep_chars - keep_chars // 3, what)
 
 
 def fit_references(references: Sequence[str], messages: Sequence[BaseMessage], config: PaCoReConfig) -> list[str]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import operator
-import uuid
 from collections.abc import Callable, Iterable
 from typing import Annotated, Any, NotRequired, TypedDict
 
@@ -30,22 +29,20 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Overwrite, Send
 
-from pacore_graph.accounting import completion_tokens
-from pacore_graph.compaction import compact
-from pacore_graph.compat import ReferenceRetries, passes_on, reference_text
+from pacore_graph.compat import passes_on
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.coordination.control import TrajectoryCut
 from pacore_graph.coordination.ending import ending
 from pacore_graph.coordination.references import next_round_references
 from pacore_graph.episode import EpisodeContext
-from pacore_graph.errors import RoundFailedError, error_status, is_transient
+from pacore_graph.errors import RoundFailedError
 from pacore_graph.explorer import Explorer, as_explorer
 from pacore_graph.limits import ConcurrencyLimiter
 from pacore_graph.prompt import last_user_index, order_references
-from pacore_graph.records import OutcomeData, RoundData, RoundRecord, Trajectory, TrajectoryData, usable
-from pacore_graph.retry import with_retries
+from pacore_graph.records import OutcomeData, RoundData, RoundRecord, TrajectoryData, usable
 from pacore_graph.run_context import PaCoReContext, current_context
 from pacore_graph.sync import run_sync
+from pacore_graph.trajectory import OneTrajectory
 
 
 class PaCoReState(TypedDict, total=False):
@@ -155,34 +152,21 @@ def build_pacore_graph(
         final = round_index == final_round and not verifier  # a verifier's reply is not the answer: no streaming
         child = run.child_config(config, round_index, index, final)
         episode = EpisodeContext(round_index, index, final, child, run.payload, run.on_record)
-        retries = ReferenceRetries(capped=uncapped is not explorer) if reference_mode else None
-        attempts = 0
-
-        async def attempt() -> Trajectory:
-            nonlocal attempts
-            attempts += 1
-            return await (explorer if retries is None or retries.capped else uncapped).explore(messages, episode)
-
-        retryable = is_transient if retries is None else retries.retryable
+        one = OneTrajectory(explorer, messages, episode, settings, uncapped=uncapped)
         barrier.start()
         try:
-            outcome, _ = await control.guard(
-                index,
-                with_retries(
-                    attempt, settings.retry, settings.request_timeout, slot=limiter.semaphore(), retryable=retryable
-                ),
-            )
+            outcome = await control.guard(index, one.explore(slot=limiter.semaphore()))
         except asyncio.CancelledError:
             barrier.leave()
             raise
         except TrajectoryCut as cut:
             record = seen_references(TrajectoryData(round_index=round_index, index=index, cut=cut.reason), task)
-            record["attempts"] = attempts
+            record["attempts"] = one.attempts
             barrier.finish(record, False)
             run.emit({"event": "trajectory_cut", "round": round_index, "index": index, "reason": cut.reason})
             return {"results": [record]}
         except Exception as exc:
-            record = seen_references(failure_record(round_index, index, exc, attempts), task)
+            record = seen_references(one.failure(exc), task)
             control.finished(record)
             run.emit({"event": "trajectory_failed", "round": round_index, "index": index, "error": record["error"]})
             if reference_mode:  # the reference pipeline carries on whatever failed
@@ -190,8 +174,7 @@ def build_pacore_graph(
             elif await barrier.fail(record):
                 raise RoundFailedError(round_record(round_index, k, barrier.records.values())) from exc
             return {"results": [record]}
-        record = trajectory_record(outcome, round_index, index, attempts, settings, final=final)
-        record = seen_references(record, task)
+        record = seen_references(one.record(outcome), task)
         control.finished(record)
         barrier.finish(record, passes(record))
         if run.trace is not None:
@@ -273,50 +256,6 @@ def seen_references(record: TrajectoryData, task: TrajectoryTask) -> TrajectoryD
     if "reference_counts" in task:
         record["reference_counts"] = task["reference_counts"]
     return record
-
-
-def trajectory_record(
-    outcome: Trajectory, round_index: int, index: int, attempts: int, config: PaCoReConfig, *, final: bool = False
-) -> TrajectoryData:
-    """What state keeps of a trajectory. With ``compat="reference"`` the conclusion is the reference
-    pipeline's text: what follows the last ``</think>`` or the whole reply, and the final call's raw reply."""
-    compacted = compact(outcome.content, outcome.reasoning, outcome.finish_reason)
-    conclusion = compacted.conclusion if compacted.conclusion.strip() else ""
-    if config.compat == "reference":
-        conclusion = outcome.content if final else reference_text(outcome.content)
-    elif not conclusion and compacted.truncated and config.truncated_policy == "keep":
-        conclusion = outcome.content  # the reference pipeline passes such raw text on
-    tokens, approximate = completion_tokens(outcome.completion_tokens, outcome.content, outcome.reasoning)
-    return TrajectoryData(
-        round_index=round_index,
-        index=index,
-        conclusion=conclusion,
-        tool_calls=[
-            {"name": call["name"], "args": call.get("args") or {}, "id": call.get("id") or f"call_{uuid.uuid4().hex}"}
-            for call in outcome.tool_calls
-        ],
-        content_length=len(outcome.content),
-        prompt_tokens=outcome.prompt_tokens or 0,
-        completion_tokens=tokens,
-        tokens_approximate=approximate,
-        finish_reason=outcome.finish_reason,
-        model_name=outcome.model_name,
-        message_id=outcome.message_id,
-        truncated=compacted.truncated,
-        attempts=attempts,
-    )
-
-
-def failure_record(round_index: int, index: int, exc: BaseException, attempts: int) -> TrajectoryData:
-    return TrajectoryData(
-        round_index=round_index,
-        index=index,
-        error=f"{type(exc).__name__}: {exc}"[:2000],
-        error_type=type(exc).__name__,
-        error_status=error_status(exc),
-        error_transient=is_transient(exc),
-        attempts=attempts,
-    )
 
 
 def round_record(round_index: int, k: int, records: Iterable[TrajectoryData]) -> RoundRecord:

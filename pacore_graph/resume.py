@@ -81,6 +81,17 @@ def _failed_round(snapshot: Any) -> bool:
     return any(task.name in ("trajectory", "collect") and task.error is not None for task in snapshot.tasks)
 
 
+async def thread_status(runner: PaCoReRunner, thread: str) -> tuple[Status, PaCoReResult | None]:
+    """Where thread ``thread`` stands: ``finished`` (with its result), ``retried`` (a round failed and will be
+    run again), ``resumed`` (interrupted), or ``fresh`` (nothing saved)."""
+    snapshot = await runner.graph.aget_state({"configurable": {"thread_id": thread}})
+    if not snapshot.next and snapshot.values.get("answer") is not None:
+        return "finished", build_result(snapshot.values)
+    if not snapshot.next:
+        return "fresh", None
+    return ("retried" if _failed_round(snapshot) else "resumed"), None
+
+
 async def solve_resumable(
     runner: PaCoReRunner,
     messages: MessagesInput,
@@ -93,10 +104,9 @@ async def solve_resumable(
     ``trace``, ``on_event``, ``payload``, ``on_record`` (see :class:`~pacore_graph.run_context.PaCoReContext`),
     given again on every resume (none of it is checkpointed).
     """
+    status, finished = await thread_status(runner, thread)
+    if finished is not None:
+        return finished, status
     config: RunnableConfig = {"configurable": {"thread_id": thread}}
-    snapshot = await runner.graph.aget_state(config)
-    if not snapshot.next and snapshot.values.get("answer") is not None:
-        return build_result(snapshot.values), "finished"
-    status: Status = ("retried" if _failed_round(snapshot) else "resumed") if snapshot.next else "fresh"
     result = await runner.arun(messages, config, resume=status != "fresh", durability="sync", **context)
     return result, status

@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from mock_openai import MockOpenAIServer  # noqa: E402
 
-from pacore_graph import PaCoReConfig, RetryPolicy, asolve, chat_model  # noqa: E402
+from pacore_graph import PaCoReConfig, asolve, chat_model  # noqa: E402
+from pacore_graph.extend import RetryPolicy  # noqa: E402
 
 ROUNDS = [4, 2]
 MAX_TOKENS = 4096

@@ -17,8 +17,9 @@ from collections import Counter
 import pytest
 from test_conformance import table_6
 
-from pacore_graph import PaCoReConfig, RetryPolicy, RoundFailedError, asolve, chat_model
+from pacore_graph import PaCoReConfig, RoundFailedError, asolve, chat_model
 from pacore_graph.coordination import EarlyStop
+from pacore_graph.extend import RetryPolicy
 
 NO_WAIT = RetryPolicy(max_attempts=5, initial_delay=0, max_delay=0)
 TOO_LONG = (

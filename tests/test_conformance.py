@@ -13,8 +13,8 @@ import random
 
 import pytest
 
-from pacore_graph import PaCoReConfig, PaCoReError, RetryPolicy, RoundFailedError, asolve, chat_model
-from pacore_graph.models import OpenAICompatibleChatModel
+from pacore_graph import PaCoReConfig, PaCoReError, RoundFailedError, asolve, chat_model
+from pacore_graph.extend import OpenAICompatibleChatModel, RetryPolicy
 
 TABLE_6 = (
     "You are given a problem and a list of reference responses. Your job is to analyze these references and "

@@ -26,20 +26,22 @@ def _clean_env() -> dict[str, str]:
 
 
 def test_pacore_solve_runs_on_the_embedded_model_with_no_server_given(tmp_path):
-    output = tmp_path / "run.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "pacore_graph.cli", "solve", "What is 17*23?", "--rounds", "2",
-         "--max-tokens", "96", "--output", str(output)],  # fmt: skip
-        capture_output=True, text=True, timeout=600, env=_clean_env(),
-    )  # fmt: skip
+    output = tmp_path / "run"
+    command = [sys.executable, "-m", "pacore_graph.cli", "solve", "What is 17*23?", "--rounds", "2",
+               "--max-tokens", "96", "--output", str(output)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=_clean_env())
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip()
     assert "effective TTC" in done.stderr and "final round" in done.stderr
-    summary = json.loads(output.read_text())
+    (summary,) = [json.loads(line) for line in (output / "results.jsonl").read_text().splitlines()]
     assert [r["k"] for r in summary["rounds"]] == [2, 1]
     assert summary["ttc"] == sum(t["completion_tokens"] for r in summary["rounds"] for t in r["trajectories"])
     assert summary["ttc"] > 0 and not summary["ttc_approximate"]  # llama.cpp reports usage
     assert summary["answer"] == done.stdout.strip()
+    # The same command again reads the answer back: no server is started, nothing is spent.
+    again = subprocess.run(command, capture_output=True, text=True, timeout=60, env=_clean_env())
+    assert again.returncode == 0 and again.stdout == done.stdout
+    assert "answered before" in again.stderr and "final round" not in again.stderr
 
 
 async def test_node_in_a_multi_turn_graph_on_the_embedded_model(embedded_server):

@@ -144,3 +144,32 @@ def test_run_rejects_bad_input_before_starting_a_model(tmp_path: Path, capsys) -
     assert main([*args, "--preset", "huge"]) == 1
     assert "unknown preset 'huge'" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_two_identical_runs_into_one_folder_one_runs_the_other_refuses_with_one_line(tmp_path: Path) -> None:
+    """The second run is refused at once (before a server or a call), naming the first run's pid; the first
+    writes every row once."""
+    import subprocess
+    import time
+
+    from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
+
+    out = tmp_path / "out"
+    with Emulator(EmulatorConfig(ttft=3.0, output_tokens=8)) as emulator:
+        command = [sys.executable, "-m", "pacore_graph.cli", "bench", "math", "--data", str(DATA / "aime_2025.jsonl"),
+                   "--limit", "2", "--rounds", "2", "--base-url", emulator.base_url, "--no-progress",
+                   "--output", str(out)]  # fmt: skip
+        first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not ((out / ".lock").exists() and (out / ".lock").read_text().strip() == str(first.pid)):
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.05)
+        second = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert first.poll() is None, "the first run must still be running"
+        stdout, stderr = first.communicate(timeout=120)
+    lines = [line for line in second.stderr.splitlines() if line.strip()]
+    assert second.returncode == 2 and len(lines) == 1, second.stderr
+    assert f"is in use by another run (pid {first.pid})" in lines[0]
+    assert first.returncode == 0, stderr
+    keys = [(r["label"], r["problem_id"], r["sample"]) for r in map(json.loads, (out / "results.jsonl").open())]
+    assert len(keys) == len(set(keys)) == 2 * (2 + 1 + 1)  # single x2, vote@2, pacore[2] per problem

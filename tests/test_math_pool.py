@@ -5,22 +5,23 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from math import comb
 from pathlib import Path
 
 import pytest
 
-from pacore_benchmarks.math.pool import (
-    PoolError,
-    PoolReplayExplorer,
-    PoolStore,
-    as_trajectory,
-    draw,
-    majority_probability,
-    pool_stats,
-)
-from pacore_graph.coordination.vote import majority_vote
-from pacore_graph.episode import EpisodeContext
-from pacore_graph.records import Trajectory
+from pacore_benchmarks.math.pool import FirstRound, PoolError, PoolReplayExplorer, PoolStore, as_trajectory, draw
+from pacore_graph import EpisodeContext
+from pacore_graph.extend import Trajectory, majority_vote
+
+
+def majority_probability(pool_size: int, correct: int, k: int) -> float:
+    """Chance that the correct answers form a strict majority of k draws without replacement from a pool
+    holding ``correct`` correct trajectories (hypergeometric): with a single wrong answer in the pool and k
+    odd, exactly the expected vote@k accuracy."""
+    wrong = pool_size - correct
+    total = comb(pool_size, k)
+    return sum(comb(correct, j) * comb(wrong, k - j) for j in range(k // 2 + 1, k + 1)) / total
 
 
 def test_draws_are_distinct_reproducible_and_independent_of_schedule() -> None:
@@ -58,20 +59,6 @@ def test_replayed_votes_match_the_hypergeometric_expectation() -> None:
     assert expected > correct / pool_size
 
 
-def test_pool_stats() -> None:
-    rows = [
-        {"answer": "25", "correct": True, "completion_tokens": 100},
-        {"answer": "025", "correct": True, "completion_tokens": 300},
-        {"answer": "7", "correct": False, "completion_tokens": 200},
-        {"answer": None, "correct": False, "completion_tokens": 400},
-    ]
-    stats = pool_stats("p", rows, equivalent=lambda a, b: int(a) == int(b))
-    assert stats.size == 4 and stats.correct == 2 and stats.pass_rate == 0.5
-    assert stats.mean_completion_tokens == 250 and stats.distinct_answers == 2 and stats.no_answer == 1
-    with pytest.raises(PoolError, match="empty"):
-        pool_stats("p", [])
-
-
 def test_pool_store_resumes_and_refuses_other_settings(tmp_path: Path) -> None:
     path = tmp_path / "pool.jsonl"
     store = PoolStore(path, model="m", max_tokens=64)
@@ -103,15 +90,18 @@ class _CountingExplorer:
 def test_replay_explorer_serves_round_one_from_the_pool_only() -> None:
     rows = [{"index": i, "content": f"\\boxed{{{i}}}", "completion_tokens": 10 + i} for i in range(3)]
     delegate = _CountingExplorer()
-    explorer = PoolReplayExplorer([as_trajectory(r) for r in rows], delegate, asyncio.Semaphore(1))
+    explorer = PoolReplayExplorer(delegate)
+    pooled = FirstRound([as_trajectory(r) for r in rows])  # the run's payload: its drawn first round
 
     async def go() -> list[Trajectory]:
-        first = [await explorer.explore([], EpisodeContext(round_index=0, index=i)) for i in range(3)]
-        later = await explorer.explore([], EpisodeContext(round_index=1, index=0))
+        first = [await explorer.explore([], EpisodeContext(round_index=0, index=i, payload=pooled)) for i in range(3)]
+        later = await explorer.explore([], EpisodeContext(round_index=1, index=0, payload=pooled))
         return [*first, later]
 
     out = asyncio.run(go())
     assert [t.content for t in out[:3]] == ["\\boxed{0}", "\\boxed{1}", "\\boxed{2}"]
     assert [t.completion_tokens for t in out[:3]] == [10, 11, 12]
-    assert delegate.calls == [(1, 0)] and explorer.model_calls == 1
+    assert delegate.calls == [(1, 0)]  # one model call: the later round's
     assert out[3].content == "synth 1.0"
+    out[0].content = "changed"
+    assert pooled.trajectories[0].content == "\\boxed{0}"  # the replay hands out copies

@@ -20,9 +20,7 @@ import pytest
 
 from pacore_benchmarks.math.data import load_problems
 from pacore_benchmarks.math.runner import MathBenchmark, MathRunSettings
-from pacore_graph.errors import ModelRequestError
-from pacore_graph.prompt import message_text
-from pacore_graph.records import Trajectory
+from pacore_graph.extend import ModelRequestError, SettingsMismatch, Trajectory, message_text
 
 ROOT = Path(__file__).resolve().parents[1]
 AIME = ROOT / "tests" / "fixtures" / "math" / "aime_2025.jsonl"
@@ -185,7 +183,7 @@ def test_failures_are_reported_and_the_rerun_redoes_only_them(tmp_path: Path) ->
 def test_a_folder_refuses_results_made_with_other_settings(tmp_path: Path) -> None:
     output = tmp_path / "run"
     asyncio.run(MathBenchmark(_settings(output, methods=["single"]), FakeMathExplorer(AIME), progress=False).arun())
-    with pytest.raises(ValueError, match="pool_size: folder has 2, this run 8"):
+    with pytest.raises(SettingsMismatch, match="pool_size: folder has 2, this run 8"):
         asyncio.run(MathBenchmark(_settings(output), FakeMathExplorer(AIME), progress=False).arun())
 
 
@@ -295,7 +293,7 @@ def test_a_refused_request_stops_the_run_with_one_message(tmp_path: Path) -> Non
     settings = _settings(tmp_path / "run", samples=1, schedules=[[2]])
     with pytest.raises(RunAborted, match=r"HTTP 404: model 'nope' does not exist .*check --model"):
         asyncio.run(MathBenchmark(settings, _FlakyExplorer(AIME, status=404), progress=False).arun())
-    assert (tmp_path / "run/settings.json").exists()
+    assert (tmp_path / "run/run.json").exists()
 
 
 def test_coordination_variants_replay_the_same_pool(tmp_path: Path, monkeypatch) -> None:

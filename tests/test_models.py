@@ -6,8 +6,9 @@ import pytest
 from langchain_core.messages import HumanMessage
 from langchain_openai import ChatOpenAI
 
-from pacore_graph import ModelRequestError, PaCoReConfig, PaCoReError, asolve, chat_model
+from pacore_graph import PaCoReConfig, PaCoReError, asolve, chat_model
 from pacore_graph.errors import is_transient
+from pacore_graph.extend import ModelRequestError
 from pacore_graph.models.chat_openai import ReasoningChatOpenAI, keep_reasoning
 
 

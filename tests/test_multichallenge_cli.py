@@ -72,7 +72,7 @@ def test_wrong_model_name_is_named(capsys, tmp_path):
             capsys, "--data", str(data), "--base-url", server.url, "--model", "nope", "--output", str(tmp_path)
         )
         assert server.calls == []
-    assert code == 2 and "'nope' is not served" in " ".join(text.split()) and "mock" in text
+    assert code == 2 and "does not serve model 'nope'" in " ".join(text.split()) and "mock" in text
 
 
 def test_resuming_into_a_folder_of_another_run_is_refused_and_keeps_its_rows(capsys, tmp_path):
@@ -87,7 +87,9 @@ def test_resuming_into_a_folder_of_another_run_is_refused_and_keeps_its_rows(cap
         assert calls == 4  # 2 plain calls + 2 judge calls
         rows = (out / "results.jsonl").read_bytes()
         code, text = run(capsys, *base, "--rounds", "2")
-        assert code == 2 and "holds results of a different run" in text and "rounds: [] -> [2]" in text
+        text = " ".join(text.split())
+        assert code == 2 and "holds results made with other settings" in text
+        assert "rounds: folder has [], this run [2]" in text
         assert len(server.calls) == calls and (out / "results.jsonl").read_bytes() == rows
         # More conversations later into the same folder: only the new ones run.
         write_data(data, 3)

@@ -20,7 +20,7 @@ from pacore_benchmarks.multichallenge.judge import (
     judge_messages,
     parse_judge_reply,
 )
-from pacore_graph import ModelRequestError
+from pacore_graph.extend import ModelRequestError
 
 
 class JudgeFake(BaseChatModel):

@@ -85,7 +85,7 @@ def test_default_judge_requests_are_the_official_ones(mock_server, tmp_path, cap
         assert row["judge_reasoning"] == "Checked strictly against the criteria."
 
     # The judge is recorded in the results settings and the report; its key is written nowhere.
-    settings = json.loads((output / "run.json").read_text())
+    settings = json.loads((output / "run.json").read_text())["settings"]
     assert settings["judge_base_url"] == grader.base_url and settings["judge_model"] == OFFICIAL_MODEL
     assert settings["judge_prompt"] == "official"
     report = (output / "report.md").read_text()
@@ -126,8 +126,8 @@ def test_the_project_prompt_stays_an_option(mock_server, tmp_path, capsys):
         code = cli([*args, "--judge-prompt", "project"])
         assert code == 0, capsys.readouterr().err
         assert len(grader.requests) == 1
-    assert json.loads((output / "run.json").read_text())["judge_prompt"] == "project"
+    assert json.loads((output / "run.json").read_text())["settings"]["judge_prompt"] == "project"
     assert "the project's own judge prompt (not the official one)" in (output / "report.md").read_text()
     # Switching the judge prompt on the same folder would mix two judges in one score: refused.
     assert cli(args) == 2
-    assert "judge_prompt: 'project' -> 'official'" in " ".join(capsys.readouterr().err.split())
+    assert "judge_prompt: folder has 'project', this run 'official'" in " ".join(capsys.readouterr().err.split())

@@ -7,12 +7,11 @@ import json
 
 from fakes import PromptFunctionChatModel as Fake
 from langchain_core.messages import AIMessage, BaseMessage
-from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from pacore_benchmarks.multichallenge.data import Conversation
-from pacore_benchmarks.multichallenge.runner import MultiChallengeRunner, open_results, pacore_config
+from pacore_benchmarks.multichallenge.runner import MultiChallengeRunner, pacore_config, row_key, run_folder
 from pacore_benchmarks.multichallenge.settings import RunSettings
-from pacore_graph import ModelRequestError, RetryPolicy
+from pacore_graph.extend import ModelRequestError, ResultsFile, RetryPolicy
 
 FAST_RETRY = RetryPolicy(max_attempts=2, initial_delay=0, max_delay=0)
 
@@ -57,7 +56,8 @@ def conversation(qid: str, last: str, axis: str = "SELF_COHERENCE", criteria: st
     )
 
 
-def make_runner(tmp_path, rounds, *, samples=1, responder=None, judge=None, checkpointer=None):
+def make_runner(tmp_path, rounds, *, samples=1, responder=None, judge=None):
+    """A runner in the run folder ``tmp_path``; run it inside ``async with runner.folder:``."""
     settings = RunSettings(data="fixture", output=str(tmp_path), rounds=rounds, samples=samples, concurrency=3)
     responder = responder or Fake(reply=responder_reply)
     judge = judge or Fake(reply=judge_reply)
@@ -66,18 +66,26 @@ def make_runner(tmp_path, rounds, *, samples=1, responder=None, judge=None, chec
         settings,
         responder=responder,
         judge_model=judge,
-        results=open_results(tmp_path),
-        checkpointer=checkpointer,
+        folder=run_folder(settings, progress=False),
         judge_formats=(None,),
         config=config,
     )
     return runner, responder, judge
 
 
+async def run(runner, conversations):
+    async with runner.folder:
+        return await runner.arun(conversations)
+
+
+def open_results(output):
+    return ResultsFile(output / "results.jsonl", key=row_key)
+
+
 async def test_one_row_per_conversation_and_sample_with_rounds_ttc_and_verdict(tmp_path):
     convs = [conversation("a", "question a"), conversation("b", "question b", criteria="NO")]
     runner, responder, judge = make_runner(tmp_path, [2], samples=2)
-    outcome = await runner.arun(convs)
+    outcome = await run(runner, convs)
     assert outcome.written == 4 and outcome.unfinished == []
     rows = open_results(tmp_path).rows
     assert sorted((r["question_id"], r["sample"]) for r in rows) == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
@@ -96,7 +104,7 @@ async def test_one_row_per_conversation_and_sample_with_rounds_ttc_and_verdict(t
 
 async def test_synthesis_wraps_only_the_last_user_turn(tmp_path):
     runner, responder, _ = make_runner(tmp_path, [2])
-    await runner.arun([conversation("a", "question a")])
+    await run(runner, [conversation("a", "question a")])
     synthesis = [call for call in responder.seen if "Reference Responses:" in str(call[-1].content)]
     assert len(synthesis) == 1
     history = [(m.type, m.content) for m in synthesis[0][:-1]]
@@ -107,7 +115,7 @@ async def test_synthesis_wraps_only_the_last_user_turn(tmp_path):
 async def test_rounds_0_is_one_plain_call_per_conversation(tmp_path):
     convs = [conversation(q, f"question {q}") for q in "abc"]
     runner, responder, _ = make_runner(tmp_path, [])
-    await runner.arun(convs)
+    await run(runner, convs)
     assert len(responder.seen) == 3
     assert all(call[-1].content.startswith("question") for call in responder.seen)
     rows = open_results(tmp_path).rows
@@ -121,27 +129,26 @@ async def test_permanent_errors_are_recorded_and_transient_ones_left_for_a_rerun
         conversation("flaky", "FLAKY question"),
         conversation("judge-garbage", "UNREADABLE question"),
     ]
-    async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "checkpoints.sqlite")) as saver:
-        runner, _, _ = make_runner(tmp_path, [2], checkpointer=saver)
-        outcome = await runner.arun(convs)
-        rows = {r["question_id"]: r for r in open_results(tmp_path).rows}
-        assert set(rows) == {"ok", "too-long", "judge-garbage"}
-        assert "HTTP 400" in rows["too-long"]["error"] and rows["too-long"]["passed"] is False
-        assert rows["too-long"]["verdict"] is None
-        assert rows["judge-garbage"]["judge_error"].startswith("unreadable judge reply")
-        assert rows["judge-garbage"]["verdict"] is None and rows["judge-garbage"]["passed"] is False
-        assert rows["judge-garbage"]["judge_raw"] == "no idea"
-        assert len(outcome.unfinished) == 1 and outcome.unfinished[0].startswith("flaky#0")
+    runner, _, _ = make_runner(tmp_path, [2])
+    outcome = await run(runner, convs)
+    rows = {r["question_id"]: r for r in open_results(tmp_path).rows}
+    assert set(rows) == {"ok", "too-long", "judge-garbage"}
+    assert "HTTP 400" in rows["too-long"]["error"] and rows["too-long"]["passed"] is False
+    assert rows["too-long"]["verdict"] is None
+    assert rows["judge-garbage"]["judge_error"].startswith("unreadable judge reply")
+    assert rows["judge-garbage"]["verdict"] is None and rows["judge-garbage"]["passed"] is False
+    assert rows["judge-garbage"]["judge_raw"] == "no idea"
+    assert len(outcome.unfinished) == 1 and outcome.unfinished[0].startswith("flaky#0")
 
-        # The server recovers: a rerun does only the unfinished row, afresh (its failed round is not
-        # replayed from the checkpoint).
-        def recovered(messages):
-            last = AIMessage(content=str(messages[-1].content).replace("FLAKY", ""))
-            return responder_reply([*messages[:-1], last])
+    # The server recovers: a rerun does only the unfinished row: its failed round's two trajectories
+    # (resumed from the checkpoint) and the synthesis.
+    def recovered(messages):
+        last = AIMessage(content=str(messages[-1].content).replace("FLAKY", ""))
+        return responder_reply([*messages[:-1], last])
 
-        runner2, responder2, judge2 = make_runner(tmp_path, [2], responder=Fake(reply=recovered), checkpointer=saver)
-        outcome2 = await runner2.arun(convs)
-        assert outcome2.written == 1 and len(responder2.seen) == 3 and len(judge2.seen) == 1
+    runner2, responder2, judge2 = make_runner(tmp_path, [2], responder=Fake(reply=recovered))
+    outcome2 = await run(runner2, convs)
+    assert outcome2.written == 1 and len(responder2.seen) == 3 and len(judge2.seen) == 1
     rows = {r["question_id"]: r for r in open_results(tmp_path).rows}
     assert set(rows) == {"ok", "too-long", "judge-garbage", "flaky"}
     assert rows["flaky"]["error"] is None and rows["flaky"]["passed"]
@@ -150,11 +157,12 @@ async def test_permanent_errors_are_recorded_and_transient_ones_left_for_a_rerun
 async def test_rerun_of_a_finished_run_makes_no_model_calls(tmp_path):
     convs = [conversation(q, f"question {q}") for q in "ab"]
     runner, _, _ = make_runner(tmp_path, [2], samples=2)
-    await runner.arun(convs)
+    await run(runner, convs)
     before = (tmp_path / "results.jsonl").read_bytes()
     runner2, responder2, judge2 = make_runner(tmp_path, [2], samples=2)
-    assert runner2.pending(convs) == []
-    outcome = await runner2.arun(convs)
+    async with runner2.folder:
+        assert runner2.pending(convs) == []
+        outcome = await runner2.arun(convs)
     assert outcome.written == 0 and responder2.seen == [] and judge2.seen == []
     assert (tmp_path / "results.jsonl").read_bytes() == before
 
@@ -166,23 +174,23 @@ async def test_answered_but_unjudged_row_resumes_from_its_checkpoint(tmp_path):
         raise ModelRequestError("HTTP 503 judge overloaded", status=503, retryable=True)
 
     convs = [conversation("a", "question a")]
-    async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "checkpoints.sqlite")) as saver:
-        runner, responder, _ = make_runner(tmp_path, [2], judge=Fake(reply=judge_down), checkpointer=saver)
-        import pacore_benchmarks.multichallenge.runner as runner_module
+    runner, responder, _ = make_runner(tmp_path, [2], judge=Fake(reply=judge_down))
+    import pacore_benchmarks.multichallenge.runner as runner_module
 
-        runner_module._JUDGE_CALL_ATTEMPTS, saved = 1, runner_module._JUDGE_CALL_ATTEMPTS
-        try:
-            outcome = await runner.arun(convs)
-        finally:
-            runner_module._JUDGE_CALL_ATTEMPTS = saved
-        assert outcome.written == 0 and "judge call failed" in outcome.unfinished[0]
-        assert len(responder.seen) == 3
+    runner_module._JUDGE_CALL_ATTEMPTS, saved = 1, runner_module._JUDGE_CALL_ATTEMPTS
+    try:
+        outcome = await run(runner, convs)
+    finally:
+        runner_module._JUDGE_CALL_ATTEMPTS = saved
+    assert outcome.written == 0 and "judge call failed" in outcome.unfinished[0]
+    assert len(responder.seen) == 3
 
-        runner2, responder2, judge2 = make_runner(tmp_path, [2], checkpointer=saver)
+    runner2, responder2, judge2 = make_runner(tmp_path, [2])
+    async with runner2.folder:
         outcome2 = await runner2.arun(convs)
         assert outcome2.written == 1
         assert responder2.seen == [] and len(judge2.seen) == 1
         (row,) = open_results(tmp_path).rows
         assert row["response"].startswith("final-") and row["ttc"] == 30 and row["passed"]
         # A finished row's checkpoint is dropped.
-        assert (await runner2.graph.aget_state({"configurable": {"thread_id": "a#0"}})).values == {}
+        assert [item async for item in runner2.folder.checkpointer.alist(None)] == []

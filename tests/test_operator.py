@@ -16,16 +16,14 @@ from pacore_graph import (
     PaCoReConfig,
     PaCoReContext,
     PaCoReNode,
-    RetryPolicy,
     RoundFailedError,
-    Trajectory,
     asolve,
     build_pacore_graph,
     solve,
-    synthesis_messages,
 )
 from pacore_graph.compaction import compact
 from pacore_graph.config import parse_rounds
+from pacore_graph.extend import RetryPolicy, Trajectory, synthesis_messages
 from pacore_graph.fit import cap_text, fit_references
 from pacore_graph.prompt import order_references
 
@@ -281,7 +279,8 @@ def task_agent() -> StateGraph:
 async def test_agent_episodes_get_the_payload_and_hand_records_to_the_sink(tmp_path, isolate):
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-    from pacore_graph import EpisodeContext, PaCoReRunner
+    from pacore_graph import EpisodeContext
+    from pacore_graph.run import PaCoReRunner
 
     seen: list[EpisodeContext] = []
 

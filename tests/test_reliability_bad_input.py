@@ -13,23 +13,14 @@ from pydantic import ValidationError
 
 from pacore_benchmarks.math.data import DataError, load_problems
 from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
-from pacore_benchmarks.results import ResultsFile
-from pacore_benchmarks.resume import Problem, open_checkpointer, run_resumable
-from pacore_graph import (
-    PaCoReConfig,
-    PaCoReContext,
-    PaCoReError,
-    PaCoReRunner,
-    RetryPolicy,
-    RoundFailedError,
-    Trajectory,
-)
+from pacore_graph import PaCoReConfig, PaCoReContext, PaCoReError, Problem, RoundFailedError, RunFolder
 from pacore_graph.cli import main as pacore_main
+from pacore_graph.extend import ResultsFile, RetryPolicy, Trajectory
 from pacore_graph.graph import build_pacore_graph
 from pacore_graph.models.embedded import free_port
 from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
 from pacore_graph.models.preflight import check_server
-from pacore_graph.run import to_messages
+from pacore_graph.run import PaCoReRunner, to_messages
 
 NO_RETRY = RetryPolicy(max_attempts=1)
 
@@ -183,12 +174,9 @@ async def test_unreachable_server_mid_run_fails_the_problem_with_the_reason_and_
     results.append({"id": "done-before", "answer": "42"})
     config = PaCoReConfig(rounds=[2], retry=RetryPolicy(max_attempts=2, initial_delay=0))
     try:
-        async with open_checkpointer(tmp_path) as saver:
-            summary = await run_resumable(
-                PaCoReRunner(model, config, checkpointer=saver),
-                [Problem(id="done-before", messages="a"), Problem(id="new", messages="b")],
-                results,
-                lambda problem, result: {"id": problem.id, "answer": result.answer},
+        async with RunFolder(tmp_path, fingerprint={}, progress=False) as folder:
+            summary = await folder.run(
+                model, config, [Problem(id="done-before", messages="a"), Problem(id="new", messages="b")]
             )
     finally:
         await model.aclose()

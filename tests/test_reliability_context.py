@@ -12,12 +12,13 @@ import random
 import pytest
 
 from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
-from pacore_graph import ChatExplorer, PaCoReConfig, PaCoReRunner, RetryPolicy, RoundFailedError, Trajectory
+from pacore_graph import PaCoReConfig, RoundFailedError
 from pacore_graph.accounting import count_tokens
+from pacore_graph.extend import ChatExplorer, RetryPolicy, Trajectory
 from pacore_graph.fit import MIN_SHARE, fit_references
 from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
 from pacore_graph.prompt import render_synthesis_prompt
-from pacore_graph.run import to_messages
+from pacore_graph.run import PaCoReRunner, to_messages
 
 NO_RETRY = RetryPolicy(max_attempts=1)
 

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from pacore_benchmarks.perf.faults import FaultSettings, run_resume_scenario
-from pacore_benchmarks.results import ResultsFile
-from pacore_benchmarks.resume import Problem, open_checkpointer, run_resumable, solve_resumable, thread_id
-from pacore_graph import PaCoReConfig, PaCoReRunner, RetryPolicy, RoundFailedError, Trajectory
-from pacore_graph.run import to_messages
+from pacore_graph import PaCoReConfig, Problem, RoundFailedError, RunFolder
+from pacore_graph.extend import ResultsFile, RetryPolicy, Trajectory, open_checkpointer, thread_id
+from pacore_graph.resume import solve_resumable
+from pacore_graph.run import PaCoReRunner, to_messages
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -117,7 +117,6 @@ def test_thread_ids_separate_what_is_sent():
 async def test_failed_problems_are_not_written_and_a_rerun_completes_them(tmp_path):
     config = PaCoReConfig(rounds=[2], retry=QUICK)
     problems = [Problem(id=f"p{i}", messages=f"problem {i}") for i in range(3)]
-    results = ResultsFile(tmp_path / "results.jsonl", key=lambda row: row["id"])
 
     class DownFor:
         def __init__(self, bad: str):
@@ -128,19 +127,17 @@ async def test_failed_problems_are_not_written_and_a_rerun_completes_them(tmp_pa
                 raise ConnectionRefusedError("cannot connect")
             return Trajectory(content="fine", completion_tokens=1)
 
-    def row(problem, result):
-        return {"id": problem.id, "answer": result.answer}
+    def row(outcome):
+        return None if outcome.result is None else {"id": outcome.problem.id, "answer": outcome.result.answer}
 
-    async with open_checkpointer(tmp_path) as saver:
-        first = await run_resumable(PaCoReRunner(DownFor("problem 1"), config, checkpointer=saver), problems,
-                                    results, row)  # fmt: skip
+    async with RunFolder(tmp_path, fingerprint={"rounds": [2]}, progress=False) as folder:
+        first = await folder.run(DownFor("problem 1"), config, problems, row)
     assert first.fresh == 2 and list(first.failed) == ["p1"]
     assert "ConnectionRefusedError" in first.failed["p1"]
-    assert sorted(r["id"] for r in results.rows) == ["p0", "p2"]
+    assert sorted(r["id"] for r in ResultsFile(tmp_path / "results.jsonl", key=lambda r: r["id"]).rows) == ["p0", "p2"]
 
-    async with open_checkpointer(tmp_path) as saver:
-        second = await run_resumable(PaCoReRunner(DownFor("nothing"), config, checkpointer=saver), problems,
-                                     ResultsFile(tmp_path / "results.jsonl", key=lambda r: r["id"]), row)  # fmt: skip
+    async with RunFolder(tmp_path, fingerprint={"rounds": [2]}, progress=False) as folder:
+        second = await folder.run(DownFor("nothing"), config, problems, row)
     assert second.skipped == 2 and second.retried == 1 and not second.failed
     assert sorted(json.loads(x)["id"] for x in (tmp_path / "results.jsonl").read_text().splitlines()) == [
         "p0", "p1", "p2"]  # fmt: skip
@@ -150,8 +147,8 @@ NODE_SCRIPT = textwrap.dedent(
     """
     import asyncio, json, sys
     from langgraph.graph import END, START, MessagesState, StateGraph
-    from pacore_benchmarks.resume import open_checkpointer
-    from pacore_graph import PaCoReConfig, PaCoReNode, Trajectory
+    from pacore_graph import PaCoReConfig, PaCoReNode
+    from pacore_graph.extend import Trajectory, open_checkpointer
 
     LOG = sys.argv[2]
 
@@ -211,7 +208,7 @@ def test_results_file_survives_sigkill_without_torn_lines(tmp_path):
     path = tmp_path / "rows.jsonl"
     writer = textwrap.dedent(
         f"""
-        from pacore_benchmarks.results import ResultsFile
+        from pacore_graph.extend import ResultsFile
         results = ResultsFile({str(path)!r}, key=lambda row: row["id"])
         start = len(results.rows)
         for i in range(start, start + 100000):
@@ -265,8 +262,7 @@ def test_embedded_model_run_killed_mid_problem_resumes_without_redoing_work(embe
     process.wait()
     finished_before = _lines(calls)
     written = {json.loads(line)["id"] for line in (out / "results.jsonl").read_text().splitlines()}
-    settings = FaultSettings(resume_rounds=[3])
-    saved = len(written) * per_problem + asyncio.run(saved_trajectories(out, settings, written))
+    saved = len(written) * per_problem + asyncio.run(saved_trajectories(out, written))
     assert saved == finished_before, "every finished call was on disk at the kill"
     assert finished_before > per_problem
 

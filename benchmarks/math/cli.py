@@ -13,18 +13,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from pacore_graph.cli import add_model_arguments
-
 DEFAULT_LOCAL_DATA = Path("../shared/data/math/aime_2025.jsonl")
 DEFAULT_HUB_DATA = "MathArena/aime_2025"
-# The embedded SmolLM2 runs at about 110 tokens/s on two cores: without these a --limit 3 run of the
-# paper's presets would take hours. Passing --preset/--rounds/--max-tokens overrides them.
+# The embedded SmolLM2 runs at about 110 tokens/s on two cores: without this (and its context window as
+# the reference budget) a --limit 3 run of the paper's presets would take hours. Passing
+# --preset/--rounds/--max-tokens overrides them.
 EMBEDDED_MAX_TOKENS = 512
-EMBEDDED_CONTEXT = 8192
 
 
 def _csv(text: str) -> list[str]:
@@ -32,6 +31,8 @@ def _csv(text: str) -> list[str]:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from pacore_graph.extend import add_model_arguments  # noqa: PLC0415
+
     parser = subparsers.add_parser(
         "math",
         help="math (AIME/HMMT): accuracy vs effective TTC for single, majority vote and PaCoRe",
@@ -124,46 +125,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 # -- grade -------------------------------------------------------------------------------------------------
-def read_predictions(path: Path) -> list[dict[str, Any]]:
-    """Rows of {id, response} from JSONL or a JSON list; the first bad row is named."""
-    from pacore_benchmarks.math.data import DataError  # noqa: PLC0415
-
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot read predictions {path}: {exc}") from exc
-    stripped = text.lstrip()
-    if stripped.startswith("["):
-        try:
-            rows = list(enumerate(json.loads(text), start=1))
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}: not valid JSON ({exc.msg})") from None
-        where = "item"
-    else:
-        rows = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append((number, json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
-        where = "line"
-    predictions = []
-    for number, row in rows:
-        if not isinstance(row, dict) or "id" not in row or "response" not in row:
-            raise DataError(f"{path} {where} {number}: expected an object with fields 'id' and 'response'")
-        if row["response"] is not None and not isinstance(row["response"], str):
-            raise DataError(f"{path} {where} {number}: 'response' must be a string (or null: no answer)")
-        predictions.append({"id": str(row["id"]), "response": row["response"]})
-    if not predictions:
-        raise DataError(f"{path}: no predictions in it")
-    return predictions
-
-
 def grade_command(args: argparse.Namespace) -> int:
     from pacore_benchmarks.math.data import DataError  # noqa: PLC0415
-    from pacore_benchmarks.math.runner import grade_predictions  # noqa: PLC0415
+    from pacore_benchmarks.math.predictions import grade_predictions, read_predictions  # noqa: PLC0415
 
     if not args.predictions:
         raise DataError("grade needs --predictions FILE (JSON lines of {\"id\": ..., \"response\": ...})")
@@ -204,7 +168,7 @@ def grade_command(args: argparse.Namespace) -> int:
 
 # -- run ---------------------------------------------------------------------------------------------------
 def _schedules(args: argparse.Namespace, embedded: bool) -> list[list[int]]:
-    from pacore_graph.config import PRESETS, parse_rounds  # noqa: PLC0415
+    from pacore_graph.extend import PRESETS, parse_rounds  # noqa: PLC0415
 
     if args.rounds:
         return [parse_rounds(text) for text in args.rounds]
@@ -220,11 +184,19 @@ def _schedules(args: argparse.Namespace, embedded: bool) -> list[list[int]]:
 def run_command(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415
 
-    from pacore_benchmarks.math.runner import MathBenchmark, MathRunSettings  # noqa: PLC0415
-    from pacore_graph.explorer import ChatExplorer  # noqa: PLC0415
-    from pacore_graph.models import configured_url, serving  # noqa: PLC0415
+    from pacore_benchmarks.math.runner import MathBenchmark, MathRunSettings, math_folder  # noqa: PLC0415
+    from pacore_graph.extend import (  # noqa: PLC0415
+        EMBEDDED_CONTEXT,
+        EMBEDDED_MODEL,
+        ChatExplorer,
+        RunProgress,
+        configured_url,
+        discover_model,
+        serving,
+    )
 
-    embedded = configured_url(args.base_url) is None  # several URLs are refused here, before anything runs
+    url = configured_url(args.base_url)  # several URLs are refused here, before anything runs
+    embedded = url is None
     data = _data_source(args)
     methods = [m for m in _csv(args.methods) if not m.startswith("pacore+")]
     variants = [m.removeprefix("pacore+") for m in _csv(args.methods) if m.startswith("pacore+")]
@@ -259,6 +231,11 @@ def run_command(args: argparse.Namespace) -> int:
         budget_tokens=args.budget_tokens,
     )
     _load(args)  # bad data fails before any server starts
+    api_key = args.api_key or os.environ.get("OPENAI_API_KEY")
+    model_name = args.model or (EMBEDDED_MODEL if embedded else discover_model(url, api_key))
+    # The folder is locked and its settings checked now: a run already writing there, or one made with other
+    # settings, is refused before a server starts or anything is spent.
+    folder = math_folder(settings, model_name, RunProgress(enabled=not args.no_progress)).claim()
     if embedded:
         print(
             f"no --base-url: using the embedded SmolLM2 with max_tokens {max_tokens}, schedules "
@@ -268,15 +245,16 @@ def run_command(args: argparse.Namespace) -> int:
 
     async def run(model: Any):
         try:
-            config = settings.pacore_config([1], 0)
-            return await MathBenchmark(settings, ChatExplorer(model, config), progress=not args.no_progress).arun()
+            explorer = ChatExplorer(model, settings.pacore_config([1], 0))
+            return await MathBenchmark(settings, explorer, folder=folder).arun()
         finally:
-            close = getattr(model, "aclose", None)
-            if close is not None:
-                await close()
+            await model.aclose()
 
-    with serving(args.base_url, args.model, args.api_key) as model:
-        report = asyncio.run(run(model))
+    try:
+        with serving(url, model_name, api_key) as model:
+            report = asyncio.run(run(model))
+    finally:
+        folder.release()
     if report.table is not None:
         print(report.table.read_text())
     print(f"results: {report.output / 'results.jsonl'}")

@@ -22,15 +22,21 @@ unparsable one, a timeout) counts as wrong and carries a flag saying why.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import importlib.metadata
 import logging
 import math
 import re
+import sys
 import threading
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
-from pacore_graph.coordination.answers import TEXT_GROUP, Flag, extract_answer, strip_math_delimiters
+from pacore_graph.extend import TEXT_GROUP, extract_answer, strip_math_delimiters
+from pacore_graph.extend import AnswerFlag as Flag
 
 # Separators people put inside integers: 7{,}521, 7\,521, 7\!521, 7~521, 7 521.
 _INT_SEPARATORS = re.compile(r"\{,\}|\\[,!;: ]|~|\s")
@@ -246,3 +252,20 @@ class MathGrader:
         """Grade a whole response against the gold; a gold with a comma is a list answer (as in MathArena)."""
         answer, flag = extract_answer(response, list_answer="," in gold)
         return self.grade_answer(answer, gold, flag)
+
+
+@functools.cache
+def grading_rules() -> str:
+    """Which rules graded a verdict: a digest of the grader's source and of the answer reading it uses
+    (``extract_answer``'s module), with math-verify's version.
+
+    Verdicts are stored with the rows and never made again, so a run folder's fingerprint holds this: rows
+    graded by other rules are not mixed into one score (and a pooled trajectory's verdict is made again).
+    """
+    try:
+        verifier = importlib.metadata.version("math-verify")
+    except importlib.metadata.PackageNotFoundError:
+        verifier = "missing"
+    sources = [Path(__file__), Path(sys.modules[extract_answer.__module__].__file__ or "")]
+    digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()[:12]
+    return f"{digest}+math-verify-{verifier}"

@@ -14,16 +14,18 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from langchain_core.messages import BaseMessage
-from pydantic import BaseModel
+from langchain_core.messages import BaseMessage, HumanMessage
 
-from pacore_benchmarks.results import ResultsFile
-from pacore_graph.episode import EpisodeContext
-from pacore_graph.records import Trajectory
+from pacore_benchmarks.math.data import Problem
+from pacore_benchmarks.math.grading import Verdict, grading_rules
+from pacore_graph import EpisodeContext, PaCoReConfig
+from pacore_graph.extend import OneTrajectory, ResultsFile, Trajectory
 
 
 class PoolError(ValueError):
@@ -84,6 +86,7 @@ class PoolStore:
             "model": self.model,
             "max_tokens": self.max_tokens,
             "prompt": prompt_digest(prompt),
+            "grading": grading_rules(),
             **trajectory.model_dump(exclude={"extra"}),
             **extra,
         }
@@ -111,102 +114,87 @@ def as_trajectory(row: dict[str, Any]) -> Trajectory:
     )
 
 
+async def fill_pool(
+    pool: PoolStore,
+    problem: Problem,
+    size: int,
+    explorer: Any,
+    config: PaCoReConfig,
+    grade: Callable[[str, str], Verdict],
+    *,
+    slot: AbstractAsyncContextManager[Any] | None = None,
+    on_added: Callable[[], None] | None = None,
+) -> list[Exception]:
+    """Generate the problem's missing pool trajectories (indices below ``size``), each one model call with the
+    operator's retries, timeout and token accounting, graded and appended as it finishes; the errors of
+    those that failed for good (the others are kept)."""
+    messages: list[BaseMessage] = [HumanMessage(content=problem.prompt())]
+
+    async def one(index: int) -> None:
+        trajectory = OneTrajectory(explorer, messages, EpisodeContext(round_index=0, index=index), config)
+        outcome = await trajectory.explore(slot=slot)
+        record = trajectory.record(outcome)
+        verdict = grade(outcome.content, problem.answer)
+        pool.add(
+            problem.id, index, problem.prompt(), outcome,
+            completion_tokens=record["completion_tokens"], tokens_approximate=record["tokens_approximate"],
+            attempts=record["attempts"], answer=verdict.extracted, correct=verdict.correct, flag=verdict.flag,
+        )  # fmt: skip
+        if on_added is not None:
+            on_added()
+
+    outcomes = await asyncio.gather(*(one(i) for i in pool.missing(problem.id, size)), return_exceptions=True)
+    return [outcome for outcome in outcomes if isinstance(outcome, Exception)]
+
+
+def regraded(row: dict[str, Any], gold: str, grade: Callable[[str, str], Verdict]) -> dict[str, Any]:
+    """A pool row whose verdict was made by other grading rules, graded again (in memory: the pool is kept)."""
+    if row.get("grading") == grading_rules():
+        return row
+    verdict = grade(row.get("content") or "", gold)
+    return {**row, "answer": verdict.extracted, "correct": verdict.correct, "flag": verdict.flag}
+
+
 PACE_SECONDS_PER_TOKEN = 1e-4  # a paced replay of 10,000 tokens takes 1 s
 
 
-class PoolReplayExplorer:
-    """An Explorer whose first round comes from the pool; later rounds call the real explorer.
+@dataclass
+class FirstRound:
+    """The payload of one PaCoRe run of the benchmark: its drawn pooled trajectories, item ``index`` being
+    trajectory ``index`` of round 1.
 
-    ``call_limit`` bounds model calls across every concurrent PaCoRe run of the benchmark (each run's own
-    limiter bounds only that run). ``paced`` (for options that cut a round short: early stop, budgets): a
-    replayed trajectory takes as long as generating its tokens at one fixed speed would, so trajectories
-    finish shortest first as at a server, and one that is cut counts the tokens it had made by then
-    (``cut_tokens``).
+    ``paced`` (for options that cut a round short: early stop, budgets): a replayed trajectory takes as long
+    as generating its tokens at one fixed speed would, so trajectories finish shortest first as at a server,
+    and one that is cut counts the tokens it had made by then (``cut_tokens``).
     """
 
-    def __init__(
-        self, pooled: list[Trajectory], delegate: Any, call_limit: asyncio.Semaphore | None = None, paced: bool = False
-    ):
-        self.pooled = pooled
+    trajectories: list[Trajectory]
+    paced: bool = False
+    cut_tokens: int = 0
+
+
+class PoolReplayExplorer:
+    """An Explorer whose first round replays the run's :class:`FirstRound` (its payload), later rounds call
+    the real explorer."""
+
+    def __init__(self, delegate: Any):
         self.delegate = delegate
-        self.call_limit = call_limit
-        self.paced = paced
-        self.model_calls = 0
-        self.cut_tokens = 0
 
     async def explore(self, messages: list[BaseMessage], episode: EpisodeContext) -> Trajectory:
-        round_index, index = episode.round_index, episode.index
-        if round_index == 0:
-            trajectory = self.pooled[index].model_copy(deep=True)
-            if self.paced:
-                await self._generate(trajectory.completion_tokens or 0)
-            return trajectory
-        self.model_calls += 1
-        if self.call_limit is None:
+        if episode.round_index > 0:
             return await self.delegate.explore(messages, episode)
-        async with self.call_limit:
-            return await self.delegate.explore(messages, episode)
-
-    async def _generate(self, tokens: int) -> None:
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        try:
-            await asyncio.sleep(tokens * PACE_SECONDS_PER_TOKEN)
-        except asyncio.CancelledError:
-            self.cut_tokens += min(tokens, int((loop.time() - started) / PACE_SECONDS_PER_TOKEN))
-            raise
+        first: FirstRound = episode.payload
+        trajectory = first.trajectories[episode.index].model_copy(deep=True)
+        if first.paced:
+            await _generate(first, trajectory.completion_tokens or 0)
+        return trajectory
 
 
-class PoolStats(BaseModel):
-    """What one problem's pool says on its own: the single-trajectory pass rate and its cost."""
-
-    problem_id: str
-    size: int
-    correct: int
-    pass_rate: float
-    mean_completion_tokens: float
-    distinct_answers: int
-    no_answer: int
-
-
-def pool_stats(
-    problem_id: str,
-    rows: Iterable[dict[str, Any]],
-    equivalent: Callable[[str, str], bool] = lambda a, b: a == b,
-) -> PoolStats:
-    """Pass rate, mean tokens and answer diversity of a graded pool (rows carry ``answer`` and ``correct``)."""
-    rows = list(rows)
-    if not rows:
-        raise PoolError(f"the pool of {problem_id!r} is empty")
-    answers: list[str] = []
-    no_answer = 0
-    for row in rows:
-        answer = row.get("answer")
-        if answer is None:
-            no_answer += 1
-        elif not any(equivalent(seen, answer) for seen in answers):
-            answers.append(answer)
-    correct = sum(bool(row.get("correct")) for row in rows)
-    return PoolStats(
-        problem_id=problem_id,
-        size=len(rows),
-        correct=correct,
-        pass_rate=correct / len(rows),
-        mean_completion_tokens=sum(row.get("completion_tokens") or 0 for row in rows) / len(rows),
-        distinct_answers=len(answers),
-        no_answer=no_answer,
-    )
-
-
-def majority_probability(pool_size: int, correct: int, k: int) -> float:
-    """Chance that the correct answers form a strict majority of k draws without replacement from a pool
-    holding ``correct`` correct trajectories (hypergeometric).
-
-    With a single wrong answer in the pool and k odd this is exactly the expected vote@k accuracy; with
-    wrong answers that split it is a lower bound. Tests check replayed votes against it.
-    """
-    from math import comb  # noqa: PLC0415
-
-    wrong = pool_size - correct
-    total = comb(pool_size, k)
-    return sum(comb(correct, j) * comb(wrong, k - j) for j in range(k // 2 + 1, k + 1)) / total
+async def _generate(first: FirstRound, tokens: int) -> None:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        await asyncio.sleep(tokens * PACE_SECONDS_PER_TOKEN)
+    except asyncio.CancelledError:
+        first.cut_tokens += min(tokens, int((loop.time() - started) / PACE_SECONDS_PER_TOKEN))
+        raise

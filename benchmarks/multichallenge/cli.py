@@ -23,7 +23,7 @@ EMBEDDED_MAX_TOKENS = 512
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "multichallenge",
-        help="MultiChallenge multi-turn chat benchmark (responses via PaCoReNode, LLM judge)",
+        help="MultiChallenge multi-turn chat benchmark (responses through PaCoRe, LLM judge)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -106,7 +106,7 @@ def _fail(message: str) -> int:
 
 
 def _schedule(args: argparse.Namespace) -> tuple[list[int], str | None]:
-    from pacore_graph.config import PRESETS, parse_rounds
+    from pacore_graph.extend import PRESETS, parse_rounds
 
     if args.rounds is not None:
         return parse_rounds(args.rounds), None
@@ -130,11 +130,10 @@ def main(args: argparse.Namespace) -> int:
         load_dataset,
         select,
     )
-    from pacore_benchmarks.multichallenge.settings import RunSettings, SettingsMismatch, check_or_save
-    from pacore_graph.config import PaCoReConfig
-    from pacore_graph.errors import PaCoReError
-    from pacore_graph.models import configured_url
-    from pacore_graph.models.embedded import DEFAULT_CONTEXT
+    from pacore_benchmarks.multichallenge.runner import run_folder
+    from pacore_benchmarks.multichallenge.settings import RunSettings
+    from pacore_graph import PaCoReConfig, PaCoReError
+    from pacore_graph.extend import EMBEDDED_CONTEXT, RunProgress, configured_url
 
     try:
         rounds, preset = _schedule(args)
@@ -176,7 +175,7 @@ def main(args: argparse.Namespace) -> int:
         judge_max_tokens=judge_max_tokens or None,
         temperature=args.temperature,
         seed=args.seed,
-        context_window=args.context_window or (DEFAULT_CONTEXT if embedded else None),
+        context_window=args.context_window or (EMBEDDED_CONTEXT if embedded else None),
     )
 
     defaulted = not args.data and settings.data == HUB_NAME
@@ -187,12 +186,17 @@ def main(args: argparse.Namespace) -> int:
         conversations = select(dataset.conversations, axis=settings.axis, limit=settings.limit)
     except DataError as exc:
         return _fail(f"no --data given and {LOCAL_PATH} is not here, so {exc}" if defaulted else str(exc))
+    # Locked, and its fingerprint checked, before a server starts: a folder in use or made by another run is refused.
+    folder = run_folder(settings, RunProgress())
     try:
-        check_or_save(settings)
-    except SettingsMismatch as exc:
+        folder.claim()
+    except PaCoReError as exc:
         return _fail(str(exc))
     keys = Keys(responder=args.api_key, judge=args.judge_api_key or args.api_key)
-    return asyncio.run(_run(settings, dataset, conversations, keys))
+    try:
+        return asyncio.run(_run(settings, dataset, conversations, keys, folder))
+    finally:
+        folder.release()
 
 
 class Keys(NamedTuple):
@@ -210,19 +214,17 @@ def _warn_self_judging(settings, console) -> None:
         console.print(f"[bold red]WARNING:[/] [red]{warning}[/]", highlight=False, soft_wrap=True)
 
 
-async def _run(settings, dataset, conversations, keys: Keys) -> int:
+async def _run(settings, dataset, conversations, keys: Keys, folder) -> int:
     from rich.console import Console
 
-    from pacore_benchmarks.multichallenge.runner import RunOutcome, open_results
+    from pacore_benchmarks.multichallenge.runner import RunOutcome, problem_id
 
     console = Console()
     output = Path(settings.output)
     for skipped in dataset.skipped:
         console.print(f"[yellow]skipped malformed row {skipped.where}:[/] {skipped.reason}", highlight=False)
-    results = open_results(output)
-    if results.torn_lines:
-        console.print(f"[yellow]dropped {results.torn_lines} torn line(s) from {results.path}[/]")
-    wanted = {(c.question_id, s) for c in conversations for s in range(settings.samples)}
+    results = folder.results
+    wanted = {problem_id(c.question_id, s) for c in conversations for s in range(settings.samples)}
     pending = len(wanted - results.done())
     console.print(
         f"MultiChallenge: {len(conversations)} conversations x {settings.samples} sample(s), "
@@ -233,7 +235,7 @@ async def _run(settings, dataset, conversations, keys: Keys) -> int:
     if pending:
         _warn_self_judging(settings, Console(stderr=True))
         try:
-            outcome = await _respond_and_judge(settings, conversations, results, console, keys)
+            outcome = await _respond_and_judge(settings, conversations, folder, console, keys)
         except _Fatal as exc:
             _fail(str(exc))
             _write_reports(settings, dataset, conversations, results, console)
@@ -252,37 +254,18 @@ class _Fatal(Exception):
     """A server cannot be used at all (unreachable, unknown model): stop, keep what is written."""
 
 
-def _check_server(url: str | None, model: str | None) -> None:
-    """Fail fast with one clear message instead of 273 rows of connection errors."""
-    from pacore_graph.errors import PaCoReError
-    from pacore_graph.models import served_models
-
-    if url is None:
-        return
-    try:
-        served = served_models(url)
-    except PaCoReError as exc:
-        raise _Fatal(str(exc)) from None
-    if model is not None and served and model not in served:
-        raise _Fatal(f"model {model!r} is not served at {url} (it serves: {', '.join(served)})")
-
-
-async def _respond_and_judge(settings, conversations, results, console, keys: Keys):
-    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+async def _respond_and_judge(settings, conversations, folder, console, keys: Keys):
     from pacore_benchmarks.multichallenge.judge import OFFICIAL_EXTRA_BODY
-    from pacore_benchmarks.multichallenge.runner import CHECKPOINTS_NAME, MultiChallengeRunner
-    from pacore_graph.errors import PaCoReError
-    from pacore_graph.models import chat_model, serving
+    from pacore_benchmarks.multichallenge.runner import MultiChallengeRunner
+    from pacore_graph import PaCoReError, chat_model
+    from pacore_graph.extend import check_server, serving
 
-    _check_server(settings.base_url, settings.model)
-    _check_server(settings.judge_base_url, settings.judge_model)
     with ExitStack() as stack:
         try:
             if not settings.base_url:
                 console.print("starting the embedded SmolLM2 server ...")
             responder = stack.enter_context(serving(settings.base_url, settings.model, keys.responder))
+            check_server(responder)  # one clear line instead of hundreds of rows of connection errors
             # The judge has a client of its own, sending what the official one sends, even on the same server.
             judge_args = (settings.judge_model, keys.judge)
             judge_client = {"extra_body": OFFICIAL_EXTRA_BODY}
@@ -290,36 +273,23 @@ async def _respond_and_judge(settings, conversations, results, console, keys: Ke
                 judge = chat_model(responder.base_url, *judge_args, **judge_client)
             else:
                 judge = stack.enter_context(serving(settings.judge_base_url, *judge_args, **judge_client))
+            check_server(judge)
         except PaCoReError as exc:
             raise _Fatal(str(exc)) from None
-        async with AsyncSqliteSaver.from_conn_string(str(Path(settings.output) / CHECKPOINTS_NAME)) as saver:
+        async with folder:
             runner = MultiChallengeRunner(
-                settings,
-                responder=responder,
-                judge_model=judge,
-                results=results,
-                checkpointer=saver,
-                context_window=settings.context_window,
+                settings, responder=responder, judge_model=judge, folder=folder, context_window=settings.context_window
             )
-            todo = runner.pending(conversations)
-            passed = {"n": 0}
-            columns = (
-                TextColumn("[bold]MultiChallenge"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("passed {task.fields[passed]}"),
-                TimeElapsedColumn(),
-            )
-            with Progress(*columns, console=console) as progress:
-                task = progress.add_task("rows", total=len(todo), passed=0)
+            passed = 0
 
-                def on_done(row: dict[str, Any] | None) -> None:
-                    passed["n"] += bool(row and row.get("passed"))
-                    progress.update(task, advance=1, passed=passed["n"])
+            def on_done(row: dict[str, Any] | None) -> None:
+                nonlocal passed
+                passed += bool(row and row.get("passed"))
+                folder.progress.advance("conversations", 0, note=f"passed {passed}")
 
-                outcome = await runner.arun(conversations, on_done=on_done)
-            await _close(responder, judge)
-            return outcome
+            outcome = await runner.arun(conversations, on_done=on_done)
+        await _close(responder, judge)
+        return outcome
 
 
 async def _close(*models: Any) -> None:

@@ -12,7 +12,7 @@ from pacore_benchmarks.multichallenge.data import SkippedRow
 from pacore_benchmarks.multichallenge.judge import OFFICIAL_JUDGE_MODEL
 from pacore_benchmarks.multichallenge.scoring import Scores
 from pacore_benchmarks.multichallenge.settings import PAPER_REFERENCE, RunSettings
-from pacore_graph.models.embedded import MODEL_ALIAS as EMBEDDED_MODEL
+from pacore_graph.extend import EMBEDDED_MODEL
 
 
 def _pct(value: float | None) -> str:

@@ -1,13 +1,12 @@
 """What one MultiChallenge run is: the choices that define its results, saved next to them.
 
-A rerun into the same output folder resumes only when these match; mixing rows produced by different
-models or schedules into one score would silently corrupt it.
+A rerun into the same output folder resumes only when these match (the run folder's fingerprint is
+:meth:`RunSettings.identity`); mixing rows produced by different models or schedules into one score would
+silently corrupt it.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -66,30 +65,3 @@ class RunSettings(BaseModel):
 
     def identity(self) -> dict:
         return self.model_dump(include=set(IDENTITY_FIELDS))
-
-
-class SettingsMismatch(Exception):
-    """The output folder holds results of a differently configured run."""
-
-
-def settings_path(output: Path) -> Path:
-    return output / "run.json"
-
-
-def check_or_save(settings: RunSettings) -> None:
-    """Refuse to resume into a folder whose saved run differs in anything that defines the results."""
-    path = settings_path(Path(settings.output))
-    if path.exists():
-        raw = json.loads(path.read_text(encoding="utf-8"))
-        raw.setdefault("judge_prompt", "project")  # folders written before the official judge became the default
-        saved = RunSettings.model_validate(raw)
-        old, new = saved.identity(), settings.identity()
-        diffs = [f"{k}: {old[k]!r} -> {new[k]!r}" for k in IDENTITY_FIELDS if old[k] != new[k]]
-        if diffs:
-            raise SettingsMismatch(
-                f"{path.parent} holds results of a different run ({'; '.join(diffs)}); use another --output folder"
-            )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(settings.model_dump_json(indent=2), encoding="utf-8")
-    tmp.replace(path)

@@ -27,8 +27,8 @@ from pydantic import BaseModel, Field, field_validator
 from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
 from pacore_benchmarks.perf.emulator_config import AnswerMix
 from pacore_benchmarks.perf.emulator_replies import majority_answer
-from pacore_graph.config import PaCoReConfig
-from pacore_graph.coordination import Budget, EarlyStop, boxed_answer
+from pacore_graph import PaCoReConfig, asolve
+from pacore_graph.extend import Budget, EarlyStop, OpenAICompatibleChatModel, boxed_answer
 
 METHODS = ("paper", "budget", "early_stop", "subset", "dedup", "vote")
 VARIANTS = (*METHODS[1:], "verifier")  # what `pacore bench math` offers beside the paper's PaCoRe
@@ -133,20 +133,16 @@ def problems(settings: CoordinationSettings) -> list[str]:
 
 async def run_method(emulator: Emulator, settings: CoordinationSettings, method: str, paper_tokens: float) -> MethodRun:
     """Every problem at once under one method, against the freshly reset emulator."""
-    from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
-    from pacore_graph.run import PaCoReRunner
-
     config = settings.config(method, paper_tokens)
     texts = problems(settings)
     emulator.reset()
     model = OpenAICompatibleChatModel(base_url=emulator.base_url, model=emulator.config.model)
-    runner = PaCoReRunner(model, config)
     slots = asyncio.Semaphore(settings.concurrency)
 
     async def solve(position: int, text: str) -> Any:
         await asyncio.sleep(position * settings.spacing)
         async with slots:
-            return await runner.arun(text)
+            return await asolve(model, text, config)
 
     lags: list[float] = []
     watch = asyncio.create_task(_watch_lag(lags))

@@ -26,8 +26,15 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig, FaultRates
-from pacore_benchmarks.perf.faults_worker import RESULTS_FILE, result_row, scenario_config, synthetic_problems
-from pacore_benchmarks.results import ResultsFile
+from pacore_benchmarks.perf.faults_worker import (
+    RESULTS_FILE,
+    fingerprint,
+    result_row,
+    scenario_config,
+    synthetic_problems,
+)
+from pacore_graph import RunFolder
+from pacore_graph.extend import OpenAICompatibleChatModel, ResultsFile, open_checkpointer
 
 
 class FaultSettings(BaseModel):
@@ -82,10 +89,6 @@ class ResumeReport(BaseModel):
 
 
 async def run_fault_scenario(settings: FaultSettings, folder: Path) -> FaultReport:
-    from pacore_benchmarks.resume import open_checkpointer, run_resumable
-    from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
-    from pacore_graph.run import PaCoReRunner
-
     started = time.monotonic()
     emulator_config = EmulatorConfig(
         ttft=0.02, token_delay=0.001, output_tokens=(32, 160), faults=settings.faults, hang_seconds=60.0
@@ -94,24 +97,20 @@ async def run_fault_scenario(settings: FaultSettings, folder: Path) -> FaultRepo
         settings.rounds, max_concurrency=settings.max_concurrency, request_timeout=settings.request_timeout
     )
     problems = synthetic_problems(settings.problems)
-    results = ResultsFile(folder / RESULTS_FILE, key=lambda row: row["id"])
     with Emulator(emulator_config) as emulator:
         model = OpenAICompatibleChatModel(base_url=emulator.base_url, model=emulator_config.model)
         try:
-            async with open_checkpointer(folder) as saver:
-                runner = PaCoReRunner(model, config, checkpointer=saver)
-                await run_resumable(runner, problems, results, result_row, salt=[emulator_config.model])
+            async with RunFolder(folder, fingerprint=fingerprint(emulator_config.model, config), progress=False) as run:
+                await run.run(model, config, problems, result_row, salt=[emulator_config.model])
         finally:
             await model.aclose()
         stats = emulator.stats()
-    return check_fault_rows(settings, results, stats, time.monotonic() - started)
+    return check_fault_rows(settings, folder / RESULTS_FILE, stats, time.monotonic() - started)
 
 
-def check_fault_rows(
-    settings: FaultSettings, results: ResultsFile, stats: dict[str, Any], seconds: float
-) -> FaultReport:
+def check_fault_rows(settings: FaultSettings, results: Path, stats: dict[str, Any], seconds: float) -> FaultReport:
     """Every problem answered, every trajectory accounted for, nothing twice."""
-    rows = _read_rows(results.path)
+    rows = _read_rows(results)
     ids = Counter(row["id"] for row in rows)
     expected_ids = {problem.id for problem in synthetic_problems(settings.problems)}
     duplicates = sum(count - 1 for count in ids.values())
@@ -129,7 +128,7 @@ def check_fault_rows(
                 retries += t["attempts"] - 1
                 if t["error"]:
                     failed += 1
-                    reasons[t["error"].split(":", 1)[0]] += 1
+                    reasons[t["error_type"]] += 1
                 elif t["finish_reason"] is None:
                     lost += 1  # neither completed nor failed with a reason
     answered = sum(1 for row in rows if row["id"] in expected_ids and row["answer"].strip())
@@ -230,27 +229,23 @@ def _kill_mid_problem(
             process.wait()
 
 
-async def saved_trajectories(folder: Path, settings: FaultSettings, written: set[str]) -> int:
-    """Trajectories of unwritten problems that the checkpoints hold (finished rounds + pending writes)."""
-    from pacore_benchmarks.resume import open_checkpointer
-    from pacore_graph.records import Trajectory
-    from pacore_graph.run import PaCoReRunner
-
-    class _Never:
-        async def explore(self, messages, episode) -> Trajectory:
-            raise AssertionError("only reading checkpoints")
-
-    config = scenario_config(settings.resume_rounds, max_concurrency=1, request_timeout=1.0)
+async def saved_trajectories(folder: Path, written: set[str]) -> int:
+    """Trajectories of unwritten problems that the checkpoints hold: finished rounds, plus trajectories of the
+    round in flight whose writes were saved as they finished (LangGraph's pending writes)."""
     saved = 0
     async with open_checkpointer(folder) as saver:
-        runner = PaCoReRunner(_Never(), config, checkpointer=saver)
         threads = {item.config["configurable"]["thread_id"] async for item in saver.alist(None)}
         for thread in threads:
             if thread.split(":", 1)[0] in written:
                 continue
-            snapshot = await runner.graph.aget_state({"configurable": {"thread_id": thread}})
-            saved += sum(len(record["trajectories"]) for record in snapshot.values.get("rounds") or [])
-            saved += sum(1 for task in snapshot.tasks if task.name == "trajectory" and task.result is not None)
+            latest = await saver.aget_tuple({"configurable": {"thread_id": thread, "checkpoint_ns": ""}})
+            rounds = latest.checkpoint["channel_values"].get("rounds") or []
+            saved += sum(len(record["trajectories"]) for record in rounds)
+            # a finished trajectory's write is its one record; `begin` and `collect` reset the channel instead
+            saved += sum(
+                len(value) for _, channel, value in latest.pending_writes or [] if channel == "results"
+                and isinstance(value, list)
+            )
     return saved
 
 
@@ -269,7 +264,7 @@ def run_resume_scenario(settings: FaultSettings, folder: Path) -> ResumeReport:
         _kill_mid_problem(command, emulator, killed_folder / RESULTS_FILE, per_problem, timeout)
         before = emulator.stats()
         written = {row["id"] for row in _read_rows(killed_folder / RESULTS_FILE)}
-        in_flight = asyncio.run(saved_trajectories(killed_folder, settings, written))
+        in_flight = asyncio.run(saved_trajectories(killed_folder, written))
         saved = len(written) * per_problem + in_flight
 
         emulator.reset()

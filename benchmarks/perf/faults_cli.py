@@ -35,17 +35,20 @@ def main(args: argparse.Namespace) -> int:
         run_fault_scenario,
         run_resume_scenario,
     )
+    from pacore_graph.extend import RunProgress
 
     settings = FaultSettings.quick() if args.quick else FaultSettings()
     if args.problems:
         settings = settings.model_copy(update={"problems": args.problems})
-    console = Console(stderr=True)
-    with tempfile.TemporaryDirectory(prefix="pacore-faults-") as scratch:
+    progress = RunProgress()
+    progress.add("scenarios", 2)
+    with tempfile.TemporaryDirectory(prefix="pacore-faults-") as scratch, progress:
         root = Path(args.output or scratch)
-        with console.status(f"fault scenario: {settings.problems} problems, schedule {settings.rounds} ..."):
-            faults = asyncio.run(run_fault_scenario(settings, root / "faults"))
-        with console.status(f"resume scenario: {settings.resume_problems} problems, SIGKILL mid-problem ..."):
-            resume = run_resume_scenario(settings, root / "resume")
+        progress.advance("scenarios", 0, note=f"faults: {settings.problems} problems, schedule {settings.rounds}")
+        faults = asyncio.run(run_fault_scenario(settings, root / "faults"))
+        progress.advance("scenarios", note=f"resume: {settings.resume_problems} problems, SIGKILL mid-problem")
+        resume = run_resume_scenario(settings, root / "resume")
+        progress.advance("scenarios", note="done")
 
     table = Table(title="pacore bench faults")
     table.add_column("check")

@@ -2,9 +2,10 @@
 
     python -m pacore_benchmarks.perf.faults_worker --base-url URL --model M --output DIR --problems 8
 
-It is what ``pacore bench faults`` runs in a subprocess and kills with SIGKILL: results go to
-``DIR/results.jsonl`` (one atomic row per problem), checkpoints to ``DIR/checkpoints.sqlite``. A line
-``DONE <id> <status>`` is printed as each problem is written; the last line is the run summary as JSON.
+It is what ``pacore bench faults`` runs in a subprocess and kills with SIGKILL; it runs on the run engine
+(``pacore_graph.RunFolder``): results go to ``DIR/results.jsonl`` (one atomic row per problem), checkpoints
+to ``DIR/checkpoints.sqlite``. A line ``DONE <id> <status>`` is printed as each problem's row is made; the
+last line is the run summary as JSON.
 """
 
 from __future__ import annotations
@@ -16,10 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pacore_benchmarks.results import ResultsFile
-from pacore_benchmarks.resume import Problem, open_checkpointer, run_resumable
-from pacore_graph.config import PaCoReConfig, RetryPolicy, parse_rounds
-from pacore_graph.records import PaCoReResult
+from pacore_graph import PaCoReConfig, Problem, RunFolder
+from pacore_graph.extend import ProblemOutcome, RetryPolicy, parse_rounds
 
 RESULTS_FILE = "results.jsonl"
 
@@ -32,10 +31,13 @@ def synthetic_problems(count: int) -> list[Problem]:
     ]
 
 
-def result_row(problem: Problem, result: PaCoReResult) -> dict[str, Any]:
-    """One results row: the answer, TTC and every trajectory's record (completed or failed, with why)."""
+def result_row(outcome: ProblemOutcome) -> dict[str, Any] | None:
+    """One results row: the answer, TTC and every trajectory's record; a failed problem is left to a rerun."""
+    result = outcome.result
+    if result is None:
+        return None
     return {
-        "id": problem.id,
+        "id": outcome.problem.id,
         "answer": result.answer,
         "ttc": result.ttc,
         "rounds": [
@@ -46,6 +48,7 @@ def result_row(problem: Problem, result: PaCoReResult) -> dict[str, Any]:
                     {
                         "index": t.index,
                         "error": t.error,
+                        "error_type": t.error_type,
                         "attempts": t.attempts,
                         "finish_reason": t.finish_reason,
                         "completion_tokens": t.completion_tokens,
@@ -89,12 +92,13 @@ class CallLog:
         return trajectory
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from pacore_graph.explorer import ChatExplorer
-    from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
-    from pacore_graph.run import PaCoReRunner
+def fingerprint(model: str, config: PaCoReConfig) -> dict[str, Any]:
+    return {"model": model, **config.model_dump(mode="json", exclude={"max_concurrency", "request_timeout", "retry"})}
 
-    folder = Path(args.output)
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    from pacore_graph.extend import ChatExplorer, OpenAICompatibleChatModel
+
     config = scenario_config(
         parse_rounds(args.rounds),
         max_concurrency=args.max_concurrency,
@@ -105,23 +109,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     explorer: Any = ChatExplorer(model, config)
     if args.call_log:
         explorer = CallLog(explorer, Path(args.call_log))
-    results = ResultsFile(folder / RESULTS_FILE, key=lambda row: row["id"])
 
-    def done(problem: Problem, status: str) -> None:
-        print(f"DONE {problem.id} {status}", flush=True)
+    def printed_row(outcome: ProblemOutcome) -> dict[str, Any] | None:
+        row = result_row(outcome)
+        if row is not None:
+            print(f"DONE {outcome.problem.id} {outcome.status}", flush=True)
+        return row
 
     try:
-        async with open_checkpointer(folder) as saver:
-            runner = PaCoReRunner(explorer, config, checkpointer=saver)
-            summary = await run_resumable(
-                runner,
-                synthetic_problems(args.problems),
-                results,
-                result_row,
-                salt=[args.model],
-                problems_in_flight=args.problems_in_flight,
-                on_done=done,
-            )
+        async with RunFolder(args.output, fingerprint=fingerprint(args.model, config), progress=False) as folder:
+            summary = await folder.run(
+                explorer, config, synthetic_problems(args.problems), printed_row,
+                concurrency=args.problems_in_flight, salt=[args.model],
+            )  # fmt: skip
     finally:
         await model.aclose()
     return summary.model_dump()

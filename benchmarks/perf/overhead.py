@@ -216,21 +216,18 @@ def plan(settings: OverheadSettings) -> list[tuple[str, dict[str, Any]]]:
 
 def run_overhead(settings: OverheadSettings, console: Any = None) -> OverheadReport:
     """Run every section against one emulator and return the report (nothing printed but progress)."""
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from pacore_graph.extend import RunProgress
 
-    console = console or Console(stderr=True)
     out_dir = Path(settings.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     emulator_config = settings.emulator.model_copy(update={"slots": settings.concurrency})
     report = OverheadReport(settings=settings)
     steps = plan(settings)
-    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-               TimeElapsedColumn())
-    with Emulator(emulator_config) as emu, Progress(*columns, console=console) as progress:
-        task = progress.add_task("overhead", total=len(steps))
+    progress = RunProgress(console)
+    progress.add("overhead", len(steps))
+    with Emulator(emulator_config) as emu, progress:
         for section, args in steps:
-            progress.update(task, description=f"{section} {schedule_label(args['rounds'])} P={args['problems']}")
+            progress.advance("overhead", 0, note=f"{section} {schedule_label(args['rounds'])} P={args['problems']}")
             if section == "checkpoint":
                 with tempfile.TemporaryDirectory() as tmp:
                     spec = WorkerSpec(client="operator", base_url=emu.base_url, model=emu.config.model,
@@ -247,7 +244,7 @@ def run_overhead(settings: OverheadSettings, console: Any = None) -> OverheadRep
                 report.profile_top = path.with_suffix(".txt").read_text()
             else:
                 getattr(report, section).append(compare(emu, settings, **args))
-            progress.advance(task)
+            progress.advance("overhead")
     return report
 
 

@@ -139,7 +139,7 @@ async def _run_proxy(spec: WorkerSpec, problems: list[list[dict[str, str]]]) -> 
     import aiohttp
 
     from pacore_graph import PaCoReConfig, chat_model
-    from pacore_graph.server import BackgroundServer, create_app
+    from pacore_graph.extend import BackgroundServer, create_app
 
     llm = chat_model(base_url=spec.base_url, model=spec.model)
     config = PaCoReConfig(rounds=spec.rounds, max_concurrency=spec.concurrency, seed=spec.seed, stream=spec.stream,

@@ -26,8 +26,8 @@ from pydantic import BaseModel, Field
 
 from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
 from pacore_benchmarks.perf.replicas_workloads import CHAT, PACORE, Workload, chat_workload, pacore_workload
-from pacore_graph.models.embedded import free_port
-from pacore_graph.models.vllm_server import ROUTER_POLICY, ServerProcess, router_command
+from pacore_graph import PaCoReConfig, asolve, chat_model
+from pacore_graph.extend import ROUTER_POLICY, ServerProcess, free_port, router_command
 
 SPREAD = "spread"  # the client-side spreading over every replica URL
 COMPARED_POLICIES = ["round_robin", "cache_aware", "consistent_hash", "sticky_least_loaded"]
@@ -131,7 +131,6 @@ class ReplicaBench:
         """Each workload in turn routed by ``policy`` (``spread`` or a vllm-router policy), from empty caches;
         with ``kill_after``, a replica is killed that many seconds into the (single) workload."""
         from pacore_benchmarks.perf.replicas_spread import SpreadChatModel
-        from pacore_graph.models import chat_model
 
         model_name = self.settings.emulator.model
         router: ServerProcess | None = None
@@ -188,12 +187,8 @@ class ReplicaBench:
 
 
 async def solve_all(model: Any, items: Workload) -> list[Any]:
-    """Every problem at once, one runner per schedule; a problem that fails comes back as its exception."""
-    from pacore_graph.config import PaCoReConfig
-    from pacore_graph.run import PaCoReRunner
-
-    runners = {tuple(schedule): PaCoReRunner(model, PaCoReConfig(rounds=schedule)) for schedule, _ in items}
-    calls = [runners[tuple(schedule)].arun(problem.messages) for schedule, problem in items]
+    """Every problem at once; a problem that fails comes back as its exception."""
+    calls = [asolve(model, problem.messages, PaCoReConfig(rounds=schedule)) for schedule, problem in items]
     return await asyncio.gather(*calls, return_exceptions=True)
 
 

@@ -16,8 +16,8 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 from pydantic import Field, PrivateAttr
 
-from pacore_graph.models import OpenAICompatibleChatModel, chat_model
-from pacore_graph.sync import run_sync
+from pacore_graph import chat_model
+from pacore_graph.extend import OpenAICompatibleChatModel, run_sync
 
 
 class SpreadChatModel(BaseChatModel):

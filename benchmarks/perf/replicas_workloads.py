@@ -18,7 +18,7 @@ import random
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from pacore_benchmarks.perf.emulator_replies import VOCAB
-from pacore_benchmarks.resume import Problem
+from pacore_graph import Problem
 
 Workload = list[tuple[list[int], Problem]]  # (schedule, problem), all sent at once
 

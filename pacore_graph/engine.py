@@ -1,0 +1,330 @@
+"""The run engine: many problems through PaCoRe into one output folder, resumable after any stop.
+
+    FOLDER/run.json            settings fingerprint (a run with other settings is refused) and settings
+    FOLDER/.lock               held while a run writes here (a second run is refused at once, naming it)
+    FOLDER/results.jsonl       one row per finished problem, appended atomically
+    FOLDER/checkpoints.sqlite  LangGraph checkpoints of the problems in flight, one thread each
+    FOLDER/records/*.jsonl     episode records of the problems in flight (``EpisodeContext.record``)
+
+A problem whose row is in the results is skipped. Any other runs on its checkpoint thread (its id plus a
+digest of its messages, of what the config sends and of ``salt``): a thread cut by a kill continues
+without redoing finished trajectories, a finished thread whose row was not written yet is read back, a
+thread whose round failed runs that round's failed trajectories again (:mod:`pacore_graph.resume`).
+``row(outcome)`` turns what came of the problem (result or error, records) into the row to append, or
+None to leave the problem to the next run; once its row is on disk, its thread and records are deleted.
+
+One use::
+
+    async with RunFolder("runs/x", fingerprint={"model": name, "rounds": [4]}) as folder:
+        summary = await folder.run(model, PaCoReConfig(rounds=[4]), [Problem("p1", "What is 17*23?")])
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import inspect
+import os
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from pacore_graph.config import PaCoReConfig
+from pacore_graph.errors import PaCoReError
+from pacore_graph.fingerprint import claim_settings
+from pacore_graph.folder_lock import FolderLock
+from pacore_graph.limits import ConcurrencyLimiter
+from pacore_graph.progress import RunProgress
+from pacore_graph.records import PaCoReResult
+from pacore_graph.results_file import ResultsFile
+from pacore_graph.resume import Status, open_checkpointer, thread_id, thread_status
+from pacore_graph.run import MessagesInput, PaCoReRunner, to_messages
+
+RESULTS_FILE = "results.jsonl"
+RECORDS_DIR = "records"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One item of a run: an ``id`` unique in the folder, the ``messages`` PaCoRe answers (a problem
+    string or a conversation), and a ``payload`` that every explorer of it receives as
+    ``EpisodeContext.payload`` (a SWE task row, a pool of first-round trajectories ...)."""
+
+    id: str
+    messages: MessagesInput
+    payload: Any = None
+
+
+@dataclass
+class ProblemOutcome:
+    """What came of one problem: its ``result``, or the ``error`` that stopped it (a
+    :class:`~pacore_graph.errors.RoundFailedError` carries the failed round); how its thread started
+    (``status``); and the records its explorers made, those of earlier runs of the thread included (an
+    episode cut by a kill after its record runs again: its record may then appear twice, later last)."""
+
+    problem: Problem
+    result: PaCoReResult | None = None
+    error: Exception | None = None
+    status: Status = "fresh"
+    records: list[Any] = field(default_factory=list)
+
+
+class RunSummary(BaseModel):
+    """What one call of :meth:`RunFolder.run` did."""
+
+    total: int
+    skipped: int = Field(0, description="already in the results file: not run again")
+    fresh: int = 0
+    resumed: int = Field(0, description="continued from a checkpoint (finished trajectories kept)")
+    finished_from_checkpoint: int = Field(0, description="graph had finished, only the row was missing")
+    retried: int = Field(0, description="a round that had failed entirely was tried again")
+    failed: dict[str, str] = Field(default_factory=dict, description="problem id -> reason; rerun to retry")
+
+    @property
+    def written(self) -> int:
+        return self.fresh + self.resumed + self.finished_from_checkpoint + self.retried
+
+
+Row = Callable[[ProblemOutcome], "dict[str, Any] | None | Awaitable[dict[str, Any] | None]"]
+_COUNTERS = {"fresh": "fresh", "resumed": "resumed", "finished": "finished_from_checkpoint", "retried": "retried"}
+
+
+def answer_row(outcome: ProblemOutcome) -> dict[str, Any] | None:
+    """The default row: the problem's id, answer, rounds, usage, TTC and failures; nothing for an error."""
+    if outcome.result is None:
+        return None
+    return {"id": outcome.problem.id, **outcome.result.summary()}
+
+
+def describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"[:1000]
+
+
+class RecordLog:
+    """The records of one problem in flight, each appended to a JSONL file the moment it arrives.
+
+    Why: after a kill, finished episodes are not run again (their checkpoint writes are kept), so their
+    records exist only here. Lines of another thread (the same id run with other settings) are ignored.
+    """
+
+    def __init__(self, path: Path, thread: str):
+        self.path, self.thread = path, thread
+        self._file: ResultsFile | None = None
+        self.items: list[Any] = []
+        if path.exists():
+            self._file = ResultsFile(path, key=lambda line: line["seq"])
+            self.items = [line["record"] for line in self._file.rows if line.get("thread") == thread]
+
+    def append(self, record: Any) -> None:
+        if self._file is None:
+            self._file = ResultsFile(self.path, key=lambda line: line["seq"])
+        self._file.append({"seq": len(self._file.rows), "thread": self.thread, "record": record})
+        self.items.append(record)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+class RunFolder:
+    """An output folder for resumable runs of many problems; use it as ``async with RunFolder(...)``.
+
+    - ``fingerprint``: what the results depend on (model, schedule, sampling, scoring rules ...); a folder
+      made with another one is refused with one line naming the differing fields. ``settings``: the whole
+      configuration, kept in ``run.json`` for the reader.
+    - ``key(row)``: the id of the problem a results row belongs to (default ``row["id"]``).
+    - ``progress``: the display (a :class:`RunProgress`), True for one on stderr, False for none.
+    - ``max_concurrency``: one bound on the model calls of every run in this folder together
+      (:attr:`limiter`); None leaves each run to its config's ``max_concurrency``.
+
+    :meth:`claim` (also done on entry) checks the path, takes the folder's lock and checks the fingerprint,
+    synchronously: call it first to refuse before a server starts or anything is spent.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        fingerprint: Mapping[str, Any],
+        settings: Mapping[str, Any] | None = None,
+        key: Callable[[dict[str, Any]], str] | None = None,
+        progress: RunProgress | bool = True,
+        max_concurrency: int | None = None,
+    ):
+        self.path = Path(path)
+        self.fingerprint = dict(fingerprint)
+        self.settings = dict(settings or {})
+        self.key = key or (lambda row: row["id"])
+        self.progress = progress if isinstance(progress, RunProgress) else RunProgress(enabled=progress)
+        self.limiter = ConcurrencyLimiter(max_concurrency) if max_concurrency else None
+        self.results: ResultsFile | None = None
+        self.checkpointer: Any = None
+        self._lock = FolderLock(self.path)
+        self._stack: AsyncExitStack | None = None
+
+    # -- the folder ----------------------------------------------------------------------------------
+    def claim(self) -> RunFolder:
+        """Make sure the folder can be used (a folder, writable), lock it, check and save the fingerprint."""
+        if self._lock.held:
+            return self
+        prepare_folder(self.path)
+        self._lock.acquire()
+        try:
+            claim_settings(self.path, self.fingerprint, self.settings)
+            self.results = self.results_file(RESULTS_FILE, self.key)
+        except BaseException:
+            self._lock.release()
+            raise
+        return self
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def results_file(self, name: str, key: Callable[[dict[str, Any]], Any]) -> ResultsFile:
+        """Another append-only JSONL file in the folder (a pool, say); a torn last line is reported."""
+        results = ResultsFile(self.path / name, key=key)
+        if results.torn_lines:
+            self.progress.print(f"dropped {results.torn_lines} torn line(s) from {results.path}")
+        return results
+
+    async def __aenter__(self) -> RunFolder:
+        self.claim()
+        self._stack = AsyncExitStack()
+        try:
+            self.checkpointer = await self._stack.enter_async_context(open_checkpointer(self.path))
+            self._stack.enter_context(self.progress)
+        except BaseException:
+            await self._stack.aclose()
+            self.release()
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        try:
+            if self._stack is not None:
+                await self._stack.aclose()
+        finally:
+            self._stack, self.checkpointer = None, None
+            self.release()
+
+    # -- running problems ----------------------------------------------------------------------------
+    async def run(
+        self,
+        model_or_explorer: Any,
+        config: PaCoReConfig,
+        problems: Iterable[Problem],
+        row: Row = answer_row,
+        *,
+        concurrency: int | None = None,
+        label: str | None = "problems",
+        trace: bool = False,
+        salt: Iterable[str] = (),
+    ) -> RunSummary:
+        """Solve every problem whose row is not in the results yet, ``concurrency`` at a time (None: all).
+
+        A problem that fails, or whose ``row`` returns None or raises, is reported in the summary and left
+        for the next run; the others go on. ``label`` names the display's bar of these problems (None: no
+        bar). ``trace`` keeps full trajectories on the results (``result.trajectories``, this process's
+        only). ``salt`` (a model name, an agent's settings) separates the threads of runs that send
+        different things under one config.
+        """
+        if self.checkpointer is None or self.results is None:
+            raise PaCoReError("use the RunFolder as `async with RunFolder(...) as folder:` before running")
+        problems = list(problems)
+        messages = _checked_messages(problems)
+        done = self.results.done()
+        todo = [problem for problem in problems if problem.id not in done]
+        summary = RunSummary(total=len(problems), skipped=len(problems) - len(todo))
+        runner = PaCoReRunner(model_or_explorer, config, checkpointer=self.checkpointer, limiter=self.limiter)
+        gate = asyncio.Semaphore(concurrency) if concurrency else contextlib.nullcontext()
+        if label:
+            self.progress.add(label, len(todo))
+
+        async def one(problem: Problem) -> None:
+            async with gate:
+                thread = thread_id(problem.id, messages[problem.id], config, *salt)
+                records = RecordLog(self._records_path(problem.id), thread)
+                outcome = await self._solve(runner, problem, messages[problem.id], thread, records, trace)
+                await self._write(outcome, row, thread, records, summary)
+            if label:
+                self.progress.advance(label, note=f"{len(summary.failed)} failed" if summary.failed else None)
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                for problem in todo:
+                    group.create_task(one(problem))
+        except BaseExceptionGroup as failed:  # a broken row or folder stops the run: say why, plainly
+            raise failed.exceptions[0] from None
+        return summary
+
+    async def _solve(
+        self, runner: PaCoReRunner, problem: Problem, messages: Any, thread: str, records: RecordLog, trace: bool
+    ) -> ProblemOutcome:
+        outcome = ProblemOutcome(problem, records=records.items)
+        try:
+            outcome.status, outcome.result = await thread_status(runner, thread)
+            if outcome.result is None:
+                outcome.result = await runner.arun(
+                    messages, {"configurable": {"thread_id": thread}}, resume=outcome.status != "fresh",
+                    durability="sync", payload=problem.payload, on_record=records.append, on_event=self.progress,
+                    trace=trace,
+                )  # fmt: skip
+        except Exception as exc:  # one problem's failure must not cost the others
+            outcome.error = exc
+        return outcome
+
+    async def _write(
+        self, outcome: ProblemOutcome, row: Row, thread: str, records: RecordLog, summary: RunSummary
+    ) -> None:
+        problem_id = outcome.problem.id
+        try:
+            made = row(outcome)
+            if inspect.isawaitable(made):
+                made = await made
+        except Exception as exc:  # noqa: BLE001 - the row is left to the next run, with why
+            summary.failed[problem_id] = describe(exc)
+            return
+        if made is None:
+            summary.failed[problem_id] = describe(outcome.error) if outcome.error else "no row was made"
+            return
+        if self.key(made) != problem_id:
+            raise PaCoReError(f"the row made for problem {problem_id!r} has the key {self.key(made)!r}")
+        self.results.append(made)  # type: ignore[union-attr]
+        await self.checkpointer.adelete_thread(thread)  # the row is on disk: the rest is spare
+        records.remove()
+        counter = _COUNTERS[outcome.status]
+        setattr(summary, counter, getattr(summary, counter) + 1)
+
+    def _records_path(self, problem_id: str) -> Path:
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", problem_id)[:80]
+        return self.path / RECORDS_DIR / f"{safe}-{hashlib.sha256(problem_id.encode()).hexdigest()[:8]}.jsonl"
+
+
+def prepare_folder(path: Path) -> None:
+    """Create the output folder (and its parents); one clear line when it cannot be one, before anything runs."""
+    if path.exists() and not path.is_dir():
+        raise PaCoReError(f"{path} is a file: the output must be a folder (a run keeps results and checkpoints there)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PaCoReError(f"cannot create the output folder {path}: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise PaCoReError(f"cannot write in the output folder {path}")
+
+
+def _checked_messages(problems: list[Problem]) -> dict[str, Any]:
+    """Every problem's messages, converted now: a bad problem is one clear error before anything is spent."""
+    converted: dict[str, Any] = {}
+    for problem in problems:
+        if problem.id in converted:
+            raise ValueError(f"problem id {problem.id!r} appears twice: ids must be unique in a run")
+        try:
+            converted[problem.id] = to_messages(problem.messages)
+        except ValueError as exc:
+            raise ValueError(f"problem {problem.id!r}: {exc}") from None
+    return converted

@@ -1,0 +1,153 @@
+"""The extension module: what benchmark and agent authors build on, beside the public API.
+
+``pacore_graph`` runs PaCoRe (one problem, many problems resumably, inside a graph). This module holds
+the parts a benchmark or an agent is made of; ``benchmarks/`` and ``agents/`` use these two modules only.
+Every other module of the package is internal and may change.
+
+Explorers (what produces one trajectory)
+    ``Explorer`` the protocol (``async explore(messages, episode) -> Trajectory``); ``ChatExplorer`` one
+    chat completion; ``Trajectory`` what an explorer returns. ``OneTrajectory(explorer, messages, episode,
+    config)``: one trajectory as the operator runs it (``await .explore(slot=...)`` with its retries and
+    timeout, ``.record(outcome)`` with its token accounting), for single calls outside a PaCoRe run (a pool
+    of first-round trajectories).
+Retries and transient errors
+    ``RetryPolicy``, ``with_retries(attempt, policy, timeout, slot=...)``, ``is_transient(exc)`` (decided
+    by the error's class), ``ModelRequestError`` (``.status``, ``.retryable``); ``run_sync(coroutine)``
+    (a sync wrapper's way to await: one background loop, cancelled on Ctrl-C).
+Coordination options (``pacore_graph.coordination``; every one off by default)
+    ``Budget``, ``EarlyStop`` (``PaCoReConfig.budget`` / ``.early_stop``), ``BudgetExhaustedError``,
+    ``rsa_config`` and ``RSA_TEMPLATE`` (Recursive Self-Aggregation on the operator); the
+    answer a conclusion commits to, read by MathArena's non-strict rules: ``extract_answer``,
+    ``boxed_answer``, ``strip_math_delimiters``, ``TEXT_GROUP``, ``AnswerFlag``; ``majority_vote``.
+Token accounting
+    ``completion_tokens(reported, content, reasoning)`` (server usage first, else a count) and
+    ``count_tokens(text)``, each giving ``(tokens, approximate)``.
+Records (results as data)
+    ``RoundRecord`` / ``TrajectoryRecord``: what ``PaCoReResult.rounds`` and ``RoundFailedError.round`` hold.
+The run engine's parts (see ``pacore_graph.RunFolder``)
+    ``ProblemOutcome`` what ``row(outcome)`` receives; ``RunSummary``; ``RunProgress`` the one progress display
+    (rich, stderr); ``ResultsFile`` append-only JSONL rows; ``write_json_atomically``; the folder's errors
+    ``FolderInUse`` (``.pid``) and ``SettingsMismatch`` (``.differing``); ``open_checkpointer(folder)`` and
+    ``thread_id(...)`` for reading a folder's checkpoints.
+Messages and text
+    ``message_text(message)``; ``compact(content, reasoning, finish_reason)`` (a message's conclusion);
+    ``cut_middle(text, head, tail)`` (keep head and tail, say how much was cut); ``synthesis_messages``,
+    ``render_synthesis_prompt`` and ``DEFAULT_TEMPLATE`` (the paper's Table 6).
+Schedules and command lines
+    ``PRESETS``, ``parse_rounds("32,4")``, ``add_schedule_arguments`` / ``add_model_arguments`` (the
+    ``--preset``/``--rounds`` and ``--base-url``/``--model``/``--api-key`` flags) and ``config_from_args``.
+Model servers
+    ``serving(base_url, model, api_key)`` (a client for a block; starts the embedded model when no URL is
+    given), ``configured_url`` (the URL given, else ``OPENAI_BASE_URL``; several are refused),
+    ``check_server(model)`` (the server answers and serves the model), ``served_models(url)`` and
+    ``discover_model(url)`` (its first), ``OpenAICompatibleChatModel`` (the client class),
+    ``EmbeddedServer``, ``EMBEDDED_MODEL`` / ``EMBEDDED_CONTEXT``, ``free_port()``; for vllm-router:
+    ``ServerProcess``, ``router_command``, ``ROUTER_POLICY``.
+The OpenAI-compatible endpoint (``pacore serve``; needs the ``server`` extra, so imported when asked for)
+    ``create_app``, ``BackgroundServer``.
+"""
+
+from pacore_graph.accounting import completion_tokens, count_tokens
+from pacore_graph.cli import add_model_arguments, add_schedule_arguments, config_from_args
+from pacore_graph.compaction import compact
+from pacore_graph.config import PRESETS, RetryPolicy, parse_rounds
+from pacore_graph.coordination import RSA_TEMPLATE, Budget, EarlyStop, boxed_answer, extract_answer, majority_vote
+from pacore_graph.coordination.answers import TEXT_GROUP, strip_math_delimiters
+from pacore_graph.coordination.answers import Flag as AnswerFlag
+from pacore_graph.coordination.rsa import rsa_config
+from pacore_graph.engine import ProblemOutcome, RunSummary
+from pacore_graph.errors import BudgetExhaustedError, ModelRequestError, is_transient
+from pacore_graph.explorer import ChatExplorer, Explorer
+from pacore_graph.fingerprint import SettingsMismatch
+from pacore_graph.folder_lock import FolderInUse
+from pacore_graph.models import (
+    EmbeddedServer,
+    OpenAICompatibleChatModel,
+    check_server,
+    configured_url,
+    discover_model,
+    served_models,
+    serving,
+)
+from pacore_graph.models.embedded import DEFAULT_CONTEXT as EMBEDDED_CONTEXT
+from pacore_graph.models.embedded import MODEL_ALIAS as EMBEDDED_MODEL
+from pacore_graph.models.embedded import free_port
+from pacore_graph.models.vllm_server import ROUTER_POLICY, ServerProcess, router_command
+from pacore_graph.progress import RunProgress
+from pacore_graph.prompt import DEFAULT_TEMPLATE, message_text, render_synthesis_prompt, synthesis_messages
+from pacore_graph.records import RoundRecord, Trajectory, TrajectoryRecord
+from pacore_graph.results_file import ResultsFile, write_json_atomically
+from pacore_graph.resume import open_checkpointer, thread_id
+from pacore_graph.retry import with_retries
+from pacore_graph.sync import run_sync
+from pacore_graph.text import cut_middle
+from pacore_graph.trajectory import OneTrajectory
+
+__all__ = [
+    "DEFAULT_TEMPLATE",
+    "TEXT_GROUP",
+    "EMBEDDED_CONTEXT",
+    "EMBEDDED_MODEL",
+    "PRESETS",
+    "ROUTER_POLICY",
+    "RSA_TEMPLATE",
+    "AnswerFlag",
+    "Budget",
+    "BudgetExhaustedError",
+    "ChatExplorer",
+    "EarlyStop",
+    "EmbeddedServer",
+    "Explorer",
+    "FolderInUse",
+    "ModelRequestError",
+    "OneTrajectory",
+    "OpenAICompatibleChatModel",
+    "ProblemOutcome",
+    "ResultsFile",
+    "RetryPolicy",
+    "RoundRecord",
+    "RunProgress",
+    "RunSummary",
+    "ServerProcess",
+    "SettingsMismatch",
+    "Trajectory",
+    "TrajectoryRecord",
+    "add_model_arguments",
+    "boxed_answer",
+    "add_schedule_arguments",
+    "check_server",
+    "compact",
+    "completion_tokens",
+    "config_from_args",
+    "configured_url",
+    "count_tokens",
+    "cut_middle",
+    "discover_model",
+    "extract_answer",
+    "free_port",
+    "is_transient",
+    "majority_vote",
+    "message_text",
+    "open_checkpointer",
+    "parse_rounds",
+    "render_synthesis_prompt",
+    "router_command",
+    "run_sync",
+    "rsa_config",
+    "served_models",
+    "strip_math_delimiters",
+    "serving",
+    "synthesis_messages",
+    "thread_id",
+    "with_retries",
+    "write_json_atomically",
+]
+
+
+def __getattr__(name: str):
+    """The endpoint's names, imported on first use: it needs the optional ``server`` extra."""
+    if name in ("BackgroundServer", "create_app"):
+        from pacore_graph import server
+
+        return getattr(server, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,108 @@
+"""One trajectory: an explorer called with the operator's retries and timeout, then its plain-data record.
+
+The graph runs every trajectory through :class:`OneTrajectory`; so does anything that needs single model
+calls with the same retries and token accounting (a benchmark's pool of first-round trajectories).
+"""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+
+from pacore_graph.accounting import completion_tokens
+from pacore_graph.compaction import compact
+from pacore_graph.compat import ReferenceRetries, reference_text
+from pacore_graph.config import PaCoReConfig
+from pacore_graph.episode import EpisodeContext
+from pacore_graph.errors import error_status, is_transient
+from pacore_graph.records import Trajectory, TrajectoryData
+from pacore_graph.retry import with_retries
+
+
+class OneTrajectory:
+    """``explorer.explore(messages, episode)`` as the operator runs it: retried on transient failures
+    (``settings.retry``), each attempt holding ``slot`` and limited to ``settings.request_timeout``.
+
+    ``attempts`` counts the attempts made so far, also when the work is cancelled midway. With
+    ``compat="reference"`` the reference pipeline's retry rule holds (:class:`~pacore_graph.compat.ReferenceRetries`):
+    ``uncapped``, the same explorer without ``max_tokens``, takes over after a refusal as too long.
+    """
+
+    def __init__(
+        self,
+        explorer: Any,
+        messages: list[BaseMessage],
+        episode: EpisodeContext,
+        settings: PaCoReConfig,
+        *,
+        uncapped: Any | None = None,
+    ):
+        self.explorer = explorer
+        self.messages = messages
+        self.episode = episode
+        self.settings = settings
+        self.attempts = 0
+        reference = settings.compat == "reference"
+        self._uncapped = uncapped or explorer
+        self._retries = ReferenceRetries(capped=self._uncapped is not explorer) if reference else None
+
+    async def _attempt(self) -> Trajectory:
+        self.attempts += 1
+        explorer = self.explorer if self._retries is None or self._retries.capped else self._uncapped
+        return await explorer.explore(self.messages, self.episode)
+
+    async def explore(self, *, slot: AbstractAsyncContextManager[Any] | None = None) -> Trajectory:
+        """The trajectory; the last error when it still fails after its retries."""
+        settings = self.settings
+        retryable = is_transient if self._retries is None else self._retries.retryable
+        outcome, _ = await with_retries(
+            self._attempt, settings.retry, settings.request_timeout, slot=slot, retryable=retryable
+        )
+        return outcome
+
+    def record(self, outcome: Trajectory) -> TrajectoryData:
+        """What a run keeps of it: its conclusion (compacted) and counts, tokens from usage or counted.
+        With ``compat="reference"`` the conclusion is the reference pipeline's text: what follows the last
+        ``</think>`` or the whole reply, and the final call's raw reply."""
+        compacted = compact(outcome.content, outcome.reasoning, outcome.finish_reason)
+        conclusion = compacted.conclusion if compacted.conclusion.strip() else ""
+        if self.settings.compat == "reference":
+            conclusion = outcome.content if self.episode.final else reference_text(outcome.content)
+        elif not conclusion and compacted.truncated and self.settings.truncated_policy == "keep":
+            conclusion = outcome.content  # the reference pipeline passes such raw text on
+        tokens, approximate = completion_tokens(outcome.completion_tokens, outcome.content, outcome.reasoning)
+        return TrajectoryData(
+            round_index=self.episode.round_index,
+            index=self.episode.index,
+            conclusion=conclusion,
+            tool_calls=[_tool_call(call) for call in outcome.tool_calls],
+            content_length=len(outcome.content),
+            prompt_tokens=outcome.prompt_tokens or 0,
+            completion_tokens=tokens,
+            tokens_approximate=approximate,
+            finish_reason=outcome.finish_reason,
+            model_name=outcome.model_name,
+            message_id=outcome.message_id,
+            truncated=compacted.truncated,
+            attempts=self.attempts,
+        )
+
+    def failure(self, exc: BaseException) -> TrajectoryData:
+        """The record of a trajectory that failed for good: why, with the error's class, status and kind."""
+        return TrajectoryData(
+            round_index=self.episode.round_index,
+            index=self.episode.index,
+            error=f"{type(exc).__name__}: {exc}"[:2000],
+            error_type=type(exc).__name__,
+            error_status=error_status(exc),
+            error_transient=is_transient(exc),
+            attempts=self.attempts,
+        )
+
+
+def _tool_call(call: dict[str, Any]) -> dict[str, Any]:
+    """A call as state keeps it; one without an id gets one (a ToolNode answers calls by id)."""
+    return {"name": call["name"], "args": call.get("args") or {}, "id": call.get("id") or f"call_{uuid.uuid4().hex}"}
