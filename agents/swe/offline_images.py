@@ -1,0 +1,278 @@
+"""Images for real SWE-bench rows, built here without conda or Docker Hub.
+
+Three layers, each cached by Docker:
+
+* base: a Debian root file system (debootstrap) whose Python matches the repository version's needs
+  (bullseye 3.9, bookworm 3.11, trixie 3.13; see ``specs.py``);
+* environment: a virtual environment at ``/opt/pacore/venv`` with the version's packages, installed
+  from a wheelhouse that this host's pip downloaded (``wheelhouse.py``). The wheelhouse stays in the
+  image and pip is told to use only it, so the row's ``eval_script`` can rerun its install step with
+  the container's network off. ``/opt/miniconda3/bin/activate`` stands in for conda's, since eval
+  scripts start with ``source /opt/miniconda3/bin/activate; conda activate testbed``;
+* instance: the repository at the base commit in ``/testbed`` (one commit, which ``refs/replace``
+  makes answer to the row's ``base_commit``, so ``git diff BASE`` and ``git checkout BASE -- f``
+  work as in the official images), installed by the version's install command.
+
+The image is named ``pacore-swe.sweb.eval.<instance id>:latest``; :func:`image_for` finds it for a
+row whose official image is not on the host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+import shutil
+import tempfile
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+
+from pacore_agents.swe.docker_files import read_file, write_tar
+from pacore_agents.swe.images import (
+    CONTAINER_WORKDIR,
+    GIT_ENV,
+    ImageBuildError,
+    build_image,
+    build_lock,
+    docker_client,
+    ensure_base_image,
+    image_exists,
+)
+from pacore_agents.swe.owners import owner_labels
+from pacore_agents.swe.snapshots import SnapshotError, extract_snapshot, find_snapshot, tree_digest
+from pacore_agents.swe.specs import DEBIAN_PYTHON, InstallSpec, UnsupportedRowError, image_env, spec_for
+from pacore_agents.swe.wheelhouse import (
+    WheelhouseError,
+    download_wheels,
+    merge_requirements,
+    read_requirement_file,
+)
+
+Log = Callable[[str], None]
+
+VENV = "/opt/pacore/venv"
+WHEELS = "/opt/pacore/wheels"
+IMAGE_PREFIX = "pacore-swe.sweb.eval."
+RECIPE_LABEL = "pacore.recipe"
+SNAPSHOT_LABEL = "pacore.snapshot"  # content hash of the repository tree the image was built from
+ALWAYS = ("pip", "setuptools", "wheel")  # what `pip install -e .` needs offline with build isolation
+MAX_MARKER_ROUNDS = 6
+_MISSING = re.compile(r"No matching distribution found for ([^\n\r]+)")
+
+ACTIVATE = f"""# pacore: stands in for conda's activate script; this image has a virtual environment, no conda.
+export VIRTUAL_ENV={VENV}
+case ":$PATH:" in *":{VENV}/bin:"*) ;; *) export PATH="{VENV}/bin:$PATH" ;; esac
+conda() {{ return 0; }}
+"""
+CONDA = f"""#!/bin/sh
+# pacore: no conda in this image; the environment is the virtual environment {VENV} (already on PATH).
+[ "$1" = activate ] || [ "$1" = deactivate ] || echo "conda is not installed here; use {VENV}" >&2
+"""
+
+
+def offline_image_name(row: dict) -> str:
+    return f"{IMAGE_PREFIX}{row['instance_id'].lower()}:latest"
+
+
+def image_for(client, row: dict) -> str | None:
+    """The image a sandbox for ``row`` should use: the row's own if present, else one built here."""
+    if image_exists(client, row["image"]):
+        return row["image"]
+    built = offline_image_name(row)
+    return built if image_exists(client, built) else None
+
+
+def ensure_offline_image(
+    row: dict, repos: Path | None, client=None, *, log: Log = print, rebuild: bool = False
+) -> str:
+    """Build the row's image from its snapshot in ``repos`` unless it exists; return its name."""
+    client = client or docker_client()
+    name = offline_image_name(row)
+    if image_exists(client, name) and not rebuild:
+        return name
+    try:
+        spec = spec_for(row)
+        if repos is None:
+            raise SnapshotError(f"{row['instance_id']}: building its image needs --repos DIR holding its snapshot")
+        source = find_snapshot(Path(repos), row)
+    except (UnsupportedRowError, SnapshotError) as exc:
+        raise ImageBuildError(str(exc)) from exc
+    with build_lock(name):
+        if image_exists(client, name) and not rebuild:
+            return name
+        with tempfile.TemporaryDirectory(prefix="pacore-instance-") as tmp:
+            work = Path(tmp)
+            try:
+                extract_snapshot(source, row, work / "repo")
+            except SnapshotError as exc:
+                raise ImageBuildError(str(exc)) from exc
+            labels = {"pacore.instance_id": row["instance_id"], SNAPSHOT_LABEL: tree_digest(work / "repo")}
+            # The host's pip evaluates environment markers for its own Python, so a dependency that only
+            # the image's Python needs (`tomli; python_version < "3.11"`) can be missing: the build says
+            # which, it is fetched, and the build runs again.
+            extra: list[str] = []
+            for _ in range(MAX_MARKER_ROUNDS):
+                env_image = _ensure_environment(client, row, spec, work, extra, log)
+                (work / "Dockerfile").write_text(_instance_dockerfile(env_image, spec, row))
+                log(f"{row['instance_id']}: building {name} on {env_image}")
+                try:
+                    build_image(client, work, name, labels, log=log)
+                    return name
+                except ImageBuildError as exc:
+                    missing = missing_requirement(str(exc))
+                    if not missing or missing in extra:
+                        raise ImageBuildError(f"{row['instance_id']}: {exc}") from exc
+                    log(f"{row['instance_id']}: the image's Python also needs {missing}: fetching it")
+                    extra.append(missing)
+            raise ImageBuildError(f"{row['instance_id']}: still missing requirements after {extra}")
+    return name
+
+
+def missing_requirement(build_log: str) -> str | None:
+    """The requirement (without its marker) that pip inside a build could not find, if that was the error."""
+    found = _MISSING.findall(build_log)
+    return found[-1].split(";", 1)[0].strip() if found else None
+
+
+# ------------------------------------------------------------------------------------------ environment
+
+
+def environment_requirements(spec: InstallSpec, repo: Path) -> list[str]:
+    """The packages of the environment: the repository's requirement file, overridden by the version's pins."""
+    from_file: list[str] = []
+    for relative in spec.requirement_files:
+        if (repo / relative).exists():
+            from_file = read_requirement_file(repo / relative)
+            break
+    return merge_requirements(from_file, spec.packages) + list(ALWAYS)
+
+
+def build_requirements(repo: Path) -> list[str]:
+    """``[build-system] requires`` of the repository (pip needs them in the wheelhouse to install it)."""
+    pyproject = repo / "pyproject.toml"
+    if not pyproject.exists():
+        return []
+    try:
+        return list(tomllib.loads(pyproject.read_text()).get("build-system", {}).get("requires", []))
+    except tomllib.TOMLDecodeError:
+        return []
+
+
+def _ensure_environment(client, row: dict, spec: InstallSpec, work: Path, extra: list[str], log: Log) -> str:
+    release = spec.release
+    base = ensure_base_image(client, release=release, log=log)
+    python, machine, env = DEBIAN_PYTHON[release], _daemon_machine(client), image_env(spec, row)
+    requirements = environment_requirements(spec, work / "repo")
+    building = build_requirements(work / "repo") + list(ALWAYS)
+    log(f"{row['instance_id']}: downloading wheels for Python {python} ({release})")
+    for folder in ("build-wheels", "wheels", "environment"):
+        shutil.rmtree(work / folder, ignore_errors=True)
+    wheels = work / "wheels"
+    try:
+        download_wheels(building, dest=work / "build-wheels", python=python, release=release, machine=machine,
+                        env=env, log=log)
+        own = project_requirements(client, base, work / "repo", work / "build-wheels", env)
+        files = download_wheels(requirements + building + own + extra, dest=wheels, python=python,
+                                release=release, machine=machine, env=env, log=log)
+    except WheelhouseError as exc:
+        raise ImageBuildError(f"{row['instance_id']}: {exc}") from exc
+    (wheels / "requirements.txt").write_text("".join(f"{line}\n" for line in requirements))
+    digest = hashlib.sha256(base.encode())
+    digest.update((wheels / "requirements.txt").read_bytes())
+    for wheel in files:
+        digest.update(wheel.name.encode() + hashlib.sha256(wheel.read_bytes()).digest())
+    tag = digest.hexdigest()[:16]
+    name = f"pacore-swe.env.{re.sub(r'[^a-z0-9]+', '_', row['repo'].lower())}:{tag}"
+    with build_lock(name):
+        if image_exists(client, name):
+            return name
+        context = work / "environment"
+        context.mkdir()
+        wheels.rename(context / "wheels")
+        (context / "activate").write_text(ACTIVATE)
+        (context / "conda").write_text(CONDA)
+        (context / "Dockerfile").write_text(_environment_dockerfile(base))
+        log(f"{row['instance_id']}: building environment {name} ({len(files)} wheels)")
+        build_image(client, context, name, {RECIPE_LABEL: tag}, log=log)
+    return name
+
+
+_METADATA_SCRIPT = (
+    "set -e; python3 -m venv /tmp/v; /tmp/v/bin/python -m pip install -q --no-index --find-links /w --upgrade pip"
+    " && /tmp/v/bin/python -m pip install -q --no-index --find-links /w --dry-run --no-deps --ignore-installed"
+    " --report /tmp/report.json /repo"
+)
+
+
+def project_requirements(client, base: str, repo: Path, wheels: Path, env: dict[str, str]) -> list[str]:
+    """The repository's own dependencies, read by the image's Python in a container without network.
+
+    Why there: an old ``setup.py`` often no longer runs on this host's newer Python.
+    """
+    container = client.containers.create(base, ["bash", "-c", _METADATA_SCRIPT], network_mode="none",
+                                         environment=env, labels=owner_labels(), working_dir="/")
+    try:
+        with tempfile.TemporaryFile() as archive:
+            write_tar(archive, {"repo": repo, "w": wheels})
+            archive.seek(0)
+            container.put_archive("/", archive)
+        container.start()
+        status = container.wait(timeout=900).get("StatusCode")
+        if status != 0:
+            output = container.logs().decode(errors="replace")
+            raise ImageBuildError(f"reading the repository's dependencies failed ({status}):\n{output[-3000:]}")
+        report = json.loads(read_file(container, "/tmp/report.json"))
+    finally:
+        container.remove(force=True)
+    requires = report["install"][0]["metadata"].get("requires_dist") or []
+    return [line for line in requires if "extra" not in line.partition(";")[2]]
+
+
+def _environment_dockerfile(base: str) -> str:
+    return (
+        f"FROM {base}\n"
+        f"COPY wheels {WHEELS}\n"
+        "COPY activate /opt/miniconda3/bin/activate\n"
+        "COPY conda /opt/miniconda3/bin/conda\n"
+        f"RUN chmod 755 /opt/miniconda3/bin/conda && python3 -m venv {VENV}"
+        f" && {VENV}/bin/python -m pip install -q --no-index --find-links {WHEELS} --upgrade pip"
+        f" && {VENV}/bin/python -m pip install -q --no-index --find-links {WHEELS} -r {WHEELS}/requirements.txt\n"
+        f"ENV PATH={VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin VIRTUAL_ENV={VENV}"
+        f" PIP_NO_INDEX=1 PIP_FIND_LINKS={WHEELS} PIP_DISABLE_PIP_VERSION_CHECK=1\n"
+    )
+
+
+def _daemon_machine(client) -> str:
+    machine = (client.info() or {}).get("Architecture") or "x86_64"
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+
+
+# ------------------------------------------------------------------------------------------ instance
+
+
+def _instance_dockerfile(env_image: str, spec: InstallSpec, row: dict) -> str:
+    git_env = " ".join(f"{key}={shlex.quote(value)}" for key, value in GIT_ENV.items())
+    env = image_env(spec, row)
+    steps = [
+        *spec.pre_install,  # before the commit: the base tree is what the fixed steps leave
+        f"export {git_env}",
+        "git init -q",
+        "git add -A -f .",  # every file of the snapshot was tracked upstream, ignored patterns or not
+        f"git -c commit.gpgsign=false commit -q -m {shlex.quote('base commit ' + row['base_commit'])}",
+        f"git update-ref refs/replace/{row['base_commit']} HEAD",
+        spec.install,
+        # What the install leaves (build/, *.egg-info) is no part of any patch: excluded from `git add -A`.
+        "git status --porcelain --untracked-files=normal | sed -n 's/^?? //p' >> .git/info/exclude",
+        "test -z \"$(git status --porcelain)\" || { echo 'the install step changed tracked files:';"
+        " git status --porcelain | head -20; exit 1; }",
+    ]
+    lines = [
+        f"FROM {env_image}",
+        f"COPY repo {CONTAINER_WORKDIR}",
+        f"WORKDIR {CONTAINER_WORKDIR}",
+        *([f"ENV {' '.join(f'{k}={shlex.quote(v)}' for k, v in env.items())}"] if env else []),
+        "RUN set -e; " + "; ".join(steps),
+    ]
+    return "\n".join(lines) + "\n"
