@@ -45,3 +45,18 @@ def read_file(container, path: str) -> bytes:
         if handle is None:
             raise FileNotFoundError(f"{path} is not a regular file in the container")
         return handle.read()
+
+
+def read_folder(container, path: str) -> dict[str, bytes]:
+    """The regular files directly in a container's folder, by name (the container may have stopped)."""
+    stream, _ = container.get_archive(path)
+    buffer = io.BytesIO()
+    for chunk in stream:
+        buffer.write(chunk)
+    buffer.seek(0)
+    files = {}
+    with tarfile.open(fileobj=buffer) as archive:
+        for member in archive.getmembers():
+            if member.isfile() and member.name.count("/") == 1:
+                files[posixpath.basename(member.name)] = archive.extractfile(member).read()
+    return files

@@ -21,6 +21,7 @@ from pathlib import Path
 BASE_RELEASE = "bookworm"  # the local tasks' base; real rows pick theirs by Python version (specs.py)
 BASE_IMAGE = f"pacore-swe.base:{BASE_RELEASE}"
 BASE_PACKAGES = ("python3", "python3-venv", "python3-pytest", "git", "patch", "ca-certificates")
+BUILDER_PACKAGES = (*BASE_PACKAGES, "gcc", "libc6-dev", "python3-dev")  # compiles source-only packages
 BASE_RECIPE_LABEL = "pacore.base_recipe"
 CONTAINER_WORKDIR = "/testbed"
 TASK_HASH_LABEL = "pacore.task_hash"
@@ -108,18 +109,22 @@ def debian_mirror() -> str:
     return "http://deb.debian.org/debian"
 
 
-def base_image_name(release: str) -> str:
-    return f"pacore-swe.base:{release}"
+def base_image_name(release: str, kind: str = "base") -> str:
+    return f"pacore-swe.{kind}:{release}"
 
 
-def ensure_base_image(client=None, *, release: str = BASE_RELEASE, log: Log = print, rebuild: bool = False) -> str:
+def ensure_base_image(
+    client=None, *, release: str = BASE_RELEASE, builder: bool = False, log: Log = print, rebuild: bool = False
+) -> str:
     """Build the Debian ``release`` base image once (about 2 minutes): debootstrap, then import the tree.
 
+    ``builder``: the base plus a C compiler and Python's headers, for packages that exist only as source.
     The image carries a hash of its recipe; an image of the same name made from another recipe is rebuilt.
     """
     client = client or docker_client()
-    name = base_image_name(release)
-    recipe = hashlib.sha256(f"{release} {' '.join(BASE_PACKAGES)}".encode()).hexdigest()[:16]
+    name = base_image_name(release, "builder" if builder else "base")
+    packages = BUILDER_PACKAGES if builder else BASE_PACKAGES
+    recipe = hashlib.sha256(f"{release} {' '.join(packages)}".encode()).hexdigest()[:16]
     with build_lock(name):
         if image_label(client, name, BASE_RECIPE_LABEL) == recipe and not rebuild:
             return name
@@ -136,7 +141,7 @@ def ensure_base_image(client=None, *, release: str = BASE_RELEASE, log: Log = pr
             command = [
                 "debootstrap",
                 "--variant=minbase",
-                f"--include={','.join(BASE_PACKAGES)}",
+                f"--include={','.join(packages)}",
                 release,
                 str(rootfs),
                 mirror,

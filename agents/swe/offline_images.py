@@ -29,7 +29,9 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
-from pacore_agents.swe.docker_files import read_file, write_tar
+from packaging.requirements import Requirement
+
+from pacore_agents.swe.docker_files import read_folder, write_tar
 from pacore_agents.swe.images import (
     CONTAINER_WORKDIR,
     GIT_ENV,
@@ -46,6 +48,7 @@ from pacore_agents.swe.specs import DEBIAN_PYTHON, InstallSpec, UnsupportedRowEr
 from pacore_agents.swe.wheelhouse import (
     WheelhouseError,
     download_wheels,
+    marker_environment,
     merge_requirements,
     read_requirement_file,
 )
@@ -58,8 +61,6 @@ IMAGE_PREFIX = "pacore-swe.sweb.eval."
 RECIPE_LABEL = "pacore.recipe"
 SNAPSHOT_LABEL = "pacore.snapshot"  # content hash of the repository tree the image was built from
 ALWAYS = ("pip", "setuptools", "wheel")  # what `pip install -e .` needs offline with build isolation
-MAX_MARKER_ROUNDS = 6
-_MISSING = re.compile(r"No matching distribution found for ([^\n\r]+)")
 
 ACTIVATE = f"""# pacore: stands in for conda's activate script; this image has a virtual environment, no conda.
 export VIRTUAL_ENV={VENV}
@@ -109,31 +110,14 @@ def ensure_offline_image(
             except SnapshotError as exc:
                 raise ImageBuildError(str(exc)) from exc
             labels = {"pacore.instance_id": row["instance_id"], SNAPSHOT_LABEL: tree_digest(work / "repo")}
-            # The host's pip evaluates environment markers for its own Python, so a dependency that only
-            # the image's Python needs (`tomli; python_version < "3.11"`) can be missing: the build says
-            # which, it is fetched, and the build runs again.
-            extra: list[str] = []
-            for _ in range(MAX_MARKER_ROUNDS):
-                env_image = _ensure_environment(client, row, spec, work, extra, log)
-                (work / "Dockerfile").write_text(_instance_dockerfile(env_image, spec, row))
-                log(f"{row['instance_id']}: building {name} on {env_image}")
-                try:
-                    build_image(client, work, name, labels, log=log)
-                    return name
-                except ImageBuildError as exc:
-                    missing = missing_requirement(str(exc))
-                    if not missing or missing in extra:
-                        raise ImageBuildError(f"{row['instance_id']}: {exc}") from exc
-                    log(f"{row['instance_id']}: the image's Python also needs {missing}: fetching it")
-                    extra.append(missing)
-            raise ImageBuildError(f"{row['instance_id']}: still missing requirements after {extra}")
+            env_image = _ensure_environment(client, row, spec, work, log)
+            (work / "Dockerfile").write_text(_instance_dockerfile(env_image, spec, row))
+            log(f"{row['instance_id']}: building {name} on {env_image}")
+            try:
+                build_image(client, work, name, labels, log=log)
+            except ImageBuildError as exc:
+                raise ImageBuildError(f"{row['instance_id']}: {exc}") from exc
     return name
-
-
-def missing_requirement(build_log: str) -> str | None:
-    """The requirement (without its marker) that pip inside a build could not find, if that was the error."""
-    found = _MISSING.findall(build_log)
-    return found[-1].split(";", 1)[0].strip() if found else None
 
 
 # ------------------------------------------------------------------------------------------ environment
@@ -160,7 +144,7 @@ def build_requirements(repo: Path) -> list[str]:
         return []
 
 
-def _ensure_environment(client, row: dict, spec: InstallSpec, work: Path, extra: list[str], log: Log) -> str:
+def _ensure_environment(client, row: dict, spec: InstallSpec, work: Path, log: Log) -> str:
     release = spec.release
     base = ensure_base_image(client, release=release, log=log)
     python, machine, env = DEBIAN_PYTHON[release], _daemon_machine(client), image_env(spec, row)
@@ -170,12 +154,14 @@ def _ensure_environment(client, row: dict, spec: InstallSpec, work: Path, extra:
     for folder in ("build-wheels", "wheels", "environment"):
         shutil.rmtree(work / folder, ignore_errors=True)
     wheels = work / "wheels"
+    build = SourceBuilder(client, release, work / "build-wheels", log)
     try:
         download_wheels(building, dest=work / "build-wheels", python=python, release=release, machine=machine,
-                        env=env, log=log)
-        own = project_requirements(client, base, work / "repo", work / "build-wheels", env)
-        files = download_wheels(requirements + building + own + extra, dest=wheels, python=python,
-                                release=release, machine=machine, env=env, log=log)
+                        env=env, build=build, log=log)
+        own = project_requirements(client, base, work / "repo", work / "build-wheels", spec, env,
+                                   marker_environment(python, machine))
+        files = download_wheels(requirements + building + own, dest=wheels, python=python,
+                                release=release, machine=machine, env=env, build=build, log=log)
     except WheelhouseError as exc:
         raise ImageBuildError(f"{row['instance_id']}: {exc}") from exc
     (wheels / "requirements.txt").write_text("".join(f"{line}\n" for line in requirements))
@@ -199,35 +185,91 @@ def _ensure_environment(client, row: dict, spec: InstallSpec, work: Path, extra:
     return name
 
 
-_METADATA_SCRIPT = (
-    "set -e; python3 -m venv /tmp/v; /tmp/v/bin/python -m pip install -q --no-index --find-links /w --upgrade pip"
-    " && /tmp/v/bin/python -m pip install -q --no-index --find-links /w --dry-run --no-deps --ignore-installed"
-    " --report /tmp/report.json /repo"
-)
+class SourceBuilder:
+    """Builds a source distribution into a wheel with the image's Python, in a container without network:
+    on the base image first, on the builder image (a C compiler, Python's headers) when that fails."""
+
+    SCRIPT = (
+        "set -e; python3 -m venv /tmp/v; /tmp/v/bin/python -m pip install -q --no-index --find-links /w --upgrade pip"
+        " && /tmp/v/bin/python -m pip wheel -q --no-deps --no-index --find-links /w -w /out /src/*"
+    )
+
+    def __init__(self, client, release: str, build_wheels: Path, log: Log):
+        self.client, self.release, self.build_wheels, self.log = client, release, build_wheels, log
+
+    def __call__(self, source: Path, dest: Path) -> Path:
+        failure = ""
+        for builder in (False, True):
+            image = ensure_base_image(self.client, release=self.release, builder=builder, log=self.log)
+            with tempfile.TemporaryDirectory(prefix="pacore-build-") as tmp:
+                (Path(tmp) / "src").mkdir()
+                shutil.copy(source, Path(tmp) / "src" / source.name)
+                status, output, files = run_once(self.client, image, ["bash", "-c", self.SCRIPT], {},
+                                                 {"src": Path(tmp) / "src", "w": self.build_wheels}, "/out")
+            wheels = [name for name in files if name.endswith(".whl")]
+            if status == 0 and wheels:
+                (dest / wheels[0]).write_bytes(files[wheels[0]])
+                return dest / wheels[0]
+            failure = output[-3000:]
+        raise WheelhouseError(f"{source.name} did not build with the image's Python:\n{failure}")
 
 
-def project_requirements(client, base: str, repo: Path, wheels: Path, env: dict[str, str]) -> list[str]:
-    """The repository's own dependencies, read by the image's Python in a container without network.
-
-    Why there: an old ``setup.py`` often no longer runs on this host's newer Python.
-    """
-    container = client.containers.create(base, ["bash", "-c", _METADATA_SCRIPT], network_mode="none",
-                                         environment=env, labels=owner_labels(), working_dir="/")
+def run_once(client, image: str, command: list[str], env: dict[str, str], inputs: dict[str, Path],
+             outputs: str) -> tuple[int, str, dict[str, bytes]]:
+    """Run ``command`` once in a fresh container without network, ``inputs`` copied to ``/NAME``; return its
+    exit status, its output and the regular files under ``outputs`` (by name) when it has finished."""
+    container = client.containers.create(image, command, network_mode="none", environment=env,
+                                         labels=owner_labels(), working_dir="/")
     try:
         with tempfile.TemporaryFile() as archive:
-            write_tar(archive, {"repo": repo, "w": wheels})
+            write_tar(archive, inputs)
             archive.seek(0)
             container.put_archive("/", archive)
         container.start()
-        status = container.wait(timeout=900).get("StatusCode")
-        if status != 0:
-            output = container.logs().decode(errors="replace")
-            raise ImageBuildError(f"reading the repository's dependencies failed ({status}):\n{output[-3000:]}")
-        report = json.loads(read_file(container, "/tmp/report.json"))
+        status = container.wait(timeout=1800).get("StatusCode")
+        output = container.logs().decode(errors="replace")
+        files = read_folder(container, outputs) if status == 0 else {}
     finally:
         container.remove(force=True)
-    requires = report["install"][0]["metadata"].get("requires_dist") or []
-    return [line for line in requires if "extra" not in line.partition(";")[2]]
+    return status, output, files
+
+
+_METADATA_SCRIPT = (
+    "mkdir -p /tmp/report; python3 -m venv /tmp/v"
+    "; /tmp/v/bin/python -m pip install -q --no-index --find-links /w --upgrade pip"
+    " && /tmp/v/bin/python -m pip install -q --no-index --find-links /w --dry-run --no-deps --ignore-installed"
+    " --report /tmp/report/report.json /repo"
+)
+
+
+def install_extras(install: str) -> list[str]:
+    """The extras an install command asks for: ``pip install -e .[test]`` -> ``["test"]``."""
+    found = re.search(r"\.\[([^\]]+)\]", install)
+    return [extra.strip() for extra in found.group(1).split(",")] if found else []
+
+
+def project_requirements(
+    client, base: str, repo: Path, wheels: Path, spec: InstallSpec, env: dict[str, str], markers: dict[str, str]
+) -> list[str]:
+    """The repository's own dependencies (with the extras its install asks for), for the image's Python.
+
+    The metadata is built after the recipe's ``pre_install`` steps (they may pin dependencies), by the
+    image's Python in a container without network (an old ``setup.py`` often no longer runs on this
+    host's newer Python); the markers are then evaluated here for the image.
+    """
+    script = "; ".join(["set -e", "cd /repo", *spec.pre_install, "cd /", _METADATA_SCRIPT])
+    status, output, files = run_once(client, base, ["bash", "-c", script], env, {"repo": repo, "w": wheels},
+                                     "/tmp/report")
+    if status != 0:
+        raise ImageBuildError(f"reading the repository's dependencies failed ({status}):\n{output[-3000:]}")
+    report = json.loads(files["report.json"])
+    wanted, extras = [], ["", *install_extras(spec.install)]
+    for line in report["install"][0]["metadata"].get("requires_dist") or []:
+        requirement = Requirement(line)
+        marker, requirement.marker = requirement.marker, None
+        if marker is None or any(marker.evaluate({**markers, "extra": extra}) for extra in extras):
+            wanted.append(str(requirement))
+    return wanted
 
 
 def _environment_dockerfile(base: str) -> str:

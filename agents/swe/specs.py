@@ -88,6 +88,46 @@ _SYMPY = InstallSpec(python="3.9", packages=("mpmath", "flake8", "mpmath==1.3.0"
 _SYMPY_NEW = InstallSpec(python="3.9", packages=("mpmath==1.3.0",),
                          requirement_files=("requirements-dev.txt", "requirements-test.txt"))
 
+_SPHINX_SETUP_PINS = (  # swebench's pins for Sphinx 3.0-4.4, whose open-ended requirements no longer install
+    "sed -i 's/Jinja2>=2.3/Jinja2<3.0/' setup.py",
+    "sed -i 's/sphinxcontrib-applehelp/sphinxcontrib-applehelp<=1.0.7/' setup.py",
+    "sed -i 's/sphinxcontrib-devhelp/sphinxcontrib-devhelp<=1.0.5/' setup.py",
+    "sed -i 's/sphinxcontrib-qthelp/sphinxcontrib-qthelp<=1.0.6/' setup.py",
+    "sed -i 's/alabaster>=0.7,<0.8/alabaster>=0.7,<0.7.12/' setup.py",
+    "sed -i \"s/'packaging',/'packaging', 'markupsafe<=2.0.1',/\" setup.py",
+)
+_SPHINX_HELP_PINS = (
+    "sed -i 's/sphinxcontrib-htmlhelp/sphinxcontrib-htmlhelp<=2.0.4/' setup.py",
+    "sed -i 's/sphinxcontrib-serializinghtml/sphinxcontrib-serializinghtml<=1.1.9/' setup.py",
+)
+_SPHINX_HELP_PINS_4_2 = (
+    "sed -i 's/sphinxcontrib-htmlhelp>=2.0.0/sphinxcontrib-htmlhelp>=2.0.0,<=2.0.4/' setup.py",
+    "sed -i 's/sphinxcontrib-serializinghtml>=1.1.5/sphinxcontrib-serializinghtml>=1.1.5,<=1.1.9/' setup.py",
+)
+_SPHINX_HELP_PINS_4_1 = (
+    "grep -q 'sphinxcontrib-htmlhelp>=2.0.0' setup.py && "
+    "sed -i 's/sphinxcontrib-htmlhelp>=2.0.0/sphinxcontrib-htmlhelp>=2.0.0,<=2.0.4/' setup.py || "
+    "sed -i 's/sphinxcontrib-htmlhelp/sphinxcontrib-htmlhelp<=2.0.4/' setup.py",
+    "grep -q 'sphinxcontrib-serializinghtml>=1.1.5' setup.py && "
+    "sed -i 's/sphinxcontrib-serializinghtml>=1.1.5/sphinxcontrib-serializinghtml>=1.1.5,<=1.1.9/' setup.py || "
+    "sed -i 's/sphinxcontrib-serializinghtml/sphinxcontrib-serializinghtml<=1.1.9/' setup.py",
+)
+
+
+def _sphinx(version: str) -> InstallSpec:
+    steps = ["sed -i 's/pytest/pytest -rA/' tox.ini"]
+    if version in ("3.0", "3.1", "3.2", "3.3", "3.4", "3.5", "4.0", "4.1", "4.2", "4.3", "4.4"):
+        steps += _SPHINX_SETUP_PINS
+        steps += {"4.1": _SPHINX_HELP_PINS_4_1, "4.2": _SPHINX_HELP_PINS_4_2, "4.3": _SPHINX_HELP_PINS_4_2,
+                  "4.4": _SPHINX_HELP_PINS_4_2}.get(version, _SPHINX_HELP_PINS)
+    return InstallSpec(python="3.9", install="python -m pip install -e .[test]",
+                       packages=("tox==4.16.0", "tox-current-env==0.0.11", "Jinja2==3.0.3"), pre_install=tuple(steps))
+
+
+_PYLINT = InstallSpec(python="3.9", requirement_files=("requirements_test.txt",))
+_PYLINT_3 = InstallSpec(python="3.9", requirement_files=("requirements_test.txt",),
+                        packages=("astroid==3.0.0a6", "setuptools"))
+
 RECIPES: dict[str, dict[str, InstallSpec]] = {
     "psf/requests": dict.fromkeys(
         ["0.7", "0.8", "0.9", "0.11", "0.13", "0.14", "1.1", "1.2", "2.0", "2.2", "2.3", "2.4", "2.5", "2.7", "2.8",
@@ -108,6 +148,18 @@ RECIPES: dict[str, dict[str, InstallSpec]] = {
             ["0.7", "1.0", "1.1", "1.2", "1.4", "1.5", "1.6", "1.7", "1.8", "1.9", "1.10", "1.11", "1.12"], _SYMPY
         ),
         **dict.fromkeys(["1.13", "1.14"], _SYMPY_NEW),
+    },
+    # Versions 7.2 and later install graphviz with apt: not covered.
+    "sphinx-doc/sphinx": {
+        version: _sphinx(version)
+        for version in ["1.5", "1.6", "1.7", "1.8", "2.0", "2.1", "2.2", "2.3", "2.4", "3.0", "3.1", "3.2", "3.3",
+                        "3.4", "3.5", "4.0", "4.1", "4.2", "4.3", "4.4", "4.5", "5.0", "5.1", "5.2", "5.3", "6.0",
+                        "6.2", "7.0", "7.1"]
+    },
+    # Version 2.8 installs enchant with apt: not covered.
+    "pylint-dev/pylint": {
+        **dict.fromkeys(["2.9", "2.10", "2.11", "2.13", "2.14", "2.15", "2.16", "2.17"], _PYLINT),
+        **dict.fromkeys(["3.0", "3.1", "3.2", "3.3", "4.0"], _PYLINT_3),
     },
     "pallets/flask": {
         "2.0": InstallSpec(python="3.9", packages=_FLASK_PINS_2_0, requirement_files=("requirements/dev.txt",)),

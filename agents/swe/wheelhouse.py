@@ -5,8 +5,7 @@ The host's own pip resolves and downloads (``pip download --only-binary=:all: --
 ``pip.conf``, a mirror for air-gapped machines) is the one used. ``--python-version`` alone still
 evaluates environment markers (``tomli; python_version < "3.11"``) for the host's Python, so pip runs
 with its marker environment set to the image's. A requirement that exists only as a source
-distribution is built into a wheel here when the result is pure Python; anything else that lacks a
-wheel for the image's Python is an error naming it.
+distribution is downloaded here and built into a wheel by the image's own Python (``build``).
 """
 
 from __future__ import annotations
@@ -22,7 +21,9 @@ from pathlib import Path
 
 # glibc of each Debian release: which manylinux wheels its Python can load.
 DEBIAN_GLIBC = {"bullseye": 31, "bookworm": 36, "trixie": 41}
-_MISSING = re.compile(r"No matching distribution found for (\S+)")
+# How pip names a requirement without a usable wheel: directly, or inside a resolution conflict.
+_MISSING = re.compile(r"No matching distribution found for (\S+)"
+                      r"|no matching distributions available for your environment:\s*\n\s+(\S+)")
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 MAX_SOURCE_BUILDS = 20
 # Runs pip with the image's marker environment; pip itself is unchanged (plain pip if its layout differs).
@@ -84,6 +85,7 @@ def marker_environment(python_full: str, machine: str) -> dict[str, str]:
 def platform_tags(release: str, machine: str) -> list[str]:
     glibc = DEBIAN_GLIBC[release]
     tags = [f"manylinux_2_{minor}_{machine}" for minor in range(glibc, 16, -1)]
+    tags.append(f"linux_{machine}")  # wheels built from source for the image
     if machine in ("x86_64", "i686"):
         tags += [f"manylinux2014_{machine}", f"manylinux2010_{machine}", f"manylinux1_{machine}"]
     elif machine == "aarch64":
@@ -99,11 +101,14 @@ def download_wheels(
     release: str,
     machine: str,
     env: dict[str, str] | None = None,
+    build: Callable[[Path, Path], Path] | None = None,
     log: Callable[[str], None] = print,
 ) -> list[Path]:
     """Fill ``dest`` with wheels of ``requirements`` and their dependencies, for the image's Python.
 
     One resolution covers them all, so the wheelhouse holds one consistent version of each package.
+    ``build(source_distribution, dest)`` makes a wheel of a package that has none (in the image, since
+    only its Python and C library can build one that it will load); without it, such a package is an error.
     Returns the wheels in ``dest``.
     """
     dest.mkdir(parents=True, exist_ok=True)
@@ -119,33 +124,32 @@ def download_wheels(
         ]
         # Wheels built here join as files (not through --find-links, which would replace the user's own).
         built: list[str] = []
+        tried: set[str] = set()
         for _ in range(MAX_SOURCE_BUILDS):
             done = _pip(command + built, env)
             if done.returncode == 0:
                 return sorted(dest.glob("*.whl"))
             missing = _MISSING.search(done.stdout + done.stderr)
-            if not missing:
+            requirement = (missing.group(1) or missing.group(2)) if missing else None
+            if requirement is None or requirement in tried:
                 raise WheelhouseError(f"pip download for Python {python} failed:\n{_tail(done)}")
-            built.append(str(_build_pure_wheel(missing.group(1), dest, python, env, log)))
+            tried.add(requirement)
+            built.append(str(_build_from_source(requirement, dest, python, env, build, log)))
     raise WheelhouseError(f"pip download for Python {python}: more than {MAX_SOURCE_BUILDS} source-only packages")
 
 
-def _build_pure_wheel(requirement: str, dest: Path, python: str, env, log) -> Path:
-    """Build a source-only requirement into a wheel on this host; keep it only if it is pure Python."""
-    log(f"no wheel of {requirement} for Python {python}: building it from source (pure Python only)")
+def _build_from_source(requirement: str, dest: Path, python: str, env, build, log) -> Path:
+    """Fetch the source distribution of ``requirement`` and have ``build`` make it a wheel in ``dest``."""
+    if build is None:
+        raise WheelhouseError(f"{requirement} has no wheel for Python {python}")
+    log(f"no wheel of {requirement} for Python {python}: building it from source with the image's Python")
     with tempfile.TemporaryDirectory(prefix="pacore-sdist-") as tmp:
-        done = _pip([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-binary", ":all:", "--wheel-dir", tmp,
+        done = _pip([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--dest", tmp,
                      "--disable-pip-version-check", "--progress-bar", "off", requirement], env)
-        built = list(Path(tmp).glob("*.whl"))
-        if done.returncode != 0 or not built:
-            raise WheelhouseError(f"{requirement} has no wheel for Python {python} and did not build:\n{_tail(done)}")
-        wheel = built[0]
-        if not wheel.name.endswith("-none-any.whl"):
-            raise WheelhouseError(
-                f"{requirement} has no wheel for Python {python} and builds only as {wheel.name} (compiled for this "
-                "host): this row needs the official SWE-bench image"
-            )
-        return wheel.replace(dest / wheel.name)
+        sources = [path for path in Path(tmp).iterdir() if path.is_file()]
+        if done.returncode != 0 or not sources:
+            raise WheelhouseError(f"{requirement} has no wheel for Python {python} and no source:\n{_tail(done)}")
+        return build(sources[0], dest)
 
 
 def _pip(command: list[str], env: dict[str, str] | None) -> subprocess.CompletedProcess:
