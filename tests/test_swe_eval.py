@@ -16,7 +16,7 @@ from pacore_agents.swe.sandbox import open_sandbox
 from pacore_agents.swe.tasks import listed_tests, load_tasks
 
 pytestmark = pytest.mark.docker
-VERIFIED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "swebench" / "verified.parquet"
+VERIFIED_ROWS = Path(__file__).parent / "fixtures" / "swe" / "verified_rows.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -109,10 +109,13 @@ def test_rerun_skips_finished_instances(rows, tmp_path):
 
 
 def test_missing_swebench_image_is_an_error_entry_not_a_crash(client, tmp_path):
-    [row] = load_tasks(str(VERIFIED), instances=["astropy__astropy-12907"])
+    [stored] = load_tasks(str(VERIFIED_ROWS), instances=["psf__requests-1142"])
+    # A row whose official image this host lacks and that no offline build made.
+    row = {**stored, "instance_id": "psf__requests-0", "image": "swebench/sweb.eval.x86_64.psf_1776_requests-0:latest"}
     summary = evaluate([row], load_predictions("gold", [row]), run_id="real", output_dir=tmp_path, progress=False)
     assert summary.error_ids == [row["instance_id"]]
     assert row["image"] in summary.errors[row["instance_id"]] and "docker pull" in summary.errors[row["instance_id"]]
+    assert "pacore swe images build" in summary.errors[row["instance_id"]]  # or build it here, offline
 
 
 def test_bad_predictions_get_one_clear_error(rows, tmp_path):

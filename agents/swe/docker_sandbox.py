@@ -46,6 +46,8 @@ ENV_PRELUDE = (
 _STOP_ALL = (
     'for d in /proc/[0-9]*; do p=${d#/proc/}; case "$p" in 1|"$0"|$$) ;; *) kill -9 "$p" 2>/dev/null;; esac; done'
 )
+# The process keeping the container alive: the init's first child (read right after the start).
+_KEEPER = "cat /proc/1/task/1/children 2>/dev/null || awk '$4 == 1 {print $1}' /proc/[0-9]*/stat | sort -n"
 _OPEN: weakref.WeakSet[DockerSandbox] = weakref.WeakSet()
 
 
@@ -116,7 +118,7 @@ class DockerSandbox(BaseSandbox):
         _OPEN.add(self)
         try:
             self._container.start()
-            keeper = self._container.exec_run(["cat", "/proc/1/task/1/children"]).output.decode().split()
+            keeper = self._container.exec_run(["sh", "-c", _KEEPER]).output.decode().split()
             self._keeper = keeper[0] if keeper else ""
         except BaseException:
             self.close()

@@ -1,9 +1,10 @@
-"""Docker images for the local task suite, built without any registry.
+"""Docker images built without any registry: Debian bases, and the local task suite's images.
 
-There is no Docker Hub here: the base image is a Debian root file system made by ``debootstrap`` and
-turned into an image with an import; each task image is a thin layer on top (the task's repository,
-committed with a fixed author and date so that the commit hash is the row's ``base_commit``). Images
-are cached by name and rebuilt only when the task's files change (a content-hash label).
+There is no Docker Hub here: a base image is a Debian root file system made by ``debootstrap`` and
+turned into an image with an import (one per release; ``offline_images.py`` builds real SWE-bench rows
+on them). Each local task image is a thin layer on the bookworm base (the task's repository, committed
+with a fixed author and date so that the commit hash is the row's ``base_commit``). Images are cached
+by name and rebuilt only when what they are made of changes (a content-hash label).
 """
 
 from __future__ import annotations
@@ -180,7 +181,7 @@ def image_label(client, image: str, label: str) -> str | None:
         return None
 
 
-def build_image(client, context: Path, tag: str, labels: dict[str, str], *, log: Log = print) -> None:
+def build_image(client, context: Path, tag: str, labels: dict[str, str]) -> None:
     """``docker build`` of a folder holding a Dockerfile, without network; the build log is in the error."""
     from pacore_agents.swe.docker_files import write_tar
 
@@ -288,7 +289,7 @@ def ensure_task_image(row: dict, client=None, *, log: Log = print, rebuild: bool
         with tempfile.TemporaryDirectory(prefix="pacore-task-") as tmp:
             (Path(tmp) / "Dockerfile").write_text(_dockerfile())
             copy_repo(repo_dir, Path(tmp) / "repo")
-            build_image(client, Path(tmp), image, {TASK_HASH_LABEL: wanted}, log=log)
+            build_image(client, Path(tmp), image, {TASK_HASH_LABEL: wanted})
     head = _image_head(client, image)
     if head != row["base_commit"]:
         raise ImageBuildError(

@@ -114,7 +114,7 @@ def ensure_offline_image(
             (work / "Dockerfile").write_text(_instance_dockerfile(env_image, spec, row))
             log(f"{row['instance_id']}: building {name} on {env_image}")
             try:
-                build_image(client, work, name, labels, log=log)
+                build_image(client, work, name, labels)
             except ImageBuildError as exc:
                 raise ImageBuildError(f"{row['instance_id']}: {exc}") from exc
     return name
@@ -165,11 +165,9 @@ def _ensure_environment(client, row: dict, spec: InstallSpec, work: Path, log: L
     except WheelhouseError as exc:
         raise ImageBuildError(f"{row['instance_id']}: {exc}") from exc
     (wheels / "requirements.txt").write_text("".join(f"{line}\n" for line in requirements))
-    digest = hashlib.sha256(base.encode())
-    digest.update((wheels / "requirements.txt").read_bytes())
-    for wheel in files:
-        digest.update(wheel.name.encode() + hashlib.sha256(wheel.read_bytes()).digest())
-    tag = digest.hexdigest()[:16]
+    # Named by what it holds: wheel names carry name and version (a wheel built here again differs in bytes only).
+    recipe = "\n".join([base, (wheels / "requirements.txt").read_text(), *(wheel.name for wheel in files)])
+    tag = hashlib.sha256(recipe.encode()).hexdigest()[:16]
     name = f"pacore-swe.env.{re.sub(r'[^a-z0-9]+', '_', row['repo'].lower())}:{tag}"
     with build_lock(name):
         if image_exists(client, name):
@@ -181,7 +179,7 @@ def _ensure_environment(client, row: dict, spec: InstallSpec, work: Path, log: L
         (context / "conda").write_text(CONDA)
         (context / "Dockerfile").write_text(_environment_dockerfile(base))
         log(f"{row['instance_id']}: building environment {name} ({len(files)} wheels)")
-        build_image(client, context, name, {RECIPE_LABEL: tag}, log=log)
+        build_image(client, context, name, {RECIPE_LABEL: tag})
     return name
 
 
