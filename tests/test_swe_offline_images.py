@@ -21,7 +21,7 @@ from pacore_agents.swe.offline_images import offline_image_name
 from pacore_agents.swe.snapshots import SnapshotError, extract_snapshot, find_snapshot, tree_digest
 from pacore_agents.swe.specs import UnsupportedRowError, debian_release, spec_for
 from pacore_agents.swe.tasks import listed_tests, load_tasks
-from pacore_agents.swe.wheelhouse import download_wheels, merge_requirements, read_requirement_file
+from pacore_agents.swe.wheelhouse import download_wheels, merge_requirements, read_requirement_file, stand_in_wheel
 
 FIXTURES = Path(__file__).parent / "fixtures" / "swe"
 ROWS = FIXTURES / "verified_rows.jsonl"
@@ -156,3 +156,17 @@ def test_wheels_are_chosen_for_the_images_python_markers_included(tmp_path):
     new = download_wheels(wanted, dest=tmp_path / "new", python="3.13.5", release="trixie", machine="x86_64")
     assert sorted(p.name for p in old) == ["six-1.16.0-py2.py3-none-any.whl", "tomli-2.0.1-py3-none-any.whl"]
     assert [p.name for p in new] == ["six-1.16.0-py2.py3-none-any.whl"]
+
+
+def test_a_stand_in_lets_pip_resolve_a_project_it_cannot_build_here(tmp_path):
+    """The repository is resolved from its metadata alone: its requirements, its extras, its own version."""
+    metadata = {"name": "demo-project", "version": "1.0.dev3", "provides_extra": ["test"],
+                "requires_dist": ["six==1.16.0", 'tomli==2.0.1; extra == "test"']}
+    stand_in = stand_in_wheel(tmp_path / "stand-in", metadata)
+    assert stand_in.name == "demo_project-1.0.dev3-py3-none-any.whl"
+    plain = download_wheels([str(stand_in)], dest=tmp_path / "plain", python="3.9.2", release="bullseye",
+                            machine="x86_64")
+    tested = download_wheels([f"{stand_in}[test]"], dest=tmp_path / "tested", python="3.9.2", release="bullseye",
+                             machine="x86_64")
+    assert {p.name for p in plain} == {stand_in.name, "six-1.16.0-py2.py3-none-any.whl"}
+    assert {p.name for p in tested} == {p.name for p in plain} | {"tomli-2.0.1-py3-none-any.whl"}

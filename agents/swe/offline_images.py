@@ -29,8 +29,6 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
-from packaging.requirements import Requirement
-
 from pacore_agents.swe.docker_files import read_folder, write_tar
 from pacore_agents.swe.images import (
     CONTAINER_WORKDIR,
@@ -48,9 +46,9 @@ from pacore_agents.swe.specs import DEBIAN_PYTHON, InstallSpec, UnsupportedRowEr
 from pacore_agents.swe.wheelhouse import (
     WheelhouseError,
     download_wheels,
-    marker_environment,
     merge_requirements,
     read_requirement_file,
+    stand_in_wheel,
 )
 
 Log = Callable[[str], None]
@@ -151,17 +149,24 @@ def _ensure_environment(client, row: dict, spec: InstallSpec, work: Path, log: L
     requirements = environment_requirements(spec, work / "repo")
     building = build_requirements(work / "repo") + list(ALWAYS)
     log(f"{row['instance_id']}: downloading wheels for Python {python} ({release})")
-    for folder in ("build-wheels", "wheels", "environment"):
+    for folder in ("build-wheels", "wheels", "environment", "stand-in"):
         shutil.rmtree(work / folder, ignore_errors=True)
     wheels = work / "wheels"
     build = SourceBuilder(client, release, work / "build-wheels", log)
     try:
         download_wheels(building, dest=work / "build-wheels", python=python, release=release, machine=machine,
                         env=env, build=build, log=log)
-        own = project_requirements(client, base, work / "repo", work / "build-wheels", spec, env,
-                                   marker_environment(python, machine))
-        files = download_wheels(requirements + building + own, dest=wheels, python=python,
-                                release=release, machine=machine, env=env, build=build, log=log)
+        metadata = project_metadata(client, base, work / "repo", work / "build-wheels", spec, env)
+        project = stand_in_wheel(work / "stand-in", metadata)
+        extras = install_extras(spec.install)
+        # Two resolutions into one wheelhouse, as swebench installs: the environment's packages first, then
+        # the repository (a stand-in declaring its dependencies: some depend back on it) with what it needs;
+        # its install may change a version the environment pinned.
+        for wanted in (requirements, [f"{project}[{','.join(extras)}]" if extras else str(project), *building]):
+            files = download_wheels(wanted, dest=wheels, python=python, release=release, machine=machine, env=env,
+                                    build=build, log=log)
+        (wheels / project.name).unlink(missing_ok=True)
+        files = [wheel for wheel in files if wheel.name != project.name]
     except WheelhouseError as exc:
         raise ImageBuildError(f"{row['instance_id']}: {exc}") from exc
     (wheels / "requirements.txt").write_text("".join(f"{line}\n" for line in requirements))
@@ -246,28 +251,20 @@ def install_extras(install: str) -> list[str]:
     return [extra.strip() for extra in found.group(1).split(",")] if found else []
 
 
-def project_requirements(
-    client, base: str, repo: Path, wheels: Path, spec: InstallSpec, env: dict[str, str], markers: dict[str, str]
-) -> list[str]:
-    """The repository's own dependencies (with the extras its install asks for), for the image's Python.
+def project_metadata(
+    client, base: str, repo: Path, wheels: Path, spec: InstallSpec, env: dict[str, str]
+) -> dict:
+    """The repository's core metadata (name, version, requires_dist, ...) as the image's Python builds it.
 
-    The metadata is built after the recipe's ``pre_install`` steps (they may pin dependencies), by the
-    image's Python in a container without network (an old ``setup.py`` often no longer runs on this
-    host's newer Python); the markers are then evaluated here for the image.
+    Built after the recipe's ``pre_install`` steps (they may pin dependencies), in a container without
+    network: an old ``setup.py`` often no longer runs on this host's newer Python.
     """
     script = "; ".join(["set -e", "cd /repo", *spec.pre_install, "cd /", _METADATA_SCRIPT])
     status, output, files = run_once(client, base, ["bash", "-c", script], env, {"repo": repo, "w": wheels},
                                      "/tmp/report")
     if status != 0:
         raise ImageBuildError(f"reading the repository's dependencies failed ({status}):\n{output[-3000:]}")
-    report = json.loads(files["report.json"])
-    wanted, extras = [], ["", *install_extras(spec.install)]
-    for line in report["install"][0]["metadata"].get("requires_dist") or []:
-        requirement = Requirement(line)
-        marker, requirement.marker = requirement.marker, None
-        if marker is None or any(marker.evaluate({**markers, "extra": extra}) for extra in extras):
-            wanted.append(str(requirement))
-    return wanted
+    return json.loads(files["report.json"])["install"][0]["metadata"]
 
 
 def _environment_dockerfile(base: str) -> str:

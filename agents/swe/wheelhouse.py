@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import zipfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -136,6 +137,26 @@ def download_wheels(
             tried.add(requirement)
             built.append(str(_build_from_source(requirement, dest, python, env, build, log)))
     raise WheelhouseError(f"pip download for Python {python}: more than {MAX_SOURCE_BUILDS} source-only packages")
+
+
+def stand_in_wheel(folder: Path, metadata: dict) -> Path:
+    """A wheel that only declares a project (name, version, extras, requirements), built from its core
+    metadata: pip then resolves the project's dependencies with the project itself (some depend back on
+    it, e.g. Sphinx's sphinxcontrib-* packages) without building it on this host."""
+    name, version = metadata["name"], metadata["version"]
+    stem = f"{re.sub(r'[-_.]+', '_', name)}-{version}"
+    lines = [
+        "Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",
+        *(f"Provides-Extra: {extra}" for extra in metadata.get("provides_extra") or []),
+        *(f"Requires-Dist: {requirement}" for requirement in metadata.get("requires_dist") or []),
+    ]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{stem}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as wheel:
+        wheel.writestr(f"{stem}.dist-info/METADATA", "\n".join(lines) + "\n")
+        wheel.writestr(f"{stem}.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr(f"{stem}.dist-info/RECORD", "")
+    return path
 
 
 def _build_from_source(requirement: str, dest: Path, python: str, env, build, log) -> Path:
