@@ -130,13 +130,23 @@ def download_wheels(
             done = _pip(command + built, env)
             if done.returncode == 0:
                 return sorted(dest.glob("*.whl"))
-            missing = _MISSING.search(done.stdout + done.stderr)
-            requirement = (missing.group(1) or missing.group(2)) if missing else None
+            requirement = missing_requirement(done.stdout + done.stderr)
             if requirement is None or requirement in tried:
                 raise WheelhouseError(f"pip download for Python {python} failed:\n{_tail(done)}")
             tried.add(requirement)
             built.append(str(_build_from_source(requirement, dest, python, env, build, log)))
     raise WheelhouseError(f"pip download for Python {python}: more than {MAX_SOURCE_BUILDS} source-only packages")
+
+
+def missing_requirement(pip_output: str) -> str | None:
+    """The requirement pip found no wheel for: named directly, or in a conflict report, where the specifier
+    comes from the "X depends on NAME<2 and >=1" lines."""
+    found = _MISSING.search(pip_output)
+    if found is None or found.group(1):
+        return found.group(1) if found else None
+    name = found.group(2)
+    wanted = re.search(rf"depends on {re.escape(name)}([^\n;]*)", pip_output, re.I)
+    return name + wanted.group(1).replace(" and ", ",").replace(" ", "") if wanted else name
 
 
 def stand_in_wheel(folder: Path, metadata: dict) -> Path:
