@@ -21,7 +21,13 @@ from pacore_agents.swe.offline_images import offline_image_name
 from pacore_agents.swe.snapshots import SnapshotError, extract_snapshot, find_snapshot, tree_digest
 from pacore_agents.swe.specs import UnsupportedRowError, debian_release, spec_for
 from pacore_agents.swe.tasks import listed_tests, load_tasks
-from pacore_agents.swe.wheelhouse import download_wheels, merge_requirements, read_requirement_file, stand_in_wheel
+from pacore_agents.swe.wheelhouse import (
+    download_wheels,
+    merge_requirements,
+    missing_requirement,
+    read_requirement_file,
+    stand_in_wheel,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "swe"
 ROWS = FIXTURES / "verified_rows.jsonl"
@@ -170,3 +176,14 @@ def test_a_stand_in_lets_pip_resolve_a_project_it_cannot_build_here(tmp_path):
                              machine="x86_64")
     assert {p.name for p in plain} == {stand_in.name, "six-1.16.0-py2.py3-none-any.whl"}
     assert {p.name for p in tested} == {p.name for p in plain} | {"tomli-2.0.1-py3-none-any.whl"}
+
+
+def test_the_package_pip_lacks_a_wheel_for_is_read_from_its_report():
+    assert missing_requirement("ERROR: No matching distribution found for atomicwrites==1.4.1\n") == "atomicwrites==1.4.1"
+    conflict = (  # pip 26's report when the only candidates are source distributions (pylint 2.10's astroid)
+        "The conflict is caused by:\n    astroid 2.6.6 depends on wrapt<1.13 and >=1.11\n\n"
+        "Additionally, some packages in these conflicts have no matching distributions available for your "
+        "environment:\n    wrapt\n\nTo fix this you could try to:\n"
+    )
+    assert missing_requirement(conflict) == "wrapt<1.13,>=1.11"
+    assert missing_requirement("ERROR: Could not install packages due to an OSError") is None

@@ -143,49 +143,51 @@ def build_requirements(repo: Path) -> list[str]:
 
 
 def _ensure_environment(client, row: dict, spec: InstallSpec, work: Path, log: Log) -> str:
-    release = spec.release
-    base = ensure_base_image(client, release=release, log=log)
-    python, machine, env = DEBIAN_PYTHON[release], _daemon_machine(client), image_env(spec, row)
+    """The environment image of the row: its base, and a virtual environment from a wheelhouse fetched here."""
+    base = ensure_base_image(client, release=spec.release, log=log)
     requirements = environment_requirements(spec, work / "repo")
-    building = build_requirements(work / "repo") + list(ALWAYS)
-    log(f"{row['instance_id']}: downloading wheels for Python {python} ({release})")
-    for folder in ("build-wheels", "wheels", "environment", "stand-in"):
-        shutil.rmtree(work / folder, ignore_errors=True)
-    wheels = work / "wheels"
-    build = SourceBuilder(client, release, work / "build-wheels", log)
-    try:
-        download_wheels(building, dest=work / "build-wheels", python=python, release=release, machine=machine,
-                        env=env, build=build, log=log)
-        metadata = project_metadata(client, base, work / "repo", work / "build-wheels", spec, env)
-        project = stand_in_wheel(work / "stand-in", metadata)
-        extras = install_extras(spec.install)
-        # Two resolutions into one wheelhouse, as swebench installs: the environment's packages first, then
-        # the repository (a stand-in declaring its dependencies: some depend back on it) with what it needs;
-        # its install may change a version the environment pinned.
-        for wanted in (requirements, [f"{project}[{','.join(extras)}]" if extras else str(project), *building]):
-            files = download_wheels(wanted, dest=wheels, python=python, release=release, machine=machine, env=env,
-                                    build=build, log=log)
-        (wheels / project.name).unlink(missing_ok=True)
-        files = [wheel for wheel in files if wheel.name != project.name]
-    except WheelhouseError as exc:
-        raise ImageBuildError(f"{row['instance_id']}: {exc}") from exc
+    wheels = work / "environment" / "wheels"
+    files = _fill_wheelhouse(client, row, spec, base, requirements, wheels, work, log)
     (wheels / "requirements.txt").write_text("".join(f"{line}\n" for line in requirements))
     # Named by what it holds: wheel names carry name and version (a wheel built here again differs in bytes only).
-    recipe = "\n".join([base, (wheels / "requirements.txt").read_text(), *(wheel.name for wheel in files)])
+    recipe = "\n".join([base, *requirements, *(wheel.name for wheel in files)])
     tag = hashlib.sha256(recipe.encode()).hexdigest()[:16]
     name = f"pacore-swe.env.{re.sub(r'[^a-z0-9]+', '_', row['repo'].lower())}:{tag}"
     with build_lock(name):
         if image_exists(client, name):
             return name
         context = work / "environment"
-        context.mkdir()
-        wheels.rename(context / "wheels")
         (context / "activate").write_text(ACTIVATE)
         (context / "conda").write_text(CONDA)
         (context / "Dockerfile").write_text(_environment_dockerfile(base))
         log(f"{row['instance_id']}: building environment {name} ({len(files)} wheels)")
         build_image(client, context, name, {RECIPE_LABEL: tag})
     return name
+
+
+def _fill_wheelhouse(client, row: dict, spec: InstallSpec, base: str, requirements: list[str], wheels: Path,
+                     work: Path, log: Log) -> list[Path]:
+    """Every wheel the environment and the repository's install need, for the image's Python."""
+    python, machine, env = DEBIAN_PYTHON[spec.release], _daemon_machine(client), image_env(spec, row)
+    fetch = dict(python=python, release=spec.release, machine=machine, env=env, log=log,
+                 build=SourceBuilder(client, spec.release, work / "build-wheels", log))
+    building = build_requirements(work / "repo") + list(ALWAYS)
+    log(f"{row['instance_id']}: downloading wheels for Python {python} ({spec.release})")
+    try:
+        download_wheels(building, dest=work / "build-wheels", **fetch)
+        project = stand_in_wheel(work / "stand-in",
+                                 project_metadata(client, base, work / "repo", work / "build-wheels", spec, env))
+        extras = install_extras(spec.install)
+        # Two resolutions into one wheelhouse, as swebench installs: the environment's packages first, then
+        # the repository (a stand-in declaring its dependencies: some depend back on it) with what it needs;
+        # its install may change a version the environment pinned.
+        download_wheels(requirements, dest=wheels, **fetch)
+        files = download_wheels([f"{project}[{','.join(extras)}]" if extras else str(project), *building],
+                                dest=wheels, **fetch)
+    except WheelhouseError as exc:
+        raise ImageBuildError(f"{row['instance_id']}: {exc}") from exc
+    (wheels / project.name).unlink()
+    return [wheel for wheel in files if wheel.name != project.name]
 
 
 class SourceBuilder:
