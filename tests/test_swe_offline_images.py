@@ -179,7 +179,8 @@ def test_a_stand_in_lets_pip_resolve_a_project_it_cannot_build_here(tmp_path):
 
 
 def test_the_package_pip_lacks_a_wheel_for_is_read_from_its_report():
-    assert missing_requirement("ERROR: No matching distribution found for atomicwrites==1.4.1\n") == "atomicwrites==1.4.1"
+    direct = "ERROR: No matching distribution found for atomicwrites==1.4.1\n"
+    assert missing_requirement(direct) == "atomicwrites==1.4.1"
     conflict = (  # pip 26's report when the only candidates are source distributions (pylint 2.10's astroid)
         "The conflict is caused by:\n    astroid 2.6.6 depends on wrapt<1.13 and >=1.11\n\n"
         "Additionally, some packages in these conflicts have no matching distributions available for your "
