@@ -22,6 +22,9 @@ def register_images(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument("--repos", required=True,
                        help="folder of snapshots: ID.tar.gz (git archive of base_commit), ID/ or owner__name/ clones")
     build.add_argument("--rebuild", action="store_true", help="rebuild images that already exist")
+    build.add_argument("--pypi-before", default=None, metavar="DATE",
+                       help="take packages as PyPI had them at DATE (default: 2024-08-01, when SWE-bench Verified's "
+                       "environments were made; 'now' for today's; needs an index with upload times)")
     build.add_argument("--split", default="test", help="split of a hub dataset")
     build.set_defaults(func=run_build)
 
@@ -30,7 +33,7 @@ def run_build(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from pacore_agents.swe.images import ImageBuildError, docker_client
-    from pacore_agents.swe.offline_images import ensure_offline_image
+    from pacore_agents.swe.offline_images import PYPI_BEFORE, ensure_offline_image
     from pacore_agents.swe.tasks import TaskLoadError, load_tasks, parse_instances
 
     def say(line: str) -> None:
@@ -48,7 +51,8 @@ def run_build(args: argparse.Namespace) -> int:
     failed = 0
     for row in rows:
         try:
-            name = ensure_offline_image(row, repos, client, log=say, rebuild=args.rebuild)
+            before = None if args.pypi_before == "now" else args.pypi_before or PYPI_BEFORE
+            name = ensure_offline_image(row, repos, client, pypi_before=before, log=say, rebuild=args.rebuild)
         except ImageBuildError as exc:
             failed += 1
             say(f"{row['instance_id']}: FAILED: {exc}")

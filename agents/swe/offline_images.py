@@ -58,12 +58,26 @@ WHEELS = "/opt/pacore/wheels"
 IMAGE_PREFIX = "pacore-swe.sweb.eval."
 RECIPE_LABEL = "pacore.recipe"
 SNAPSHOT_LABEL = "pacore.snapshot"  # content hash of the repository tree the image was built from
+# SWE-bench Verified's environments were made in mid-2024: later releases of what a recipe leaves unpinned
+# can break old repositories (docutils 0.22 dropped what Sphinx 3 imports).
+PYPI_BEFORE = "2024-08-01T00:00:00Z"
 ALWAYS = ("pip", "setuptools", "wheel")  # what `pip install -e .` needs offline with build isolation
 
 ACTIVATE = f"""# pacore: stands in for conda's activate script; this image has a virtual environment, no conda.
 export VIRTUAL_ENV={VENV}
 case ":$PATH:" in *":{VENV}/bin:"*) ;; *) export PATH="{VENV}/bin:$PATH" ;; esac
 conda() {{ return 0; }}
+"""
+# Python finds a virtual environment next to the program it was started as, so a link to the environment's
+# python from elsewhere (tox --current-env makes one) starts the plain interpreter. Conda's python, a whole
+# prefix, has no such gap: this puts the environment's packages first for such a start.
+SITECUSTOMIZE = f"""# pacore: the environment {VENV} also for its python reached through a link from elsewhere
+import os, site, sys
+if sys.prefix == sys.base_prefix and os.path.realpath(sys.executable).startswith("{VENV}/"):
+    before = list(sys.path)
+    for folder in site.getsitepackages(["{VENV}"]):
+        site.addsitedir(folder)
+    sys.path[:] = [p for p in sys.path if p not in before] + before
 """
 CONDA = f"""#!/bin/sh
 # pacore: no conda in this image; the environment is the virtual environment {VENV} (already on PATH).
@@ -84,9 +98,18 @@ def image_for(client, row: dict) -> str | None:
 
 
 def ensure_offline_image(
-    row: dict, repos: Path | None, client=None, *, log: Log = print, rebuild: bool = False
+    row: dict,
+    repos: Path | None,
+    client=None,
+    *,
+    pypi_before: str | None = PYPI_BEFORE,
+    log: Log = print,
+    rebuild: bool = False,
 ) -> str:
-    """Build the row's image from its snapshot in ``repos`` unless it exists; return its name."""
+    """Build the row's image from its snapshot in ``repos`` unless it exists; return its name.
+
+    ``pypi_before``: packages are taken as PyPI had them then (None: as it has them now).
+    """
     client = client or docker_client()
     name = offline_image_name(row)
     if image_exists(client, name) and not rebuild:
@@ -108,7 +131,7 @@ def ensure_offline_image(
             except SnapshotError as exc:
                 raise ImageBuildError(str(exc)) from exc
             labels = {"pacore.instance_id": row["instance_id"], SNAPSHOT_LABEL: tree_digest(work / "repo")}
-            env_image = _ensure_environment(client, row, spec, work, log)
+            env_image = _ensure_environment(client, row, spec, work, pypi_before, log)
             (work / "Dockerfile").write_text(_instance_dockerfile(env_image, spec, row))
             log(f"{row['instance_id']}: building {name} on {env_image}")
             try:
@@ -142,15 +165,16 @@ def build_requirements(repo: Path) -> list[str]:
         return []
 
 
-def _ensure_environment(client, row: dict, spec: InstallSpec, work: Path, log: Log) -> str:
+def _ensure_environment(client, row: dict, spec: InstallSpec, work: Path, before: str | None, log: Log) -> str:
     """The environment image of the row: its base, and a virtual environment from a wheelhouse fetched here."""
     base = ensure_base_image(client, release=spec.release, log=log)
     requirements = environment_requirements(spec, work / "repo")
     wheels = work / "environment" / "wheels"
-    files = _fill_wheelhouse(client, row, spec, base, requirements, wheels, work, log)
+    files = _fill_wheelhouse(client, row, spec, base, requirements, wheels, work, before, log)
     (wheels / "requirements.txt").write_text("".join(f"{line}\n" for line in requirements))
     # Named by what it holds: wheel names carry name and version (a wheel built here again differs in bytes only).
-    recipe = "\n".join([base, *requirements, *(wheel.name for wheel in files)])
+    recipe = "\n".join([_environment_dockerfile(base), ACTIVATE, CONDA, SITECUSTOMIZE, *requirements,
+                        *(wheel.name for wheel in files)])
     tag = hashlib.sha256(recipe.encode()).hexdigest()[:16]
     name = f"pacore-swe.env.{re.sub(r'[^a-z0-9]+', '_', row['repo'].lower())}:{tag}"
     with build_lock(name):
@@ -159,6 +183,7 @@ def _ensure_environment(client, row: dict, spec: InstallSpec, work: Path, log: L
         context = work / "environment"
         (context / "activate").write_text(ACTIVATE)
         (context / "conda").write_text(CONDA)
+        (context / "sitecustomize.py").write_text(SITECUSTOMIZE)
         (context / "Dockerfile").write_text(_environment_dockerfile(base))
         log(f"{row['instance_id']}: building environment {name} ({len(files)} wheels)")
         build_image(client, context, name, {RECIPE_LABEL: tag})
@@ -166,10 +191,10 @@ def _ensure_environment(client, row: dict, spec: InstallSpec, work: Path, log: L
 
 
 def _fill_wheelhouse(client, row: dict, spec: InstallSpec, base: str, requirements: list[str], wheels: Path,
-                     work: Path, log: Log) -> list[Path]:
+                     work: Path, before: str | None, log: Log) -> list[Path]:
     """Every wheel the environment and the repository's install need, for the image's Python."""
     python, machine, env = DEBIAN_PYTHON[spec.release], _daemon_machine(client), image_env(spec, row)
-    fetch = dict(python=python, release=spec.release, machine=machine, env=env, log=log,
+    fetch = dict(python=python, release=spec.release, machine=machine, env=env, before=before, log=log,
                  build=SourceBuilder(client, spec.release, work / "build-wheels", log))
     building = build_requirements(work / "repo") + list(ALWAYS)
     log(f"{row['instance_id']}: downloading wheels for Python {python} ({spec.release})")
@@ -270,12 +295,16 @@ def project_metadata(
 
 
 def _environment_dockerfile(base: str) -> str:
+    # --copies: the environment's python is its own file, so a link to it resolves into the environment.
     return (
         f"FROM {base}\n"
         f"COPY wheels {WHEELS}\n"
         "COPY activate /opt/miniconda3/bin/activate\n"
         "COPY conda /opt/miniconda3/bin/conda\n"
-        f"RUN chmod 755 /opt/miniconda3/bin/conda && python3 -m venv {VENV}"
+        "COPY sitecustomize.py /opt/pacore/sitecustomize.py\n"
+        "RUN stdlib=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()[\"stdlib\"])')"
+        " && rm -f $stdlib/sitecustomize.py && cp /opt/pacore/sitecustomize.py $stdlib/sitecustomize.py\n"
+        f"RUN chmod 755 /opt/miniconda3/bin/conda && python3 -m venv --copies {VENV}"
         f" && {VENV}/bin/python -m pip install -q --no-index --find-links {WHEELS} --upgrade pip"
         f" && {VENV}/bin/python -m pip install -q --no-index --find-links {WHEELS} -r {WHEELS}/requirements.txt\n"
         f"ENV PATH={VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin VIRTUAL_ENV={VENV}"

@@ -120,8 +120,11 @@ def _sphinx(version: str) -> InstallSpec:
         steps += _SPHINX_SETUP_PINS
         steps += {"4.1": _SPHINX_HELP_PINS_4_1, "4.2": _SPHINX_HELP_PINS_4_2, "4.3": _SPHINX_HELP_PINS_4_2,
                   "4.4": _SPHINX_HELP_PINS_4_2}.get(version, _SPHINX_HELP_PINS)
+    # docutils<0.22 is ours, not swebench's: 0.22 (2025) dropped docutils.utils.roman, which Sphinx imports; an
+    # index with upload times gets the same from the 2024 cut-off (offline_images.PYPI_BEFORE), others do not.
     return InstallSpec(python="3.9", install="python -m pip install -e .[test]",
-                       packages=("tox==4.16.0", "tox-current-env==0.0.11", "Jinja2==3.0.3"), pre_install=tuple(steps))
+                       packages=("tox==4.16.0", "tox-current-env==0.0.11", "Jinja2==3.0.3", "docutils<0.22"),
+                       pre_install=tuple(steps))
 
 
 _PYLINT = InstallSpec(python="3.9", requirement_files=("requirements_test.txt",))

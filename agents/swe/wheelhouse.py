@@ -103,11 +103,14 @@ def download_wheels(
     machine: str,
     env: dict[str, str] | None = None,
     build: Callable[[Path, Path], Path] | None = None,
+    before: str | None = None,
     log: Callable[[str], None] = print,
 ) -> list[Path]:
     """Fill ``dest`` with wheels of ``requirements`` and their dependencies, for the image's Python.
 
     One resolution covers them all, so the wheelhouse holds one consistent version of each package.
+    ``before``: only files uploaded before this date (pip's ``--uploaded-prior-to``), so that what the
+    recipe leaves unpinned resolves as it did when SWE-bench's environments were made, not as today.
     ``build(source_distribution, dest)`` makes a wheel of a package that has none (in the image, since
     only its Python and C library can build one that it will load); without it, such a package is an error.
     Returns the wheels in ``dest``.
@@ -122,6 +125,7 @@ def download_wheels(
             "--only-binary=:all:", "--python-version", python, "--implementation", "cp",
             *[arg for tag in platform_tags(release, machine) for arg in ("--platform", tag)],
             "--disable-pip-version-check", "--progress-bar", "off", "-r", str(listing),
+            *(["--uploaded-prior-to", before] if before else []),
         ]
         # Wheels built here join as files (not through --find-links, which would replace the user's own).
         built: list[str] = []
@@ -134,7 +138,7 @@ def download_wheels(
             if requirement is None or requirement in tried:
                 raise WheelhouseError(f"pip download for Python {python} failed:\n{_tail(done)}")
             tried.add(requirement)
-            built.append(str(_build_from_source(requirement, dest, python, env, build, log)))
+            built.append(str(_build_from_source(requirement, dest, python, env, build, before, log)))
     raise WheelhouseError(f"pip download for Python {python}: more than {MAX_SOURCE_BUILDS} source-only packages")
 
 
@@ -169,14 +173,15 @@ def stand_in_wheel(folder: Path, metadata: dict) -> Path:
     return path
 
 
-def _build_from_source(requirement: str, dest: Path, python: str, env, build, log) -> Path:
+def _build_from_source(requirement: str, dest: Path, python: str, env, build, before, log) -> Path:
     """Fetch the source distribution of ``requirement`` and have ``build`` make it a wheel in ``dest``."""
     if build is None:
         raise WheelhouseError(f"{requirement} has no wheel for Python {python}")
     log(f"no wheel of {requirement} for Python {python}: building it from source with the image's Python")
     with tempfile.TemporaryDirectory(prefix="pacore-sdist-") as tmp:
         done = _pip([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--dest", tmp,
-                     "--disable-pip-version-check", "--progress-bar", "off", requirement], env)
+                     "--disable-pip-version-check", "--progress-bar", "off", requirement,
+                     *(["--uploaded-prior-to", before] if before else [])], env)
         sources = [path for path in Path(tmp).iterdir() if path.is_file()]
         if done.returncode != 0 or not sources:
             raise WheelhouseError(f"{requirement} has no wheel for Python {python} and no source:\n{_tail(done)}")
