@@ -27,14 +27,18 @@ class SnapshotError(ValueError):
 
 def find_snapshot(repos: Path, row: dict) -> Path:
     """The archive or folder in ``repos`` that holds the row's repository."""
-    instance_id, repo = row["instance_id"], row["repo"]
-    candidates = [repos / f"{instance_id}{suffix}" for suffix in ARCHIVE_SUFFIXES]
-    candidates += [repos / instance_id, repos / repo.replace("/", "__")]
-    for candidate in candidates:
-        if candidate.is_file() or (candidate.is_dir() and (candidate != candidates[-1] or _is_git(candidate))):
+    instance_id = row["instance_id"]
+    archives = [repos / f"{instance_id}{suffix}" for suffix in ARCHIVE_SUFFIXES]
+    folder, clone = repos / instance_id, repos / row["repo"].replace("/", "__")
+    for candidate in archives:
+        if candidate.is_file():
             return candidate
-    names = ", ".join(c.name for c in candidates[:1] + candidates[-2:])
-    raise SnapshotError(f"{instance_id}: no snapshot in {repos} (looked for {names})")
+    if folder.is_dir():
+        return folder
+    if _is_git(clone):
+        return clone
+    raise SnapshotError(f"{instance_id}: no snapshot in {repos} (looked for {archives[0].name}, {folder.name}/, "
+                        f"{clone.name}/)")
 
 
 def extract_snapshot(source: Path, row: dict, target: Path) -> None:
