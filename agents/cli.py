@@ -1,4 +1,4 @@
-"""``pacore swe ...``: the SWE-bench repair agent's sub-commands (``run`` and ``eval``)."""
+"""``pacore swe ...``: the SWE-bench repair agent's sub-commands (``run``, ``eval`` and ``images``)."""
 
 from __future__ import annotations
 
@@ -18,3 +18,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             raise
     else:
         register_eval(inner)
+        from pacore_agents.swe.images_cli import register_images
+
+        register_images(inner)

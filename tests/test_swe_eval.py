@@ -16,7 +16,7 @@ from pacore_agents.swe.sandbox import open_sandbox
 from pacore_agents.swe.tasks import listed_tests, load_tasks
 
 pytestmark = pytest.mark.docker
-VERIFIED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "swebench" / "verified.parquet"
+VERIFIED_ROWS = Path(__file__).parent / "fixtures" / "swe" / "verified_rows.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -43,16 +43,16 @@ def test_gold_patches_resolve_every_local_task(rows, tmp_path):
     assert written["resolved_instances"] == len(rows)
 
 
-def test_empty_patches_resolve_none_because_the_bug_is_real(rows, tmp_path):
+def test_empty_patches_are_only_empty_and_never_run(rows, tmp_path):
+    """As swebench: an empty patch is counted as empty_patch, not run, neither completed nor an error."""
     predictions = {row["instance_id"]: {"instance_id": row["instance_id"], "model_name_or_path": "empty",
                                         "model_patch": ""} for row in rows}
     summary = evaluate(rows, predictions, run_id="empty", output_dir=tmp_path, progress=False)
-    assert summary.resolved_ids == [] and summary.error_ids == []
-    assert summary.empty_patch_ids == [row["instance_id"] for row in rows]
+    assert summary.resolved_ids == [] and summary.error_ids == [] and summary.completed_ids == []
+    assert summary.empty_patch_ids == sorted(row["instance_id"] for row in rows)
     for row in rows:
-        status = _report(tmp_path / "empty", "empty", row["instance_id"])["tests_status"]
-        assert sorted(status["FAIL_TO_PASS"]["failure"]) == sorted(listed_tests(row, "FAIL_TO_PASS"))
-        assert sorted(status["PASS_TO_PASS"]["success"]) == sorted(listed_tests(row, "PASS_TO_PASS"))
+        assert not (tmp_path / "empty" / "empty" / row["instance_id"]).exists()  # no container, no logs
+    assert summary.submitted_instances == len(rows) and summary.empty_patch_instances == len(rows)
 
 
 def test_an_empty_predictions_file_resolves_none(rows, tmp_path):
@@ -81,18 +81,20 @@ def test_a_patch_made_in_an_episode_sandbox_grades_as_resolved(rows, tmp_path):
     assert summary.resolved_ids == [row["instance_id"]]
 
 
-def test_a_wrong_or_broken_patch_is_graded_unresolved(rows, tmp_path):
+def test_a_wrong_patch_is_unresolved_and_a_broken_one_an_error(rows, tmp_path):
     row = next(r for r in rows if r["instance_id"] == "pacore__semver-1")
     broken = "diff --git a/semver/core.py b/semver/core.py\n--- a/semver/core.py\n+++ b/semver/core.py\n" \
              "@@ -1,3 +1,3 @@\n-this line is not there\n+nor this\n"
     wrong = row["patch"].replace("int(p) for p in parts", "p for p in parts")
-    predictions = {"broken": broken, "wrong": wrong}
-    for model, patch in predictions.items():
-        summary = evaluate([row], {row["instance_id"]: {"instance_id": row["instance_id"],
-                                                         "model_name_or_path": model, "model_patch": patch}},
-                           run_id=f"bad-{model}", output_dir=tmp_path, progress=False)
-        assert summary.unresolved_ids == [row["instance_id"]], model
-    assert not _report(tmp_path / "bad-broken", "broken", row["instance_id"])["patch_successfully_applied"]
+    summaries = {}
+    for model, patch in {"broken": broken, "wrong": wrong}.items():
+        summaries[model] = evaluate([row], {row["instance_id"]: {"instance_id": row["instance_id"],
+                                                                  "model_name_or_path": model, "model_patch": patch}},
+                                    run_id=f"bad-{model}", output_dir=tmp_path, progress=False)
+    assert summaries["wrong"].unresolved_ids == [row["instance_id"]]
+    assert summaries["broken"].error_ids == [row["instance_id"]]  # swebench: a patch that does not apply
+    assert "Patch Apply Failed" in summaries["broken"].errors[row["instance_id"]]
+    assert not (tmp_path / "bad-broken" / "broken" / row["instance_id"] / "report.json").exists()
     assert _report(tmp_path / "bad-wrong", "wrong", row["instance_id"])["patch_successfully_applied"]
 
 
@@ -107,10 +109,13 @@ def test_rerun_skips_finished_instances(rows, tmp_path):
 
 
 def test_missing_swebench_image_is_an_error_entry_not_a_crash(client, tmp_path):
-    [row] = load_tasks(str(VERIFIED), instances=["astropy__astropy-12907"])
+    [stored] = load_tasks(str(VERIFIED_ROWS), instances=["psf__requests-1142"])
+    # A row whose official image this host lacks and that no offline build made.
+    row = {**stored, "instance_id": "psf__requests-0", "image": "swebench/sweb.eval.x86_64.psf_1776_requests-0:latest"}
     summary = evaluate([row], load_predictions("gold", [row]), run_id="real", output_dir=tmp_path, progress=False)
     assert summary.error_ids == [row["instance_id"]]
     assert row["image"] in summary.errors[row["instance_id"]] and "docker pull" in summary.errors[row["instance_id"]]
+    assert "pacore swe images build" in summary.errors[row["instance_id"]]  # or build it here, offline
 
 
 def test_bad_predictions_get_one_clear_error(rows, tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -72,7 +73,51 @@ def test_long_output_is_bounded(row):
         result = box.run("head -c 9000000 /dev/zero | tr '\\0' 'x'; echo; echo THE-END")
         assert result.exit_code == 0
         assert len(result.output) < 4_200_000
-        assert "bytes cut" in result.output and result.output.rstrip().endswith("THE-END")
+        assert "bytes cut here: a command's output is capped at 4000000 bytes" in result.output
+        assert result.output.rstrip().endswith("THE-END")
+
+
+def test_hundreds_of_orphans_are_reaped_and_the_sandbox_keeps_working(row):
+    """Docker's init is PID 1: exited orphans do not pile up as zombies against the process limit."""
+    with open_sandbox(row, pids=256) as box:
+        assert box.run("for i in $(seq 300); do (sleep 0.01 &); done; echo spawned").output.endswith("spawned\n")
+        time.sleep(1)
+        zombies = box.run("grep -l '^State:.*Z' /proc/[0-9]*/status 2>/dev/null | wc -l")
+        assert zombies.exit_code == 0 and int(zombies.output) == 0
+        assert box.run("for i in $(seq 50); do true & done; wait; echo fine").output == "fine\n"
+        box.run("printf 'x = 1\\n' > extra.py")
+        assert "+x = 1" in box.diff()
+
+
+def test_disk_is_capped_per_file_and_per_container_with_a_clear_message(row, client):
+    with open_sandbox(row, disk="300m") as box:
+        one_file = box.run("dd if=/dev/zero of=/tmp/one bs=1M count=400 2>&1; echo next")
+        assert "File size limit exceeded" in one_file.output and one_file.output.endswith("next\n")
+        assert box.run("stat -c %s /tmp/one").output.strip() == str(300 * 1024 * 1024)
+        many = box.run("sleep 600 & for i in 1 2 3 4 5 6; do dd if=/dev/zero of=/tmp/f$i bs=1M count=200 2>/dev/null;"
+                       " done; echo all-written", timeout=120)
+        assert "disk cap was reached" in many.output and "all-written" not in many.output
+        processes = box.run("for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done").output
+        assert "sleep 600" not in processes and "sleep infinity" in processes  # all stopped but the keeper
+        assert box.run("rm -f /tmp/one /tmp/f*; echo cleaned").output == "cleaned\n"
+        assert box.disk_used() < 300 * 1024 * 1024
+        log_config = client.api.inspect_container(box.container_id)["HostConfig"]["LogConfig"]
+        assert log_config == {"Type": "json-file", "Config": {"max-file": "1", "max-size": "1m"}}
+
+
+def test_a_patch_bigger_than_the_output_cap_is_read_whole_and_checked(row):
+    with open_sandbox(row) as box:
+        box.run("head -c 3500000 /dev/urandom | base64 > debug.log; echo last-line >> debug.log")
+        box.run("sed -i 's/return value/return value  # touched/' lrucache/cache.py")
+        patch = box.diff()
+        assert len(patch) > 4_600_000 and "+last-line\n" in patch and "# touched" in patch
+        assert "bytes cut" not in patch
+        with pytest.raises(SandboxError, match="does not apply to the base commit"):
+            box.check_applies("diff --git a/lrucache/cache.py b/lrucache/cache.py\n--- a/lrucache/cache.py\n"
+                              "+++ b/lrucache/cache.py\n@@ -1,1 +1,1 @@\n-no such line\n+x\n")
+    with open_sandbox(row) as fresh:
+        fresh.write_file("/tmp/p.diff", patch)
+        assert fresh.run("git apply --check /tmp/p.diff").exit_code == 0
 
 
 def test_diff_has_text_changes_and_new_files_but_not_binaries(row):
@@ -177,6 +222,25 @@ def test_local_runtime_warns_and_works_in_a_temporary_copy(row):
         assert slow.timed_out and "never" not in slow.output and time.monotonic() - started < 10
     assert not workdir.exists()
     assert not (Path(row["pacore_task_dir"]) / "repo" / "extra.py").exists()
+
+
+def test_local_runtime_hides_secrets_and_ends_every_process_a_command_started(row, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-leak")
+    with pytest.warns(UnsafeRuntimeWarning):
+        box = open_sandbox(row, runtime="local")
+    marker = f"{700_000 + os.getpid()}"  # `sleep <marker>`: a duration no other process on this host uses
+    with box:
+        assert box.run("echo key=[$OPENAI_API_KEY]").output == "key=[]\n"
+        started = box.run(f"setsid sleep {marker} & nohup sleep {marker} >/dev/null 2>&1 &"
+                          f" (setsid bash -c 'sleep {marker}' &); echo started")
+        assert started.output == "started\n"
+        time.sleep(0.5)
+        survivors = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True).stdout.split()
+        assert survivors == []
+        slow = box.run(f"setsid sleep {marker} & sleep 60", timeout=1)
+        assert slow.timed_out
+        time.sleep(0.5)
+        assert subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True).stdout.split() == []
 
 
 def test_local_runtime_needs_a_clone_for_swebench_rows(row, monkeypatch):

@@ -1,4 +1,4 @@
-"""Task rows: the shipped local suite, the shared SWE-bench Verified parquet, and the file formats."""
+"""Task rows: the shipped local suite, real SWE-bench Verified rows (tests/fixtures/swe), the file formats."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from pacore_agents.swe.tasks import (
     public_view,
 )
 
-VERIFIED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "swebench" / "verified.parquet"
+VERIFIED_ROWS = Path(__file__).parent / "fixtures" / "swe" / "verified_rows.jsonl"
 V5_KEYS = {"instance_id", "repo", "base_commit", "patch", "test_patch", "problem_statement", "FAIL_TO_PASS",
            "PASS_TO_PASS", "version", "environment_setup_commit", "eval_script", "log_parser", "eval_type",
            "image"}
@@ -87,9 +87,14 @@ def test_instances_filter_keeps_the_requested_order(local_rows):
     assert parse_instances(["a,b", "c"]) == ["a", "b", "c"]
 
 
-def test_verified_parquet_loads_and_make_test_spec_works_offline():
-    rows = load_tasks(str(VERIFIED))
-    assert len(rows) == 500
+def test_verified_rows_load_from_parquet_and_make_test_spec_works_offline(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    stored = [json.loads(line) for line in VERIFIED_ROWS.read_text().splitlines()]
+    pq.write_table(pa.Table.from_pylist(stored), tmp_path / "verified.parquet")
+    rows = load_tasks(str(tmp_path / "verified.parquet"))
+    assert rows == stored and len(rows) == 2
     for row in rows:
         spec = make_test_spec(row)
         assert spec.instance_id == row["instance_id"] and spec.image == row["image"]

@@ -21,7 +21,9 @@ def register_eval(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--dataset", required=True,
                         help="a .parquet/.jsonl/.json file, a folder of tasks, a hub name, or 'local'")
-    parser.add_argument("--predictions", required=True, help="predictions .jsonl/.json, or 'gold'")
+    parser.add_argument("--predictions", required=True,
+                        help="predictions .jsonl/.json; 'gold' (the rows' patches); 'no-patch' (tests on the "
+                        "unchanged repository: FAIL_TO_PASS should fail)")
     parser.add_argument("--run-id", required=True, help="names the log folder OUTPUT/RUN_ID")
     parser.add_argument("--output", default="logs/run_evaluation", help="log and report folder")
     parser.add_argument("--instances", nargs="+", metavar="ID", help="only these instances (commas or spaces)")
@@ -38,31 +40,48 @@ def run_eval(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from pacore_agents.swe.evaluation import PredictionError, evaluate, load_predictions, run_swebench_harness
+    from pacore_agents.swe.evaluation import (
+        NO_PATCH,
+        PredictionError,
+        evaluate,
+        load_predictions,
+        run_swebench_harness,
+    )
     from pacore_agents.swe.images import ImageBuildError
+    from pacore_agents.swe.output_paths import inside
+    from pacore_agents.swe.owners import sweep_orphans
     from pacore_agents.swe.tasks import TaskLoadError, load_tasks, parse_instances
 
     console = Console(stderr=True)
+    output = Path(args.output)
     try:
-        rows = load_tasks(args.dataset, instances=parse_instances(args.instances), split=args.split)
-        predictions = load_predictions(args.predictions, rows)
+        if output.exists() and not output.is_dir():
+            raise ValueError(f"--output {output} is a file, not a folder")
+        every_row = load_tasks(args.dataset, split=args.split)
+        wanted = parse_instances(args.instances)
+        rows = load_tasks(args.dataset, instances=wanted, split=args.split) if wanted else every_row
+        predictions = load_predictions(args.predictions, rows if args.predictions in ("gold", NO_PATCH) else every_row)
         if args.harness == "swebench":
-            wanted = [row for row in rows if row["instance_id"] in predictions]
-            report = run_swebench_harness(args.dataset, wanted, args.predictions, run_id=args.run_id,
-                                          output_dir=args.output, workers=args.workers, timeout=args.timeout)
+            chosen = [row for row in rows if row["instance_id"] in predictions]
+            report = run_swebench_harness(args.dataset, chosen, args.predictions, run_id=args.run_id,
+                                          output_dir=output, workers=args.workers, timeout=args.timeout)
             console.print(f"swebench report: {report}")
             return 0
-        summary = evaluate(rows, predictions, run_id=args.run_id, output_dir=Path(args.output),
-                           timeout=args.timeout, workers=args.workers, memory=args.memory)
+        sweep_orphans(log=lambda line: print(f"pacore: {line}", file=sys.stderr))
+        summary = evaluate(rows, predictions, run_id=args.run_id, output_dir=output, timeout=args.timeout,
+                           workers=args.workers, memory=args.memory, skip_patch=args.predictions == NO_PATCH)
     except (TaskLoadError, PredictionError, ImageBuildError, ValueError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"error: {exc}", markup=False)
         return 2
     console.print(
         f"run {summary.run_id}: {summary.resolved_instances}/{summary.submitted_instances} resolved "
-        f"(dataset {summary.total_instances}, empty patches {summary.empty_patch_instances}, "
-        f"errors {summary.error_instances}); summary: {Path(args.output) / args.run_id / 'summary.json'}"
+        f"(dataset {summary.total_instances}, completed {summary.completed_instances}, empty patches "
+        f"{summary.empty_patch_instances}, errors {summary.error_instances}); summary: "
+        f"{inside(output, args.run_id) / 'summary.json'}",
+        markup=False,
     )
     for instance_id, error in summary.errors.items():
-        console.print(f"[yellow]{instance_id}[/yellow]: {error}")
-    print(summary.model_dump_json(include={"resolved_ids", "unresolved_ids", "error_ids"}), file=sys.stdout)
+        console.print(f"{instance_id}: {error}"[:2000], markup=False)
+    print(summary.model_dump_json(include={"resolved_ids", "unresolved_ids", "error_ids", "empty_patch_ids"}),
+          file=sys.stdout)
     return 1 if summary.error_instances else 0

@@ -3,9 +3,11 @@
 Per instance: a fresh container from the row's image (no network), the model patch applied with
 swebench's own sequence of apply commands, the row's ``eval_script`` run (it applies ``test_patch``
 itself, so hidden tests only ever enter the evaluation container), and the log graded by swebench's
-``get_eval_report``. The folder layout follows swebench's harness:
-``OUTPUT/RUN_ID/MODEL/INSTANCE/{patch.diff, eval.sh, test_output.txt, report.json}`` plus
-``OUTPUT/RUN_ID/summary.json``. A finished instance (report.json present) is not run again.
+``get_eval_report``. Counts follow swebench's ``make_run_report`` (see ``EvalSummary``). The folder
+layout follows swebench's harness: ``OUTPUT/RUN_ID/MODEL/INSTANCE/{patch.diff, eval.sh,
+test_output.txt (whole), run_instance.log, report.json}`` plus ``OUTPUT/RUN_ID/summary.json``, each
+name made safe by ``output_paths.folder_name`` (ids and model names cannot leave OUTPUT). A finished
+instance (report.json present) is not run again.
 
 For real SWE-bench images on a Docker host with internet use ``run_swebench_harness`` (``pacore swe
 eval --harness swebench``), which hands the same predictions to ``swebench.harness.run_evaluation``.
@@ -23,10 +25,12 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from pacore_agents.swe.output_paths import inside
 from pacore_agents.swe.tasks import TaskLoadError
 
 CONTAINER_PATCH_FILE = "/tmp/patch.diff"
 CONTAINER_EVAL_FILE = "/eval.sh"
+NO_PATCH = "no-patch"  # predictions source: run every instance's tests with no patch (swebench's skip_patch)
 
 
 class PredictionError(ValueError):
@@ -36,16 +40,18 @@ class PredictionError(ValueError):
 class InstanceResult(BaseModel):
     instance_id: str
     model_name_or_path: str
-    status: Literal["resolved", "unresolved", "error"]
+    status: Literal["resolved", "unresolved", "error", "empty"]
     patch_applied: bool = False
-    empty_patch: bool = False
+    patch_is_None: bool = False  # noqa: N815 - swebench's report key
     error: str | None = None
     log_dir: str | None = None
     seconds: float = 0.0
 
 
 class EvalSummary(BaseModel):
-    """Counts and id lists under swebench's report key names."""
+    """Counts and id lists under swebench's report key names, counted as its ``make_run_report`` does:
+    an empty or null patch is only *empty* (never run), a patch that does not apply is an *error*,
+    *completed* means graded (resolved or not)."""
 
     run_id: str
     total_instances: int
@@ -69,36 +75,59 @@ class EvalSummary(BaseModel):
 
 
 def load_predictions(source: str, rows: list[dict]) -> dict[str, dict]:
-    """Predictions by instance id from a .jsonl/.json file, or the rows' own patches for ``gold``."""
-    if source == "gold":
+    """Predictions by instance id from a .jsonl/.json file; ``gold``: the rows' own patches; ``no-patch``:
+    no patch at all (grade with ``skip_patch=True``: the tests run on the unchanged repository)."""
+    if source in ("gold", NO_PATCH):
         return {
-            row["instance_id"]: {"instance_id": row["instance_id"], "model_name_or_path": "gold",
-                                 "model_patch": row["patch"]}
+            row["instance_id"]: {"instance_id": row["instance_id"], "model_name_or_path": source,
+                                 "model_patch": row["patch"] if source == "gold" else ""}
             for row in rows
         }
     path = Path(source)
-    if not path.exists():
-        raise PredictionError(f"predictions file {source} does not exist (or pass 'gold')")
+    if not path.is_file():
+        raise PredictionError(f"predictions file {source} does not exist (or pass 'gold' or '{NO_PATCH}')")
     text = path.read_text()
     try:
         if path.suffix == ".json":
             data = json.loads(text) if text.strip() else []
-            items = list(data.values()) if isinstance(data, dict) else list(data)
+            items = list(data.values()) if isinstance(data, dict) else data
         else:
             items = [json.loads(line) for line in text.splitlines() if line.strip()]
     except json.JSONDecodeError as exc:
         raise PredictionError(f"{source}: not valid JSON ({exc.msg}, line {exc.lineno})") from exc
+    if not isinstance(items, list):
+        raise PredictionError(f"{source}: expected a list of predictions or an object keyed by instance id")
     predictions: dict[str, dict] = {}
+    first_seen: dict[str, int] = {}
     for number, item in enumerate(items, 1):
-        if not isinstance(item, dict) or "instance_id" not in item or "model_patch" not in item:
-            raise PredictionError(f"{source}: prediction {number} needs instance_id and model_patch")
-        item.setdefault("model_name_or_path", "model")
-        predictions[item["instance_id"]] = item
+        _check_prediction(source, number, item)
+        instance_id = item["instance_id"]
+        if instance_id in first_seen:
+            raise PredictionError(
+                f"{source}: predictions {first_seen[instance_id]} and {number} are both for {instance_id!r}: "
+                "keep one"
+            )
+        first_seen[instance_id] = number
+        item.setdefault("model_name_or_path", "None")  # what swebench names a prediction without one
+        predictions[instance_id] = item
     known = {row["instance_id"] for row in rows}
     unknown = sorted(set(predictions) - known)
     if unknown:
-        raise PredictionError(f"{source}: predictions for instances not in the dataset: {', '.join(unknown)}")
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        shown = ", ".join(repr(i[:80]) for i in unknown[:5]) + more
+        raise PredictionError(f"{source}: predictions for instances not in the dataset: {shown}")
     return predictions
+
+
+def _check_prediction(source: str, number: int, item: object) -> None:
+    if not isinstance(item, dict) or "instance_id" not in item or "model_patch" not in item:
+        raise PredictionError(f"{source}: prediction {number} needs instance_id and model_patch")
+    if not isinstance(item["instance_id"], str) or not item["instance_id"]:
+        raise PredictionError(f"{source}: prediction {number}: instance_id must be a non-empty string")
+    if item["model_patch"] is not None and not isinstance(item["model_patch"], str):
+        raise PredictionError(f"{source}: prediction {number}: model_patch must be a string or null")
+    if not isinstance(item.get("model_name_or_path", ""), str):
+        raise PredictionError(f"{source}: prediction {number}: model_name_or_path must be a string")
 
 
 # ---------------------------------------------------------------------------------------- one instance
@@ -113,17 +142,25 @@ def evaluate_instance(
     timeout: float = 1800,
     memory: str = "4g",
     client=None,
+    skip_patch: bool = False,
 ) -> InstanceResult:
-    """Grade one prediction in a fresh container; infrastructure failures come back as status "error"."""
+    """Grade one prediction in a fresh container; infrastructure failures come back as status "error".
+
+    As swebench: an empty or null patch is not run (status "empty"), unless ``skip_patch`` asks for the
+    tests on the unchanged repository; a patch that no apply command takes is an error, not a result.
+    """
     from swebench.harness.grading import get_eval_report
     from swebench.harness.utils import make_test_spec
 
     instance_id = row["instance_id"]
-    model = str(prediction.get("model_name_or_path") or "model").replace("/", "__")
-    log_dir = output_dir / run_id / model / instance_id
-    patch = prediction.get("model_patch") or ""
+    model = prediction["model_name_or_path"]
+    log_dir = inside(output_dir, run_id, model, instance_id)
+    patch = prediction["model_patch"]
     result = InstanceResult(instance_id=instance_id, model_name_or_path=model, status="error",
-                            empty_patch=not patch.strip(), log_dir=str(log_dir))
+                            patch_is_None=patch is None, log_dir=str(log_dir))
+    if patch in ("", None) and not skip_patch:
+        result.status = "empty"
+        return result
     report_path = log_dir / "report.json"
     if report_path.exists():
         return _result_from_report(result, json.loads(report_path.read_text()))
@@ -131,14 +168,16 @@ def evaluate_instance(
     log_dir.mkdir(parents=True, exist_ok=True)
     try:
         test_spec = make_test_spec(row)
-        test_output = _run_in_container(row, patch, test_spec.eval_script, log_dir, timeout, memory, client)
-        report = get_eval_report(test_spec=test_spec, prediction={**prediction, "model_patch": patch},
+        test_output = _run_in_container(row, None if skip_patch else patch, test_spec.eval_script, log_dir,
+                                        timeout, memory, client)
+        report = get_eval_report(test_spec=test_spec, prediction={**prediction, "model_patch": patch or ""},
                                  test_log_path=str(test_output), include_tests_status=True)
         report_path.write_text(json.dumps(report, indent=4))
         result = _result_from_report(result, report)
     except Exception as exc:  # one broken instance must not stop the run
         result.error = f"{type(exc).__name__}: {exc}"
-        (log_dir / "run_instance.log").write_text(result.error + "\n")
+        with (log_dir / "run_instance.log").open("a") as handle:
+            handle.write(result.error + "\n")
     result.seconds = round(time.monotonic() - started, 2)
     return result
 
@@ -150,38 +189,34 @@ def _result_from_report(result: InstanceResult, report: dict) -> InstanceResult:
     return result
 
 
-def _run_in_container(row, patch, eval_script, log_dir: Path, timeout, memory, client) -> Path:
+class PatchApplyError(RuntimeError):
+    """No command of swebench's apply chain took the patch (swebench: an error instance)."""
+
+
+def _run_in_container(row, patch: str | None, eval_script, log_dir: Path, timeout, memory, client) -> Path:
+    """Apply ``patch`` (None: skip) and run the eval script; the test output is kept whole in a file."""
     from swebench.harness.constants import APPLY_PATCH_FAIL, APPLY_PATCH_PASS
 
     from pacore_agents.swe.docker_sandbox import DockerSandbox
 
-    apply_commands = _git_apply_commands()
-    (log_dir / "patch.diff").write_text(patch)
     (log_dir / "eval.sh").write_text(eval_script)
     test_output = log_dir / "test_output.txt"
     log_lines: list[str] = []
     with DockerSandbox(row, memory=memory, pids=1024, cpus=1.0, client=client) as box:
-        if patch.strip():
-            box.write_file(CONTAINER_PATCH_FILE, patch)
-            applied, last = False, None
-            for attempt, command in enumerate(apply_commands):
-                if attempt:  # a failed attempt can leave a half-applied tree behind
-                    box.run("git checkout -- . ; git clean -fdq", timeout=120)
-                last = box.run(f"{command} {CONTAINER_PATCH_FILE}", timeout=300)
-                if last.exit_code == 0:
-                    applied = True
-                    log_lines.append(f"{APPLY_PATCH_PASS} ({command}):\n{last.output}")
-                    break
-            if not applied:
-                log_lines.append(f"{APPLY_PATCH_FAIL}:\n{last.output if last else ''}")
-                (log_dir / "run_instance.log").write_text("\n".join(log_lines))
-                test_output.write_text(f"{APPLY_PATCH_FAIL}:\n{last.output if last else ''}\n")
-                return test_output
+        if patch is None:
+            log_lines.append("no patch applied (skip_patch): the tests run on the unchanged repository")
         else:
-            log_lines.append("empty model patch: the tests run on the unchanged repository")
+            (log_dir / "patch.diff").write_text(patch)
+            box.write_file(CONTAINER_PATCH_FILE, patch)
+            applied, outputs = _apply(box)
+            log_lines += outputs
+            if not applied:
+                log_lines.append(APPLY_PATCH_FAIL)
+                (log_dir / "run_instance.log").write_text("\n".join(log_lines) + "\n")
+                raise PatchApplyError(f"{APPLY_PATCH_FAIL}: no command of swebench's apply chain took the patch")
+            log_lines.append(f"{APPLY_PATCH_PASS} ({applied})")
         box.write_file(CONTAINER_EVAL_FILE, eval_script)
-        outcome = box.run(f"/bin/bash {CONTAINER_EVAL_FILE}", timeout=timeout)
-    test_output.write_text(outcome.output)
+        outcome = box.run_to_file(f"/bin/bash {CONTAINER_EVAL_FILE}", test_output, timeout=timeout)
     log_lines.append(f"eval script exit code {outcome.exit_code}")
     (log_dir / "run_instance.log").write_text("\n".join(log_lines) + "\n")
     if outcome.timed_out:
@@ -191,14 +226,28 @@ def _run_in_container(row, patch, eval_script, log_dir: Path, timeout, memory, c
     return test_output
 
 
+def _apply(box) -> tuple[str | None, list[str]]:
+    """swebench's apply chain, a clean tree before each retry, then its reverse check (a chain can leave the
+    patch applied while every command exits non-zero). Returns the command that took it, and the log."""
+    outputs = []
+    for attempt, command in enumerate(_git_apply_commands()):
+        if attempt:  # a failed attempt (notably --reject) can leave a half-applied tree behind
+            box.run("git checkout -- . ; git clean -fd", timeout=120)
+        done = box.run(f"{command} {CONTAINER_PATCH_FILE}", timeout=300)
+        outputs.append(f"$ {command} {CONTAINER_PATCH_FILE}  (exit {done.exit_code})\n{done.output}")
+        if done.exit_code == 0:
+            return command, outputs
+    check = f"git apply --check --reverse {CONTAINER_PATCH_FILE}"
+    done = box.run(check, timeout=120)
+    outputs.append(f"$ {check}  (exit {done.exit_code})\n{done.output}")
+    return (check if done.exit_code == 0 else None), outputs
+
+
 def _git_apply_commands() -> list[str]:
     """swebench's own fallback chain (git apply, --3way, --reject, patch --fuzz)."""
-    try:
-        from swebench.harness.run_evaluation import GIT_APPLY_CMDS
+    from swebench.harness.run_evaluation import GIT_APPLY_CMDS
 
-        return list(GIT_APPLY_CMDS)
-    except ImportError:  # older swebench layouts
-        return ["git apply --verbose", "git apply --verbose --reject", "patch --batch --fuzz=5 -p1 -i"]
+    return list(GIT_APPLY_CMDS)
 
 
 # ---------------------------------------------------------------------------------------- a whole run
@@ -213,13 +262,18 @@ def evaluate(
     timeout: float = 1800,
     workers: int = 2,
     memory: str = "4g",
+    skip_patch: bool = False,
     on_result: Callable[[InstanceResult], None] | None = None,
     progress: bool = True,
 ) -> EvalSummary:
-    """Grade every row that has a prediction; write per-instance reports and ``RUN_ID/summary.json``."""
+    """Grade every row that has a prediction; write per-instance reports and ``RUN_ID/summary.json``.
+
+    ``predictions`` may hold instances beyond ``rows`` (a file graded for some instances only): they
+    count as submitted, as in swebench's report, and are not run.
+    """
     output_dir = Path(output_dir)
-    if not run_id or "/" in run_id:
-        raise ValueError(f"run id {run_id!r}: give a non-empty name without '/'")
+    if not run_id:
+        raise ValueError("give a non-empty run id")
     submitted = [row for row in rows if row["instance_id"] in predictions]
     results: list[InstanceResult] = []
     if submitted:
@@ -230,7 +284,8 @@ def evaluate(
         with _progress(progress, len(submitted), run_id) as advance, ThreadPoolExecutor(max(1, workers)) as pool:
             futures = [
                 pool.submit(evaluate_instance, row, predictions[row["instance_id"]], run_id=run_id,
-                            output_dir=output_dir, timeout=timeout, memory=memory, client=client)
+                            output_dir=output_dir, timeout=timeout, memory=memory, client=client,
+                            skip_patch=skip_patch)
                 for row in submitted
             ]
             try:
@@ -244,35 +299,35 @@ def evaluate(
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
     summary = summarize(run_id, rows, predictions, results)
-    (output_dir / run_id).mkdir(parents=True, exist_ok=True)
-    (output_dir / run_id / "summary.json").write_text(summary.model_dump_json(indent=2))
+    summary_path = inside(output_dir, run_id) / "summary.json"
+    summary_path.parent.mkdir(parents=True, exist_ok=True)
+    summary_path.write_text(summary.model_dump_json(indent=2))
     return summary
 
 
 def summarize(run_id: str, rows: list[dict], predictions: dict, results: list[InstanceResult]) -> EvalSummary:
-    by_id = {r.instance_id: r for r in results}
-    order = [row["instance_id"] for row in rows if row["instance_id"] in by_id]
-    pick = [by_id[i] for i in order]
-    resolved = [r.instance_id for r in pick if r.status == "resolved"]
-    unresolved = [r.instance_id for r in pick if r.status == "unresolved"]
-    errors = {r.instance_id: r.error or "" for r in pick if r.status == "error"}
-    empty = [r.instance_id for r in pick if r.empty_patch]
+    by_status: dict[str, list[str]] = {"resolved": [], "unresolved": [], "error": [], "empty": []}
+    for result in results:
+        by_status[result.status].append(result.instance_id)
+    resolved, unresolved, errors, empty = (sorted(by_status[key]) for key in ("resolved", "unresolved", "error",
+                                                                              "empty"))
+    completed = sorted(resolved + unresolved)
     return EvalSummary(
         run_id=run_id,
         total_instances=len(rows),
-        submitted_instances=len(order),
-        completed_instances=len(resolved) + len(unresolved),
+        submitted_instances=len(predictions),
+        completed_instances=len(completed),
         resolved_instances=len(resolved),
         unresolved_instances=len(unresolved),
         empty_patch_instances=len(empty),
         error_instances=len(errors),
-        submitted_ids=order,
-        completed_ids=resolved + unresolved,
+        submitted_ids=sorted(predictions),
+        completed_ids=completed,
         resolved_ids=resolved,
         unresolved_ids=unresolved,
         empty_patch_ids=empty,
-        error_ids=list(errors),
-        errors=errors,
+        error_ids=errors,
+        errors={r.instance_id: r.error or "" for r in results if r.status == "error"},
     )
 
 

@@ -1,9 +1,10 @@
-"""Docker images for the local task suite, built without any registry.
+"""Docker images built without any registry: Debian bases, and the local task suite's images.
 
-There is no Docker Hub here: the base image is a Debian root file system made by ``debootstrap`` and
-turned into an image with an import; each task image is a thin layer on top (the task's repository,
-committed with a fixed author and date so that the commit hash is the row's ``base_commit``). Images
-are cached by name and rebuilt only when the task's files change (a content-hash label).
+There is no Docker Hub here: a base image is a Debian root file system made by ``debootstrap`` and
+turned into an image with an import (one per release; ``offline_images.py`` builds real SWE-bench rows
+on them). Each local task image is a thin layer on the bookworm base (the task's repository, committed
+with a fixed author and date so that the commit hash is the row's ``base_commit``). Images are cached
+by name and rebuilt only when what they are made of changes (a content-hash label).
 """
 
 from __future__ import annotations
@@ -11,20 +12,21 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import io
 import os
 import shutil
 import subprocess
-import tarfile
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-BASE_IMAGE = "pacore-swe.base:bookworm"
-BASE_PACKAGES = ("python3", "python3-pytest", "git", "patch", "ca-certificates")
+BASE_RELEASE = "bookworm"  # the local tasks' base; real rows pick theirs by Python version (specs.py)
+BASE_IMAGE = f"pacore-swe.base:{BASE_RELEASE}"
+BASE_PACKAGES = ("python3", "python3-venv", "python3-pytest", "git", "patch", "ca-certificates")
+BUILDER_PACKAGES = (*BASE_PACKAGES, "gcc", "libc6-dev", "python3-dev")  # compiles source-only packages
+BASE_RECIPE_LABEL = "pacore.base_recipe"
 CONTAINER_WORKDIR = "/testbed"
 TASK_HASH_LABEL = "pacore.task_hash"
-LOCK_FILE = Path(tempfile.gettempdir()) / "pacore-swe-images.lock"
+LOCK_DIR = Path(tempfile.gettempdir())
 
 # A fixed identity and date make `git commit` reproducible: the same files give the same hash on the
 # host (to write the row) and in the image (to check it).
@@ -75,9 +77,10 @@ def image_exists(client, name: str) -> bool:
 
 
 @contextlib.contextmanager
-def _build_lock() -> Iterator[None]:
-    """Serialise builds across threads and processes so parallel episodes build each image once."""
-    with open(LOCK_FILE, "a") as handle:
+def build_lock(name: str) -> Iterator[None]:
+    """One build of ``name`` at a time across threads and processes (parallel episodes build it once)."""
+    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+    with open(LOCK_DIR / f"pacore-swe-image-{digest}.lock", "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -107,33 +110,46 @@ def debian_mirror() -> str:
     return "http://deb.debian.org/debian"
 
 
-def ensure_base_image(client=None, *, log: Log = print, rebuild: bool = False) -> str:
-    """Build the base image once (about 2 minutes): debootstrap, then import the tree."""
+def base_image_name(release: str, kind: str = "base") -> str:
+    return f"pacore-swe.{kind}:{release}"
+
+
+def ensure_base_image(
+    client=None, *, release: str = BASE_RELEASE, builder: bool = False, log: Log = print, rebuild: bool = False
+) -> str:
+    """Build the Debian ``release`` base image once (about 2 minutes): debootstrap, then import the tree.
+
+    ``builder``: the base plus a C compiler and Python's headers, for packages that exist only as source.
+    The image carries a hash of its recipe; an image of the same name made from another recipe is rebuilt.
+    """
     client = client or docker_client()
-    with _build_lock():
-        if image_exists(client, BASE_IMAGE) and not rebuild:
-            return BASE_IMAGE
+    name = base_image_name(release, "builder" if builder else "base")
+    packages = BUILDER_PACKAGES if builder else BASE_PACKAGES
+    recipe = hashlib.sha256(f"{release} {' '.join(packages)}".encode()).hexdigest()[:16]
+    with build_lock(name):
+        if image_label(client, name, BASE_RECIPE_LABEL) == recipe and not rebuild:
+            return name
         if shutil.which("debootstrap") is None:
             raise ImageBuildError(
-                f"image {BASE_IMAGE} is missing and debootstrap is not installed: run scripts/docker-setup.sh"
+                f"image {name} is missing and debootstrap is not installed: run scripts/docker-setup.sh"
             )
         if os.geteuid() != 0:
-            raise ImageBuildError(f"building {BASE_IMAGE} needs root (debootstrap): run it once as root")
+            raise ImageBuildError(f"building {name} needs root (debootstrap): run it once as root")
         mirror = debian_mirror()
-        log(f"building {BASE_IMAGE} with debootstrap from {mirror} (about 2 minutes, once)")
+        log(f"building {name} with debootstrap from {mirror} (about 2 minutes, once)")
         with tempfile.TemporaryDirectory(prefix="pacore-rootfs-") as tmp:
             rootfs = Path(tmp) / "rootfs"
             command = [
                 "debootstrap",
                 "--variant=minbase",
-                f"--include={','.join(BASE_PACKAGES)}",
-                "bookworm",
+                f"--include={','.join(packages)}",
+                release,
                 str(rootfs),
                 mirror,
             ]
             done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode != 0:
-                raise ImageBuildError(f"debootstrap failed ({done.returncode}):\n{done.stdout[-3000:]}"
+                raise ImageBuildError(f"debootstrap {release} failed ({done.returncode}):\n{done.stdout[-3000:]}"
                                       f"\n{done.stderr[-3000:]}")
             for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
                 for entry in (rootfs / junk).glob("*"):
@@ -141,18 +157,49 @@ def ensure_base_image(client=None, *, log: Log = print, rebuild: bool = False) -
                         entry.unlink()
             archive = Path(tmp) / "rootfs.tar"
             subprocess.run(["tar", "-C", str(rootfs), "-cf", str(archive), "."], check=True)
-            repository, tag = BASE_IMAGE.split(":")
+            repository, tag = name.split(":")
             changes = [
                 "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                 "ENV LANG=C.UTF-8",
-                "ENV PYTHONDONTWRITEBYTECODE=1",
+                f"LABEL {BASE_RECIPE_LABEL}={recipe}",
                 'CMD ["/bin/bash"]',
             ]
             client.api.import_image_from_file(str(archive), repository=repository, tag=tag, changes=changes)
-        if not image_exists(client, BASE_IMAGE):
-            raise ImageBuildError(f"docker import did not produce {BASE_IMAGE}")
-        log(f"built {BASE_IMAGE}")
-        return BASE_IMAGE
+        if image_label(client, name, BASE_RECIPE_LABEL) != recipe:
+            raise ImageBuildError(f"docker import did not produce {name}")
+        log(f"built {name}")
+        return name
+
+
+def image_label(client, image: str, label: str) -> str | None:
+    """A label of a local image; None when the image or the label is missing."""
+    import docker
+
+    try:
+        return (client.images.get(image).labels or {}).get(label)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def build_image(client, context: Path, tag: str, labels: dict[str, str]) -> None:
+    """``docker build`` of a folder holding a Dockerfile, without network; the build log is in the error."""
+    from pacore_agents.swe.docker_files import write_tar
+
+    with tempfile.TemporaryFile() as archive:
+        write_tar(archive, {".": context})
+        archive.seek(0)
+        lines: list[str] = []
+        try:
+            for event in client.api.build(fileobj=archive, custom_context=True, tag=tag, labels=labels,
+                                          network_mode="none", rm=True, forcerm=True, decode=True):
+                if "stream" in event:
+                    lines.append(event["stream"])
+                if "error" in event:
+                    raise ImageBuildError(f"building {tag} failed: {event['error'].strip()}\n{''.join(lines)[-4000:]}")
+        except ImageBuildError:
+            raise
+        except Exception as exc:  # the daemon refused or went away
+            raise ImageBuildError(f"building {tag} failed: {exc}") from exc
 
 
 # ---------------------------------------------------------------------------------------------- tasks
@@ -214,28 +261,13 @@ def _dockerfile() -> str:
     excludes = "\\n".join(GIT_EXCLUDES)
     return (
         f"FROM {BASE_IMAGE}\n"
+        "ENV PYTHONDONTWRITEBYTECODE=1\n"
         f"COPY repo {CONTAINER_WORKDIR}\n"
         f"WORKDIR {CONTAINER_WORKDIR}\n"
         f"RUN export {env} && git init -q && mkdir -p .git/info && printf '{excludes}\\n' > .git/info/exclude"
         " && git add -A && git -c commit.gpgsign=false commit -q -m base"
         " && git config --global --add safe.directory '*'\n"
     )
-
-
-def _build_context(repo_dir: Path) -> io.BytesIO:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        dockerfile = _dockerfile().encode()
-        info = tarfile.TarInfo("Dockerfile")
-        info.size = len(dockerfile)
-        archive.addfile(info, io.BytesIO(dockerfile))
-        for relative in repo_files(repo_dir):
-            data = (repo_dir / relative).read_bytes()
-            info = tarfile.TarInfo(f"repo/{relative.as_posix()}")
-            info.size, info.mode = len(data), 0o644
-            archive.addfile(info, io.BytesIO(data))
-    buffer.seek(0)
-    return buffer
 
 
 def ensure_task_image(row: dict, client=None, *, log: Log = print, rebuild: bool = False) -> str:
@@ -247,25 +279,17 @@ def ensure_task_image(row: dict, client=None, *, log: Log = print, rebuild: bool
     repo_dir = Path(task_dir) / "repo"
     client = client or docker_client()
     wanted = task_hash(repo_dir)
-    if not rebuild and _image_label(client, image) == wanted:
+    if not rebuild and image_label(client, image, TASK_HASH_LABEL) == wanted:
         return image
     ensure_base_image(client, log=log)
-    with _build_lock():
-        if not rebuild and _image_label(client, image) == wanted:
+    with build_lock(image):
+        if not rebuild and image_label(client, image, TASK_HASH_LABEL) == wanted:
             return image
         log(f"building {image}")
-        try:
-            client.images.build(
-                fileobj=_build_context(repo_dir),
-                custom_context=True,
-                tag=image,
-                labels={TASK_HASH_LABEL: wanted},
-                network_mode="none",
-                rm=True,
-                forcerm=True,
-            )
-        except Exception as exc:
-            raise ImageBuildError(f"building {image} for {row['instance_id']} failed: {exc}") from exc
+        with tempfile.TemporaryDirectory(prefix="pacore-task-") as tmp:
+            (Path(tmp) / "Dockerfile").write_text(_dockerfile())
+            copy_repo(repo_dir, Path(tmp) / "repo")
+            build_image(client, Path(tmp), image, {TASK_HASH_LABEL: wanted})
     head = _image_head(client, image)
     if head != row["base_commit"]:
         raise ImageBuildError(
@@ -273,15 +297,6 @@ def ensure_task_image(row: dict, client=None, *, log: Log = print, rebuild: bool
             " (task files changed without updating task.json?)"
         )
     return image
-
-
-def _image_label(client, image: str) -> str | None:
-    import docker
-
-    try:
-        return (client.images.get(image).labels or {}).get(TASK_HASH_LABEL)
-    except docker.errors.ImageNotFound:
-        return None
 
 
 def _image_head(client, image: str) -> str:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pacore_agents.swe.episodes import InstanceOutcome, SweSolver
+from pacore_agents.swe.output_paths import folder_name, inside
 from pacore_benchmarks.results import ResultsFile
 
 PREDICTIONS_FILE = "predictions.jsonl"
@@ -47,7 +47,8 @@ class RunSummary(BaseModel):
 
 
 def trajectory_path(output: Path, instance_id: str) -> Path:
-    return output / TRAJECTORY_DIR / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', instance_id)}.json"
+    """Inside ``output`` whatever the id (``output_paths.folder_name``: distinct ids, distinct files)."""
+    return inside(output, TRAJECTORY_DIR) / f"{folder_name(instance_id)}.json"
 
 
 def episode_log_path(output: Path, instance_id: str) -> Path:

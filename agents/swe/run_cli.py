@@ -51,6 +51,7 @@ def run_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from pacore_agents.swe.episodes import SweSolver
+    from pacore_agents.swe.owners import sweep_orphans
     from pacore_agents.swe.repair_agent import RepairSettings
     from pacore_agents.swe.run import run_instances
     from pacore_agents.swe.tasks import load_tasks, parse_instances
@@ -77,9 +78,7 @@ def run_command(args: argparse.Namespace) -> int:
         if problem:
             print(f"pacore: {problem}", file=sys.stderr)
             return 2
-        removed = remove_orphaned_sandboxes()
-        if removed:
-            print(f"pacore: removed {removed} sandbox container(s) left by a killed run", file=sys.stderr)
+        sweep_orphans(log=lambda line: print(f"pacore: {line}", file=sys.stderr))
     sampling = {"temperature": config.temperature, "top_p": config.top_p}
     if config.max_tokens is not None:
         sampling["max_tokens"] = config.max_tokens
@@ -127,54 +126,21 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def check_images(rows: list[dict]) -> str | None:
-    """Build the local tasks' images; say which other rows' images this Docker host lacks (None: all there)."""
+    """Build the local tasks' images; say which other rows' images this Docker host lacks (None: all there).
+
+    A SWE-bench row runs on its official image, or on one built here by ``pacore swe images build``.
+    """
     from pacore_agents.swe.docker_sandbox import missing_image_message
-    from pacore_agents.swe.images import ImageBuildError, docker_client, ensure_images, image_exists
+    from pacore_agents.swe.images import ImageBuildError, docker_client, ensure_images
+    from pacore_agents.swe.offline_images import image_for
 
     try:
         client = docker_client()
         ensure_images(rows, client, log=lambda line: print(line, file=sys.stderr))
     except ImageBuildError as exc:
         return str(exc)
-    missing = [row for row in rows if not row.get("pacore_task_dir") and not image_exists(client, row["image"])]
+    missing = [row for row in rows if not row.get("pacore_task_dir") and image_for(client, row) is None]
     if not missing:
         return None
     more = f" ({len(missing) - 1} more rows lack their images too)" if len(missing) > 1 else ""
     return missing_image_message(missing[0]) + more
-
-
-def remove_orphaned_sandboxes() -> int:
-    """Remove sandbox containers whose run was killed (SIGKILL skips every cleanup); return how many.
-
-    A container is an orphan when the process named by its pid label no longer exists on this host.
-    Only a local daemon is swept: over DOCKER_HOST=tcp://... the pids belong to other machines.
-    """
-    import os
-
-    from pacore_agents.swe.docker_sandbox import PID_LABEL, leftover_sandboxes
-
-    if os.environ.get("DOCKER_HOST", "unix://").split("://")[0] not in ("unix", ""):
-        return 0
-    removed = 0
-    for container in leftover_sandboxes(this_process=False):
-        pid = container.labels.get(PID_LABEL, "")
-        if not pid.isdigit() or _alive(int(pid)):
-            continue
-        try:
-            container.remove(force=True)
-            removed += 1
-        except Exception as exc:  # another run removed it first, or the daemon refused: say so, go on
-            print(f"pacore: could not remove orphaned sandbox {container.name}: {exc}", file=sys.stderr)
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    import os
-
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by someone else
-    return True

@@ -27,10 +27,14 @@ class TaskLoadError(ValueError):
 def load_tasks(dataset: str, *, instances: Iterable[str] | None = None, split: str = "test") -> list[dict]:
     """Rows of ``dataset`` (path, hub name or ``local``), optionally only the given instance ids."""
     rows = _load(dataset, split)
+    seen: set[str] = set()
     for row in rows:
         missing = [key for key in REQUIRED_KEYS if not row.get(key)]
         if missing:
             raise TaskLoadError(f"{dataset}: row {row.get('instance_id', '?')!r} lacks {', '.join(missing)}")
+        if row["instance_id"] in seen:
+            raise TaskLoadError(f"{dataset}: instance {row['instance_id']!r} appears twice")
+        seen.add(row["instance_id"])
     if instances:
         wanted = [i for i in instances if i]
         known = {row["instance_id"] for row in rows}

@@ -1,0 +1,61 @@
+"""``pacore swe images build``: images for real SWE-bench rows from repository snapshots, offline."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register_images(subparsers: argparse._SubParsersAction) -> None:
+    images = subparsers.add_parser(
+        "images",
+        help="build images for real SWE-bench rows without conda or Docker Hub",
+        description="Images for SWE-bench rows built on this Docker host: a Debian base (debootstrap) with "
+        "the Python the repository version needs, its packages from PyPI (through this host's pip and its "
+        "configuration, e.g. a mirror), and the repository at the base commit from --repos. Containers "
+        "made from them run without network. Covered repositories and versions: see the README.",
+    )
+    inner = images.add_subparsers(dest="images_command", required=True, metavar="COMMAND")
+    build = inner.add_parser("build", help="build the images of the given rows (skips those that exist)")
+    build.add_argument("--dataset", required=True, help="a .parquet/.jsonl/.json file of SWE-bench rows, or a hub name")
+    build.add_argument("--instances", nargs="+", metavar="ID", required=True, help="instance ids (commas or spaces)")
+    build.add_argument("--repos", required=True,
+                       help="folder of snapshots: ID.tar.gz (git archive of base_commit), ID/ or owner__name/ clones")
+    build.add_argument("--rebuild", action="store_true", help="rebuild images that already exist")
+    build.add_argument("--pypi-before", default=None, metavar="DATE",
+                       help="take packages as PyPI had them at DATE (default: 2024-08-01, when SWE-bench Verified's "
+                       "environments were made; 'now' for today's; needs an index with upload times)")
+    build.add_argument("--split", default="test", help="split of a hub dataset")
+    build.set_defaults(func=run_build)
+
+
+def run_build(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from pacore_agents.swe.images import ImageBuildError, docker_client
+    from pacore_agents.swe.offline_images import PYPI_BEFORE, ensure_offline_image
+    from pacore_agents.swe.tasks import TaskLoadError, load_tasks, parse_instances
+
+    def say(line: str) -> None:
+        print(f"pacore: {line}", file=sys.stderr)
+
+    repos = Path(args.repos)
+    try:
+        if not repos.is_dir():
+            raise TaskLoadError(f"--repos {repos}: not a folder")
+        rows = load_tasks(args.dataset, instances=parse_instances(args.instances), split=args.split)
+        client = docker_client()
+    except (TaskLoadError, ImageBuildError) as exc:
+        say(f"error: {exc}")
+        return 2
+    failed = 0
+    for row in rows:
+        try:
+            before = None if args.pypi_before == "now" else args.pypi_before or PYPI_BEFORE
+            name = ensure_offline_image(row, repos, client, pypi_before=before, log=say, rebuild=args.rebuild)
+        except ImageBuildError as exc:
+            failed += 1
+            say(f"{row['instance_id']}: FAILED: {exc}")
+            continue
+        print(f"{row['instance_id']}\t{name}")
+    return 1 if failed else 0
