@@ -114,6 +114,10 @@ class SweSolver:
         return self.config.schedule
 
     @property
+    def episodes_per_instance(self) -> int:
+        return sum(self.schedule)
+
+    @property
     def checkpointer(self) -> Any:
         return self.runner.graph.checkpointer
 

@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal, TypedDict
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.runtime import get_runtime
@@ -216,14 +216,19 @@ def build_repair_graph(
     settings: RepairSettings | None = None,
     *,
     executor: ThreadPoolExecutor | None = None,
+    model_step: Callable[[Runnable], Runnable] | None = None,
 ) -> StateGraph:
     """An uncompiled repair-agent graph; the sandbox is its runtime context (``invoke(..., context=sandbox)``).
 
     Input: ``{"messages": [...]}`` (see :func:`task_messages`). Output adds ``patch``, ``note``,
     ``stop_reason`` and ``steps``. Use :class:`RepairEpisode` to get the sandbox handled for you.
+    ``model_step`` turns the tool-bound model into what each step calls (messages in, ``AIMessage`` out),
+    e.g. a PaCoRe run per call (``per_call.PaCoReModelCall``); by default the bound model itself.
     """
     settings = settings or RepairSettings()
     runnable = _bound_model(model, settings)
+    if model_step is not None:
+        runnable = model_step(runnable)
 
     async def blocking(function: Callable, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(executor, function, *args)
@@ -342,11 +347,13 @@ class RepairEpisode:
         settings: RepairSettings | None = None,
         *,
         open_sandbox: Callable[[dict], Any] | None = None,
+        model_step: Callable[[Runnable], Runnable] | None = None,
     ):
         self.settings = settings or RepairSettings()
         self.tool_calling = uses_tool_calling(model, self.settings)
         self.executor = ThreadPoolExecutor(self.settings.threads, thread_name_prefix="pacore-sandbox")
-        self.graph = build_repair_graph(model, self.settings, executor=self.executor).compile(name="repair_agent")
+        graph = build_repair_graph(model, self.settings, executor=self.executor, model_step=model_step)
+        self.graph = graph.compile(name="repair_agent")
         self._open = open_sandbox or self._default_open
 
     def _default_open(self, row: dict):

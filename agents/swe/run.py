@@ -30,6 +30,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from pacore_agents.swe.episodes import InstanceOutcome, SweSolver
 from pacore_agents.swe.output_paths import folder_name, inside
+from pacore_agents.swe.per_call import PerCallSolver
 from pacore_benchmarks.results import ResultsFile
 
 PREDICTIONS_FILE = "predictions.jsonl"
@@ -98,9 +99,10 @@ def write_json_atomically(path: Path, data: Any) -> None:
 
 
 class EpisodeProgress:
-    """Two bars on stderr: instances done, and episodes done over every instance of the run."""
+    """Two bars on stderr: instances done, and episodes done over every instance of the run (model calls
+    when ``episodes_per_instance`` is None: the per-call protocol, one episode of unknown length)."""
 
-    def __init__(self, instances: int, episodes_per_instance: int, console: Console | None = None):
+    def __init__(self, instances: int, episodes_per_instance: int | None, console: Console | None = None):
         self.per_instance = episodes_per_instance
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
@@ -111,7 +113,10 @@ class EpisodeProgress:
             console=console or Console(stderr=True),
         )
         self.instances = self.progress.add_task("instances", total=instances, info="")
-        self.episodes = self.progress.add_task("episodes", total=instances * episodes_per_instance, info="")
+        if episodes_per_instance is None:
+            self.episodes = self.progress.add_task("model calls", total=None, info="")
+        else:
+            self.episodes = self.progress.add_task("episodes", total=instances * episodes_per_instance, info="")
         self.counts = {"patch": 0, "empty": 0, "failed": 0}
 
     def __enter__(self) -> EpisodeProgress:
@@ -122,12 +127,12 @@ class EpisodeProgress:
         self.progress.stop()
 
     def on_event(self, event: dict[str, Any]) -> None:
-        if event.get("event") in ("trajectory_finished", "trajectory_failed"):
+        if event.get("event") in ("trajectory_finished", "trajectory_failed", "model_call_finished"):
             self.progress.advance(self.episodes)
 
     def instance_done(self, outcome: InstanceOutcome) -> None:
         # A round that failed ends an instance early: count its unplanned episodes as done.
-        missing = self.per_instance - len(outcome.episodes)
+        missing = (self.per_instance or 0) - len(outcome.episodes)
         if missing > 0:
             self.progress.advance(self.episodes, missing)
         kind = "failed" if not outcome.completed else ("patch" if outcome.model_patch.strip() else "empty")
@@ -142,7 +147,7 @@ class EpisodeProgress:
 
 async def run_instances(
     rows: list[dict],
-    solver: SweSolver,
+    solver: SweSolver | PerCallSolver,
     output: Path,
     *,
     model_name: str,
@@ -160,7 +165,7 @@ async def run_instances(
     gate = asyncio.Semaphore(max(1, workers))
     make_progress = progress or (lambda n, per: EpisodeProgress(n, per))
 
-    with make_progress(len(todo), sum(solver.schedule)) as bars:
+    with make_progress(len(todo), solver.episodes_per_instance) as bars:
 
         async def one(row: dict) -> None:
             thread = solver.thread_for(row)

@@ -12,12 +12,20 @@ def register_run(subparsers: argparse._SubParsersAction) -> None:
     run = subparsers.add_parser(
         "run",
         help="repair SWE-bench instances with PaCoRe over agent episodes",
-        description="Each round runs K repair episodes in fresh sandboxes; later rounds see the candidate "
-        "patches as reference responses; the final episode's patch is the prediction.",
+        description="--protocol episodes: each round runs K repair episodes in fresh sandboxes; later rounds "
+        "see the candidate patches as reference responses; the final episode's patch is the prediction. "
+        "--protocol per-call: one episode in one sandbox, each model call a PaCoRe run (K proposed replies "
+        "per round, synthesised); its patch is the prediction.",
     )
     run.add_argument("--dataset", required=True, help="a .parquet/.jsonl file, a hub name, a task folder, or 'local'")
     run.add_argument("--instances", action="append", help="only these instance ids (comma-separated, repeatable)")
     run.add_argument("--output", required=True, help="folder for predictions.jsonl and trajectories/")
+    run.add_argument(
+        "--protocol",
+        choices=["episodes", "per-call"],
+        default="episodes",
+        help="PaCoRe over whole episodes (default), or per model call inside one episode (the paper's)",
+    )
     add_schedule_arguments(run)
     add_model_arguments(run)
     run.add_argument(
@@ -52,6 +60,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     from pacore_agents.swe.episodes import SweSolver
     from pacore_agents.swe.owners import sweep_orphans
+    from pacore_agents.swe.per_call import PerCallSolver
     from pacore_agents.swe.repair_agent import RepairSettings
     from pacore_agents.swe.run import run_instances
     from pacore_agents.swe.tasks import load_tasks, parse_instances
@@ -98,6 +107,7 @@ def run_command(args: argparse.Namespace) -> int:
         recorded = {
             "dataset": args.dataset,
             "model": model_name,
+            "protocol": args.protocol,
             "rounds": config.rounds,
             "runtime": args.runtime,
             "repair": settings.model_dump(mode="json"),
@@ -106,7 +116,10 @@ def run_command(args: argparse.Namespace) -> int:
         async def main():
             # One checkpoint thread per instance in output/checkpoints.sqlite: a killed run resumes mid-instance.
             async with open_checkpointer(output) as checkpointer:
-                solver = SweSolver(model, config, settings, checkpointer=checkpointer, salt=(model_name,))
+                if args.protocol == "per-call":
+                    solver = PerCallSolver(model, config, settings)
+                else:
+                    solver = SweSolver(model, config, settings, checkpointer=checkpointer, salt=(model_name,))
                 try:
                     return await run_instances(
                         rows, solver, output, model_name=model_name, workers=args.workers, settings=recorded
