@@ -19,15 +19,12 @@ from fakes import PromptFunctionChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from mock_openai import MockOpenAIServer
 
-from pacore_agents.swe.repair_agent import (
-    RepairEpisode,
-    RepairSettings,
-    cut_output,
-    parse_actions,
-)
+from pacore_agents.swe.actions import parse_actions
+from pacore_agents.swe.repair_episode import RepairEpisode
+from pacore_agents.swe.repair_settings import RepairSettings
 from pacore_agents.swe.sandbox import CommandResult
 from pacore_agents.swe.tasks import load_tasks
-from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
+from pacore_graph.extend import OpenAICompatibleChatModel, cut_middle
 from pacore_graph.prompt import message_text
 
 ROW = {"instance_id": "fake__task-1", "repo": "fake/task", "problem_statement": "add() subtracts", "base_commit": "0"}
@@ -131,12 +128,12 @@ def test_parse_actions_reads_tool_calls_blocks_and_submission():
     assert parse_actions(AIMessage(content="```bash\nls\n```\n```bash\npwd\n```")) == []  # one block per reply
 
 
-def test_cut_output_keeps_head_and_tail_with_a_marker():
+def test_command_output_is_cut_to_head_and_tail_with_a_marker():
     text = "H" * 100 + "M" * 1000 + "T" * 100
-    cut = cut_output(text, 100, 100)
+    cut = cut_middle(text, 100, 100)
     assert cut.startswith("H" * 100) and cut.endswith("T" * 100)
     assert "[... 1000 characters cut ...]" in cut and "M" not in cut
-    assert cut_output("short", 100, 100) == "short"
+    assert cut_middle("short", 100, 100) == "short"
 
 
 # ------------------------------------------------------------------------------------------- episode loop

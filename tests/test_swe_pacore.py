@@ -21,7 +21,7 @@ from fakes import PromptFunctionChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 
 from pacore_agents.swe.episodes import SweSolver, cap_patch, episode_conclusion
-from pacore_agents.swe.repair_agent import RepairSettings
+from pacore_agents.swe.repair_settings import RepairSettings
 from pacore_agents.swe.run import PREDICTIONS_FILE, run_instances, trajectory_path
 from pacore_agents.swe.sandbox import CommandResult
 from pacore_graph import PaCoReConfig

@@ -24,7 +24,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableLambda
 from pydantic import BaseModel, Field
 
-from pacore_agents.swe.repair_agent import RepairEpisode, RepairSettings
+from pacore_agents.swe.repair_episode import RepairEpisode
+from pacore_agents.swe.repair_settings import RepairSettings
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.episode import EpisodeContext
 from pacore_graph.errors import RoundFailedError

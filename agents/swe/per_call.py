@@ -24,7 +24,8 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
 from pacore_agents.swe.episodes import InstanceOutcome
-from pacore_agents.swe.repair_agent import RepairEpisode, RepairSettings
+from pacore_agents.swe.repair_episode import RepairEpisode
+from pacore_agents.swe.repair_settings import RepairSettings
 from pacore_graph import PaCoReConfig, asolve, solve
 
 

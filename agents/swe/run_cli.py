@@ -61,7 +61,7 @@ def run_command(args: argparse.Namespace) -> int:
     from pacore_agents.swe.episodes import SweSolver
     from pacore_agents.swe.owners import sweep_orphans
     from pacore_agents.swe.per_call import PerCallSolver
-    from pacore_agents.swe.repair_agent import RepairSettings
+    from pacore_agents.swe.repair_settings import RepairSettings
     from pacore_agents.swe.run import run_instances
     from pacore_agents.swe.tasks import load_tasks, parse_instances
     from pacore_graph.cli import config_from_args

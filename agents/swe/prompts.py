@@ -1,0 +1,51 @@
+"""What a repair episode tells the model: the rules of the repository work, and the task itself.
+
+Round 1 sends :func:`task_messages`; PaCoRe's later rounds replace only the user message (adding the
+reference responses), so the system rules stay the same in every round.
+"""
+
+from __future__ import annotations
+
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+
+_RULES = """You are fixing an issue in a software repository checked out at {workdir}.
+Work like a careful engineer: read the relevant code, reproduce the problem, edit the source files, and
+check your fix. Each command runs in a fresh `bash -lc` in {workdir} (no interactive programs, no network;
+edit files with sed, python or a here-document). Do not change or add tests unless the issue asks you to;
+the fix belongs in the source code. If the task shows reference responses (patches from other attempts),
+none of them is applied to your checkout: judge them, then make and check your own fix."""
+
+_TOOL_RULES = """
+Use the `bash` tool for every command. When the fix is done, call `submit` with a short note."""
+
+_BLOCK_RULES = """
+Reply with a short thought and exactly ONE command in a fenced block:
+
+```bash
+<command>
+```
+
+You will see its output in the next message. When the fix is done, write a short note on what you
+changed, followed by a block holding only the word submit:
+
+```bash
+submit
+```"""
+
+
+def system_prompt(workdir: str, tool_calling: bool) -> str:
+    return _RULES.format(workdir=workdir) + (_TOOL_RULES if tool_calling else _BLOCK_RULES)
+
+
+def task_prompt(row: dict) -> str:
+    """The user message of an episode: the problem statement only (never the hidden tests or patch)."""
+    return (
+        f"Repository: {row.get('repo', '?')}\n\n"
+        f"<issue>\n{row['problem_statement'].strip()}\n</issue>\n\n"
+        "Make the smallest change to the source files that resolves this issue."
+    )
+
+
+def task_messages(row: dict, *, tool_calling: bool = True, workdir: str = "/testbed") -> list[BaseMessage]:
+    """System rules plus the task: what round 1 sends; later rounds replace only the user message."""
+    return [SystemMessage(system_prompt(workdir, tool_calling)), HumanMessage(task_prompt(row))]

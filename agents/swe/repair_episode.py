@@ -1,0 +1,118 @@
+"""One repair episode end to end: open a fresh sandbox for the task, run the repair graph in it, always
+close it, and hand back the final state with its JSON record."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import Runnable, RunnableConfig
+
+from pacore_agents.swe.episode_records import episode_record
+from pacore_agents.swe.prompts import task_messages
+from pacore_agents.swe.repair_graph import build_repair_graph, uses_tool_calling
+from pacore_agents.swe.repair_settings import RepairSettings
+
+
+class RepairEpisode:
+    """One episode per call: open a fresh sandbox for the task, run the graph in it, always close it.
+
+    ``ainvoke({"messages": [...], "task": row}, config)`` returns the graph's final state plus its
+    ``record`` (see :func:`~pacore_agents.swe.episode_records.episode_record`). Errors inside the episode
+    do not escape: they end the episode with ``stop_reason="error"`` and the messages so far, so a crashed
+    episode is recorded, not lost.
+    """
+
+    def __init__(
+        self,
+        model: BaseChatModel,
+        settings: RepairSettings | None = None,
+        *,
+        open_sandbox: Callable[[dict], Any] | None = None,
+        model_step: Callable[[Runnable], Runnable] | None = None,
+    ):
+        self.settings = settings or RepairSettings()
+        self.tool_calling = uses_tool_calling(model, self.settings)
+        self.executor = ThreadPoolExecutor(self.settings.threads, thread_name_prefix="pacore-sandbox")
+        graph = build_repair_graph(model, self.settings, executor=self.executor, model_step=model_step)
+        self.graph = graph.compile(name="repair_agent")
+        self._open = open_sandbox or self._default_open
+
+    def _default_open(self, row: dict):
+        from pacore_agents.swe.sandbox import open_sandbox
+
+        return open_sandbox(row, self.settings.runtime)
+
+    def messages_for(self, row: dict) -> list[BaseMessage]:
+        return task_messages(row, tool_calling=self.tool_calling)
+
+    async def ainvoke(self, graph_input: dict, config: RunnableConfig | None = None) -> dict[str, Any]:
+        row = graph_input.get("task")
+        if row is None:
+            raise ValueError("a repair episode needs its task row: pass input['task']")
+        started = time.monotonic()
+        state: dict[str, Any] = {"messages": list(graph_input["messages"]), "steps": 0}
+        sandbox = None
+        try:
+            sandbox = await self._open_sandbox(row)
+            run_config: RunnableConfig = {**(config or {}), "recursion_limit": 3 * self.settings.step_limit + 10}
+            async for values in self.graph.astream(state, run_config, stream_mode="values", context=sandbox):
+                state = values
+        except Exception as exc:  # the episode is over; say why and keep what it did
+            state = {**state, "stop_reason": "error", "patch": "", "error": _describe(exc)}
+        finally:
+            if sandbox is not None:
+                await self._close_sandbox(sandbox)
+        record = episode_record(state, row, time.monotonic() - started)
+        record["sandbox"] = _sandbox_identity(sandbox, self.settings.runtime)
+        return {**state, "record": record}
+
+    async def _open_sandbox(self, row: dict):
+        """Open in a worker thread; if cancelled meanwhile, close the sandbox as soon as it exists."""
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self.executor, self._open, row)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            future.add_done_callback(_close_when_opened)
+            raise
+
+    async def _close_sandbox(self, sandbox) -> None:
+        future = asyncio.get_running_loop().run_in_executor(self.executor, sandbox.close)
+        try:
+            await asyncio.shield(future)
+        except asyncio.CancelledError:
+            pass  # the close goes on in its thread; the caller is cancelled anyway
+
+    def shutdown(self) -> None:
+        self.executor.shutdown(wait=True)
+
+
+def _sandbox_identity(sandbox, runtime: str) -> dict[str, Any]:
+    """Which sandbox ran the episode (a container id for docker), so a trace can be checked against it."""
+    if sandbox is None:
+        return {"runtime": runtime, "opened": False}
+    return {
+        "runtime": runtime,
+        "opened": True,
+        "id": getattr(sandbox, "container_id", None),
+        "workdir": getattr(sandbox, "workdir", None),
+    }
+
+
+def _close_when_opened(future) -> None:
+    if not future.cancelled() and future.exception() is None:
+        with contextlib.suppress(Exception):
+            future.result().close()
+
+
+def _describe(exc: BaseException) -> str:
+    lines = traceback.format_exception_only(type(exc), exc)
+    return "".join(lines).strip()[:4000]
