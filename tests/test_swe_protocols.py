@@ -165,6 +165,8 @@ def test_both_protocols_on_a_local_task_write_the_same_outputs(mock_server, tmp_
     assert_same_outputs(runs, row)
     assert resolves(row, runs["per-call"][1]["model_patch"], tmp_path)
     assert f"{ROMAN}: patch of" in runs["per-call"][3]
+    # The progress counts model calls through LangChain callbacks: every proposal and synthesis is seen.
+    assert re.search(r"model calls .* 9/\?", runs["per-call"][3]) and re.search(r"episodes .* 3/3", runs["episodes"][3])
 
 
 @pytest.mark.docker
