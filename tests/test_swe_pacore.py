@@ -20,11 +20,12 @@ import pytest
 from fakes import PromptFunctionChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 
-from pacore_agents.swe.episodes import SweSolver, cap_patch, episode_conclusion
+from pacore_agents.swe.episodes import InstanceOutcome, SweSolver, cap_patch, episode_conclusion
 from pacore_agents.swe.repair_settings import RepairSettings
-from pacore_agents.swe.run import PREDICTIONS_FILE, run_instances, trajectory_path
+from pacore_agents.swe.run import PREDICTIONS_FILE, run_instances, swe_folder, trajectory_path
 from pacore_agents.swe.sandbox import CommandResult
 from pacore_graph import PaCoReConfig
+from pacore_graph.extend import SettingsMismatch
 from pacore_graph.prompt import message_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,22 +92,31 @@ def explorer_reply(messages: list[BaseMessage], *, fix_in_round_one: bool = True
     return block("submit", "fixed it")
 
 
-def solve(reply, sandboxes: Sandboxes, rounds=(2,)):
-    solver = SweSolver(
-        PromptFunctionChatModel(reply=reply),
-        PaCoReConfig(rounds=list(rounds)),
-        RepairSettings(),
-        open_sandbox=sandboxes,
-    )
+def run(rows: list[dict], sandboxes: Sandboxes, output: Path, rounds=(2,), workers: int = 1):
+    """`run_instances` as the CLI calls it, with the fake model and in-memory sandboxes."""
+    config = PaCoReConfig(rounds=list(rounds))
+    solver = SweSolver(PromptFunctionChatModel(reply=explorer_reply), config, RepairSettings(), open_sandbox=sandboxes)
+    folder = swe_folder(output, "fake", config, RepairSettings(), progress=False)
     try:
-        return asyncio.run(solver.solve(ROW))
+        return asyncio.run(run_instances(rows, solver, folder, workers=workers))
     finally:
         solver.close()
 
 
-def test_the_synthesis_episode_sees_both_candidate_patches():
+def solve(reply, sandboxes: Sandboxes, output: Path, rounds=(2,)) -> InstanceOutcome:
+    """One instance through a run folder: what its trajectory file says."""
+    config = PaCoReConfig(rounds=list(rounds))
+    solver = SweSolver(PromptFunctionChatModel(reply=reply), config, RepairSettings(), open_sandbox=sandboxes)
+    try:
+        asyncio.run(run_instances([ROW], solver, swe_folder(output, "fake", config, RepairSettings(), progress=False)))
+    finally:
+        solver.close()
+    return InstanceOutcome.model_validate_json(trajectory_path(output, ROW["instance_id"]).read_text())
+
+
+def test_the_synthesis_episode_sees_both_candidate_patches(tmp_path):
     sandboxes = Sandboxes()
-    outcome = solve(explorer_reply, sandboxes)
+    outcome = solve(explorer_reply, sandboxes, tmp_path)
     assert outcome.error is None and outcome.completed
     assert outcome.model_patch == "diff --git a/m.py b/m.py\n+fix by merged-sandbox-0+sandbox-1\n"
     assert [(e["round_index"], e["index"], e["stop_reason"]) for e in outcome.episodes] == [
@@ -122,9 +132,9 @@ def test_the_synthesis_episode_sees_both_candidate_patches():
     assert all(s.closed for s in sandboxes.opened) and len(sandboxes.opened) == 3
 
 
-def test_a_crashed_episode_is_recorded_but_never_passed_on():
+def test_a_crashed_episode_is_recorded_but_never_passed_on(tmp_path):
     sandboxes = Sandboxes(crash={1})
-    outcome = solve(explorer_reply, sandboxes)
+    outcome = solve(explorer_reply, sandboxes, tmp_path)
     crashed = [e for e in outcome.episodes if e["stop_reason"] == "error"]
     assert len(crashed) == 1 and "lost its container" in crashed[0]["error"]
     final_prompt = outcome.episodes[-1]["messages"][1]["content"]
@@ -134,8 +144,8 @@ def test_a_crashed_episode_is_recorded_but_never_passed_on():
     assert all(s.closed for s in sandboxes.opened)
 
 
-def test_episodes_without_a_patch_end_the_run_with_an_empty_prediction_and_the_reason():
-    outcome = solve(lambda messages: explorer_reply(messages, fix_in_round_one=False), Sandboxes())
+def test_episodes_without_a_patch_end_the_run_with_an_empty_prediction_and_the_reason(tmp_path):
+    outcome = solve(lambda messages: explorer_reply(messages, fix_in_round_one=False), Sandboxes(), tmp_path)
     assert outcome.completed and outcome.model_patch == ""
     assert "none of its 2 trajectories produced a usable conclusion" in outcome.error
     assert len(outcome.episodes) == 2 and all(e["patch"] == "" for e in outcome.episodes)
@@ -154,49 +164,39 @@ def test_the_compacted_episode_is_its_capped_patch_and_note():
 def test_run_writes_predictions_and_trajectories_and_resumes(tmp_path):
     rows = [ROW, {**ROW, "instance_id": "fake__task-2"}]
     sandboxes = Sandboxes()
-
-    async def go(solver):
-        try:
-            return await run_instances(rows, solver, tmp_path, model_name="fake", workers=2)
-        finally:
-            solver.close()
-
-    def new_solver():
-        return SweSolver(
-            PromptFunctionChatModel(reply=explorer_reply),
-            PaCoReConfig(rounds=[1]),
-            RepairSettings(),
-            open_sandbox=sandboxes,
-        )
-
-    summary = asyncio.run(go(new_solver()))
-    assert (summary.predicted, summary.skipped, summary.failed) == (2, 0, 0)
+    summary = run(rows, sandboxes, tmp_path, rounds=(1,), workers=2)
+    assert (summary.written, summary.skipped, summary.failed) == (2, 0, {})
     lines = [json.loads(line) for line in (tmp_path / PREDICTIONS_FILE).read_text().splitlines()]
     assert sorted(p["instance_id"] for p in lines) == ["fake__task-1", "fake__task-2"]
     assert all(set(p) == {"instance_id", "model_name_or_path", "model_patch"} for p in lines)
+    assert all(p["model_patch"].startswith("diff --git") for p in lines), "both instances predicted a patch"
     trajectory = json.loads(trajectory_path(tmp_path, "fake__task-1").read_text())
     assert [e["round_index"] for e in trajectory["episodes"]] == [0, 1]
     assert trajectory["episodes"][0]["messages"][2]["content"].strip().endswith("```")
     opened = len(sandboxes.opened)
-    again = asyncio.run(go(new_solver()))
-    assert (again.skipped, again.predicted) == (2, 0) and len(sandboxes.opened) == opened
+    again = run(rows, sandboxes, tmp_path, rounds=(1,), workers=2)
+    assert (again.skipped, again.written) == (2, 0) and len(sandboxes.opened) == opened
 
 
 def test_an_instance_whose_episodes_all_crash_gets_no_prediction_and_is_retried(tmp_path):
     sandboxes = Sandboxes(crash={0, 1})
-    solver = SweSolver(
-        PromptFunctionChatModel(reply=explorer_reply),
-        PaCoReConfig(rounds=[2]),
-        RepairSettings(),
-        open_sandbox=sandboxes,
-    )
-    try:
-        summary = asyncio.run(run_instances([ROW], solver, tmp_path, model_name="fake"))
-    finally:
-        solver.close()
-    assert summary.failed == 1 and "lost its container" in summary.errors[ROW["instance_id"]]
+    summary = run([ROW], sandboxes, tmp_path)
+    assert list(summary.failed) == [ROW["instance_id"]]
     assert not (tmp_path / PREDICTIONS_FILE).exists() or not (tmp_path / PREDICTIONS_FILE).read_text().strip()
-    assert json.loads(trajectory_path(tmp_path, ROW["instance_id"]).read_text())["completed"] is False
+    trajectory = json.loads(trajectory_path(tmp_path, ROW["instance_id"]).read_text())
+    assert trajectory["completed"] is False and "lost its container" in trajectory["error"]
+    retried = run([ROW], sandboxes, tmp_path)  # the sandboxes work now: the instance is tried again
+    assert (retried.written, retried.failed) == (1, {}) and len(sandboxes.opened) == 5
+    assert json.loads((tmp_path / PREDICTIONS_FILE).read_text())["model_patch"].startswith("diff --git")
+
+
+def test_a_folder_made_with_other_episode_settings_is_refused_in_one_line(tmp_path):
+    config = PaCoReConfig(rounds=[2])
+    swe_folder(tmp_path, "fake", config, RepairSettings(step_limit=30)).claim().release()
+    with pytest.raises(SettingsMismatch) as refused:
+        swe_folder(tmp_path, "fake", config, RepairSettings(step_limit=5)).claim()
+    assert "episode: folder has" in str(refused.value) and "\n" not in str(refused.value)
+    swe_folder(tmp_path, "fake", config, RepairSettings(threads=2)).claim().release()  # threads change nothing
 
 
 # ------------------------------------------------------------------------------------------- docker, CLI

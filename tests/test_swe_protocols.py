@@ -137,9 +137,9 @@ def assert_same_outputs(runs: dict[str, tuple], row: dict) -> None:
     assert prediction_e == prediction_p, "the same fix, the same prediction line"
     assert prediction_p["instance_id"] == row["instance_id"] and prediction_p["model_name_or_path"] == "scripted"
     assert shape(trajectory_e["episodes"][0]) == shape(trajectory_p["episodes"][0])
-    # Instance-level PaCoRe rounds are the episodes protocol's; per-call keeps each step's in its messages.
-    assert trajectory_p["rounds"] == [] and trajectory_e["rounds"]
-    assert shape({**trajectory_e, "settings": {}, "rounds": []}) == shape({**trajectory_p, "settings": {}})
+    assert shape({**trajectory_e, "settings": {}}) == shape({**trajectory_p, "settings": {}})
+    # The instance's rounds: K episodes then the synthesis episode; per-call, the one episode.
+    assert [r["k"] for r in trajectory_e["rounds"]] == [2, 1] and [r["k"] for r in trajectory_p["rounds"]] == [1]
     assert (trajectory_e["settings"]["protocol"], trajectory_p["settings"]["protocol"]) == ("episodes", "per-call")
 
 
@@ -165,8 +165,8 @@ def test_both_protocols_on_a_local_task_write_the_same_outputs(mock_server, tmp_
     assert_same_outputs(runs, row)
     assert resolves(row, runs["per-call"][1]["model_patch"], tmp_path)
     assert f"{ROMAN}: patch of" in runs["per-call"][3]
-    # The progress counts model calls through LangChain callbacks: every proposal and synthesis is seen.
-    assert re.search(r"model calls .* 9/\?", runs["per-call"][3]) and re.search(r"episodes .* 3/3", runs["episodes"][3])
+    # Per-call shows the model calls of its steps (every proposal and synthesis), finished of started.
+    assert re.search(r"model calls .* 9/9", runs["per-call"][3])
 
 
 @pytest.mark.docker

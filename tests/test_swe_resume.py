@@ -25,7 +25,7 @@ import pytest
 from mock_openai import MockOpenAIServer
 from test_swe_pacore import ROMAN, pacore, pacore_script, sandbox_containers
 
-from pacore_agents.swe.run import PREDICTIONS_FILE, episode_log_path, trajectory_path
+from pacore_agents.swe.run import PREDICTIONS_FILE, trajectory_path
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,6 +87,11 @@ def finished_trajectory_writes(folder: Path) -> int:
         return 0
 
 
+def episode_logs(folder: Path) -> list[Path]:
+    """The run engine's record files of the instances in flight (one per instance)."""
+    return sorted((folder / "records").glob("*.jsonl"))
+
+
 def run_args(server: MockOpenAIServer, out: Path, runtime: str) -> list[str]:
     return [
         "swe", "run", "--dataset", "local", "--instances", ROMAN, "--base-url", server.base_url,
@@ -132,7 +137,8 @@ def kill_then_resume(tmp_path: Path, runtime: str) -> None:
         first_output = next(m["content"] for m in first_process_requests[-1]["messages"] if m["role"] == "tool")
         first_uuid = first_output.split("\n")[1].strip()  # "[exit code 0]\n<uuid>"
         assert not (out / PREDICTIONS_FILE).exists() or not (out / PREDICTIONS_FILE).read_text().strip()
-        assert len(episode_log_path(out, ROMAN).read_text().splitlines()) == 1, "the finished episode was logged"
+        (episode_log,) = episode_logs(out)
+        assert len(episode_log.read_text().splitlines()) == 1, "the finished episode was logged"
         with sqlite3.connect(out / "checkpoints.sqlite") as db:
             namespaces = {ns for (ns,) in db.execute("SELECT DISTINCT checkpoint_ns FROM checkpoints")}
         assert namespaces == {""}, "an episode's own steps are not checkpointed (a fresh sandbox cannot resume them)"
@@ -163,7 +169,7 @@ def kill_then_resume(tmp_path: Path, runtime: str) -> None:
     assert sum(first_uuid in json.dumps(e["messages"]) for e in episodes) == 1, "the first episode, recorded once"
     synthesis_prompt = episodes[2]["messages"][1]["content"]
     assert synthesis_prompt.count("+# attempt ") == 2, "the synthesis saw both candidates, the resumed one too"
-    assert not episode_log_path(out, ROMAN).exists(), "the episode log goes once the trajectory file is final"
+    assert not episode_logs(out), "the episode log goes once the instance's row is written"
     with sqlite3.connect(out / "checkpoints.sqlite") as db:
         assert db.execute("SELECT count(*) FROM checkpoints").fetchone()[0] == 0, "the instance's thread was deleted"
 

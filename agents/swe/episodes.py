@@ -7,31 +7,26 @@ round's user message, exactly as in the chat case. The final episode's patch is 
 episode that crashed or left no patch compacts to an empty conclusion, which the operator records
 and never passes on.
 
-Resume: compiled with a checkpointer, each instance runs on its own checkpoint thread, so a restart
-after a kill re-runs only the episodes that had not finished (the finished ones are LangGraph pending
-writes). Their records then come from the caller's episode sink (see ``run.EpisodeLog``), not memory.
-Episodes are isolated (``AgentExplorer(isolate=True)``): an interrupted one starts over in a new sandbox
-instead of continuing a half-done episode in a sandbox that lacks its edits.
+An instance is a :class:`~pacore_graph.Problem` whose payload is its task row: every episode receives it
+as ``EpisodeContext.payload`` and hands its record to ``EpisodeContext.record``, so the run engine keeps
+the records of an instance in flight across a kill. Episodes are isolated (``AgentExplorer(isolate=True)``):
+an interrupted one starts over in a new sandbox instead of continuing a half-done episode in a sandbox that
+lacks its edits.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.runnables import RunnableLambda
+from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import BaseModel, Field
 
 from pacore_agents.swe.repair_episode import RepairEpisode
 from pacore_agents.swe.repair_settings import RepairSettings
-from pacore_graph.config import PaCoReConfig
-from pacore_graph.episode import EpisodeContext
-from pacore_graph.errors import RoundFailedError
-from pacore_graph.explorer import AgentExplorer
-from pacore_graph.resume import solve_resumable, thread_id
-from pacore_graph.run import PaCoReRunner
+from pacore_graph import AgentExplorer, EpisodeContext, PaCoReConfig, Problem, RoundFailedError
+from pacore_graph.extend import ProblemOutcome
 
 DEFAULT_PATCH_CAP = 16000
 
@@ -72,17 +67,16 @@ class InstanceOutcome(BaseModel):
     error: str | None = None
     completed: bool = Field(description="some episode ran to its end: the prediction stands (an empty patch too)")
     ttc: int = 0
-    seconds: float = 0.0
+    seconds: float = Field(0.0, description="the episodes' seconds, summed (those before a restart too)")
     rounds: list[dict[str, Any]] = Field(default_factory=list)
     episodes: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class SweSolver:
-    """One PaCoRe runner over repair episodes, reused for every instance of a run.
+    """PaCoRe's explorer over repair episodes, reused for every instance of a run.
 
-    With a ``checkpointer`` (e.g. ``pacore_graph.resume.open_checkpointer``) every instance runs on
-    the thread :meth:`thread_for` names; ``salt`` (e.g. the model name) keeps runs that send different
-    things apart. The caller deletes a thread with :meth:`forget` once the instance's result is stored.
+    ``problem(row)`` is what the run engine solves for a task row; ``outcome(...)`` reads what came of it.
+    ``model_step`` replaces each model call of an episode (see :mod:`~pacore_agents.swe.per_call`).
     """
 
     def __init__(
@@ -93,91 +87,54 @@ class SweSolver:
         *,
         patch_cap: int = DEFAULT_PATCH_CAP,
         open_sandbox: Callable[[dict], Any] | None = None,
-        checkpointer: Any = None,
-        salt: Sequence[str] = (),
+        model_step: Callable[[Runnable], Runnable] | None = None,
     ):
         self.config = config
-        self.episode = RepairEpisode(model, settings, open_sandbox=open_sandbox)
-        # What changes an episode beyond its messages and the schedule: part of the thread id.
-        behaviour = self.episode.settings.model_dump_json(exclude={"threads", "retry"})
-        self.salt = (*salt, behaviour, str(patch_cap))
-        explorer = AgentExplorer(
+        self.episode = RepairEpisode(model, settings, open_sandbox=open_sandbox, model_step=model_step)
+        self.explorer = AgentExplorer(
             RunnableLambda(self.episode.ainvoke, name="repair_episode"),
             input=_episode_input,
             output=lambda state: episode_conclusion(state, patch_cap),
             record=_episode_record,
             isolate=True,
         )
-        self.runner = PaCoReRunner(explorer, config, checkpointer=checkpointer)
 
-    @property
-    def schedule(self) -> list[int]:
-        return self.config.schedule
+    def problem(self, row: dict) -> Problem:
+        return Problem(row["instance_id"], self.episode.messages_for(row), payload=row)
 
-    @property
-    def episodes_per_instance(self) -> int:
-        return sum(self.schedule)
+    def outcome(self, outcome: ProblemOutcome) -> InstanceOutcome:
+        """The prediction of one instance (the final round's episode's patch) and the account of its episodes.
 
-    @property
-    def checkpointer(self) -> Any:
-        return self.runner.graph.checkpointer
-
-    def thread_for(self, row: dict) -> str | None:
-        """The checkpoint thread of ``row`` (None without a checkpointer: nothing resumes)."""
-        if self.checkpointer is None:
-            return None
-        return thread_id(row["instance_id"], self.episode.messages_for(row), self.config, *self.salt)
-
-    async def forget(self, row: dict) -> None:
-        """Delete the checkpoints of ``row``: call it once its result is on disk."""
-        thread = self.thread_for(row)
-        if thread is not None:
-            await self.checkpointer.adelete_thread(thread)
-
-    async def solve(
-        self,
-        row: dict,
-        *,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
-        episodes: list[dict[str, Any]] | None = None,
-    ) -> InstanceOutcome:
-        """Run every round for ``row``; never raises for a failed round (the outcome says why).
-
-        ``episodes`` receives each finished episode's record (a list by default); on a resumed thread it
-        must already hold the records of the episodes finished before the restart, or they are missing.
+        A failed round (no usable patch) still yields a prediction, empty, when some episode ran to its
+        end; an instance whose episodes all crashed is not ``completed``: it is left to the next run.
         """
-        episodes = [] if episodes is None else episodes
-        context = {"payload": row, "on_record": episodes.append, "on_event": on_event}
-        started = time.monotonic()
-        messages = self.episode.messages_for(row)
-        rounds: list[dict[str, Any]] = []
-        error = None
-        thread = self.thread_for(row)
-        try:
-            if thread is None:
-                result = await self.runner.arun(messages, **context)
-            else:
-                result, _ = await solve_resumable(self.runner, messages, thread, **context)
-            rounds = [r.model_dump() for r in result.rounds]
-        except RoundFailedError as exc:
-            error = str(exc)
-        final_round = len(self.schedule) - 1
-        records = sorted(episodes, key=lambda e: (e["round_index"], e["index"]))
+        error = outcome.error
+        message = None
+        if error is not None:
+            message = str(error) if isinstance(error, RoundFailedError) else f"{type(error).__name__}: {error}"
+        final_round = len(self.config.schedule) - 1
+        records = _latest_records(outcome.records)
         final = next((e for e in records if e["round_index"] == final_round and e["stop_reason"] != "error"), None)
         crashed = [e for e in records if e["stop_reason"] == "error"]
-        if error and crashed:
-            error = f"{error}; first episode error: {crashed[0]['error']}"
+        if message and crashed:
+            message = f"{message}; first episode error: {crashed[0]['error']}"
         return InstanceOutcome(
-            instance_id=row["instance_id"],
+            instance_id=outcome.problem.id,
             model_patch=(final or {}).get("patch", ""),
             note=(final or {}).get("note", ""),
-            error=error,
+            error=message,
             completed=any(e["stop_reason"] not in ("error", "cancelled") for e in records),
             ttc=sum(e["completion_tokens"] for e in records),
-            seconds=round(time.monotonic() - started, 3),
-            rounds=rounds,
+            seconds=round(sum(e["seconds"] for e in records), 3),
+            rounds=[r.model_dump() for r in outcome.result.rounds] if outcome.result else [],
             episodes=records,
         )
 
     def close(self) -> None:
         self.episode.shutdown()
+
+
+def _latest_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per episode, in round order: an episode killed after its record and run again keeps its last."""
+    latest = {(r["round_index"], r["index"]): r for r in records}
+    return [latest[key] for key in sorted(latest)]

@@ -2,132 +2,83 @@
 
 At every step of the episode the agent's model call is replaced by :class:`PaCoReModelCall`: K_1
 proposals (each a tool-bound model reply that may call ``bash`` / ``submit``) sent with the episode's
-conversation so far, compacted to their text plus rendered tool calls, synthesised over R rounds; the
-final round's message, tool calls included, is the step's action. Same agent graph, same sandbox
-for the whole episode, same outputs as the episodes protocol (:mod:`episodes`): one episode record whose
-messages each carry the PaCoRe rounds' token counts of their step.
+conversation so far, compacted to their text plus rendered tool calls, synthesised over the schedule's
+rounds; the final round's message, tool calls included, is the step's action. The same agent graph and
+the same run as the episodes protocol (:mod:`episodes`), whose schedule becomes a single trajectory: the
+one episode, in one sandbox. Its record's messages each carry their step's rounds (``pacore``).
 
-Token accounting: every proposal and synthesis of every step is counted (the answer message's
-``usage_metadata`` sums them; the episode record adds those up). A killed run starts an unfinished
-instance over: one episode has no finished parts to keep.
+Token accounting: the step's message counts every proposal and synthesis in its ``usage_metadata``,
+which the episode record adds up. A killed run starts an unfinished instance's episode over.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from pacore_agents.swe.episodes import InstanceOutcome
-from pacore_agents.swe.repair_episode import RepairEpisode
+from pacore_agents.swe.episodes import DEFAULT_PATCH_CAP, SweSolver
 from pacore_agents.swe.repair_settings import RepairSettings
 from pacore_graph import PaCoReConfig, asolve, solve
+from pacore_graph.extend import RunProgress
+
+MODEL_CALLS = "model calls"
 
 
 class PaCoReModelCall(Runnable[Sequence[BaseMessage], AIMessage]):
     """A model call that is a PaCoRe run over ``model`` (tools bound): messages in, the synthesised reply out.
 
     The reply's ``response_metadata["pacore"]`` holds the rounds (per-proposal tokens) and its
-    ``usage_metadata`` every token of every proposal. Callbacks of the caller's config see each call.
+    ``usage_metadata`` every token of every proposal. The caller's callbacks see each proposal;
+    ``on_event`` gets the operator's progress events.
     """
 
-    def __init__(self, model: Runnable, config: PaCoReConfig):
-        self.model, self.config = model, config
+    def __init__(
+        self, model: Runnable, config: PaCoReConfig, *, on_event: Callable[[dict[str, Any]], None] | None = None
+    ):
+        self.model, self.config, self.on_event = model, config, on_event
         self.name = "pacore_model_call"
 
     async def ainvoke(self, input: Sequence[BaseMessage], config: RunnableConfig | None = None, **kwargs: Any):
-        return (await asolve(self.model, input, self.config, runnable_config=config)).message
+        result = await asolve(self.model, input, self.config, runnable_config=config, on_event=self.on_event)
+        return result.message
 
     def invoke(self, input: Sequence[BaseMessage], config: RunnableConfig | None = None, **kwargs: Any):
-        return solve(self.model, input, self.config, runnable_config=config).message
+        return solve(self.model, input, self.config, runnable_config=config, on_event=self.on_event).message
 
 
-class ModelCallEvents(BaseCallbackHandler):
-    """Turns each finished chat-model run into a ``model_call_finished`` progress event."""
+def count_model_calls(progress: RunProgress) -> Callable[[dict[str, Any]], None]:
+    """Progress events to one bar: model calls finished of those started (an episode's length is unknown)."""
 
-    run_inline = True
+    def on_event(event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "round_started":
+            progress.add(MODEL_CALLS, event["k"])
+        elif kind in ("trajectory_finished", "trajectory_failed", "trajectory_cut"):
+            progress.advance(MODEL_CALLS)
 
-    def __init__(self, on_event: Callable[[dict[str, Any]], None]):
-        self.on_event = on_event
-
-    def on_llm_end(self, response, **kwargs: Any) -> None:
-        self.on_event({"event": "model_call_finished"})
-
-
-def step_rounds(message: BaseMessage) -> list[dict[str, Any]] | None:
-    """Per round of one PaCoRe step: K, proposals that failed, prompt and completion tokens (None: not PaCoRe)."""
-    account = isinstance(message, AIMessage) and message.response_metadata.get("pacore")
-    if not account:
-        return None
-    return [
-        {
-            "round_index": r["round_index"],
-            "k": r["k"],
-            "failed": sum(1 for t in r["trajectories"] if t.get("error")),
-            "prompt_tokens": sum(t.get("prompt_tokens", 0) for t in r["trajectories"]),
-            "completion_tokens": sum(t.get("completion_tokens", 0) for t in r["trajectories"]),
-        }
-        for r in account["rounds"]
-    ]
+    return on_event
 
 
-class PerCallSolver:
-    """Solves an instance with one episode whose every model call is PaCoRe; the interface of ``SweSolver``."""
-
-    episodes_per_instance = None  # progress counts model calls instead (their number is not known ahead)
-
-    def __init__(
-        self,
-        model: BaseChatModel,
-        config: PaCoReConfig,
-        settings: RepairSettings | None = None,
-        *,
-        open_sandbox: Callable[[dict], Any] | None = None,
-    ):
-        self.config = config
-        self.episode = RepairEpisode(
-            model, settings, open_sandbox=open_sandbox, model_step=lambda bound: PaCoReModelCall(bound, config)
-        )
-
-    def thread_for(self, row: dict) -> None:
-        return None  # nothing to resume inside one episode: its sandbox does not outlive the process
-
-    async def forget(self, row: dict) -> None:
-        return None
-
-    async def solve(
-        self,
-        row: dict,
-        *,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
-        episodes: list[dict[str, Any]] | None = None,
-    ) -> InstanceOutcome:
-        """Run the episode for ``row``; never raises for a failed step (the outcome says why)."""
-        started = time.monotonic()
-        config: RunnableConfig = {"callbacks": [ModelCallEvents(on_event)]} if on_event else {}
-        state = await self.episode.ainvoke({"messages": self.episode.messages_for(row), "task": row}, config)
-        record = {**state["record"], "round_index": 0, "index": 0}
-        for message, kept in zip(state.get("messages") or [], record["messages"], strict=True):
-            rounds = step_rounds(message)
-            if rounds is not None:
-                kept["pacore"] = rounds
-        if episodes is not None:
-            episodes.append(record)
-        return InstanceOutcome(
-            instance_id=row["instance_id"],
-            model_patch=record["patch"],
-            note=record["note"],
-            error=record["error"],
-            completed=record["stop_reason"] not in ("error", "cancelled"),
-            ttc=record["completion_tokens"],
-            seconds=round(time.monotonic() - started, 3),
-            episodes=[record],
-        )
-
-    def close(self) -> None:
-        self.episode.shutdown()
+def per_call_solver(
+    model: BaseChatModel,
+    config: PaCoReConfig,
+    settings: RepairSettings | None = None,
+    *,
+    patch_cap: int = DEFAULT_PATCH_CAP,
+    open_sandbox: Callable[[dict], Any] | None = None,
+    progress: RunProgress | None = None,
+) -> SweSolver:
+    """A solver for the run engine: one episode per instance, each of its model calls PaCoRe with ``config``."""
+    on_event = count_model_calls(progress) if progress is not None else None
+    return SweSolver(
+        model,
+        config.model_copy(update={"rounds": []}),  # the instance: one trajectory, the episode
+        settings,
+        patch_cap=patch_cap,
+        open_sandbox=open_sandbox,
+        model_step=lambda bound: PaCoReModelCall(bound, config, on_event=on_event),
+    )

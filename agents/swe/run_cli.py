@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pacore_graph.cli import add_model_arguments, add_schedule_arguments
+from pacore_graph.extend import add_model_arguments, add_schedule_arguments
 
 
 def register_run(subparsers: argparse._SubParsersAction) -> None:
@@ -19,7 +19,7 @@ def register_run(subparsers: argparse._SubParsersAction) -> None:
     )
     run.add_argument("--dataset", required=True, help="a .parquet/.jsonl file, a hub name, a task folder, or 'local'")
     run.add_argument("--instances", action="append", help="only these instance ids (comma-separated, repeatable)")
-    run.add_argument("--output", required=True, help="folder for predictions.jsonl and trajectories/")
+    run.add_argument("--output", required=True, help="folder for predictions.jsonl and trajectories/ (rerun to resume)")
     run.add_argument(
         "--protocol",
         choices=["episodes", "per-call"],
@@ -60,34 +60,16 @@ def run_command(args: argparse.Namespace) -> int:
 
     from pacore_agents.swe.episodes import SweSolver
     from pacore_agents.swe.owners import sweep_orphans
-    from pacore_agents.swe.per_call import PerCallSolver
+    from pacore_agents.swe.per_call import per_call_solver
     from pacore_agents.swe.repair_settings import RepairSettings
-    from pacore_agents.swe.run import run_instances
+    from pacore_agents.swe.run import run_instances, summary_line, swe_folder
     from pacore_agents.swe.tasks import load_tasks, parse_instances
-    from pacore_graph.cli import config_from_args
-    from pacore_graph.models import serving
-    from pacore_graph.resume import open_checkpointer
+    from pacore_graph.extend import EMBEDDED_MODEL, config_from_args, configured_url, discover_model, serving
 
     if args.workers < 1:
         raise ValueError(f"--workers must be at least 1, not {args.workers}")
     config = config_from_args(args)
     rows = load_tasks(args.dataset, instances=parse_instances(args.instances))
-    if args.runtime == "local":
-        import warnings
-
-        from pacore_agents.swe.local_sandbox import UnsafeRuntimeWarning
-
-        print(
-            "pacore: WARNING: --runtime local runs the model's commands on this host, without isolation",
-            file=sys.stderr,
-        )
-        warnings.simplefilter("ignore", UnsafeRuntimeWarning)  # said once above, not once per episode
-    if args.runtime == "docker":
-        problem = check_images(rows)
-        if problem:
-            print(f"pacore: {problem}", file=sys.stderr)
-            return 2
-        sweep_orphans(log=lambda line: print(f"pacore: {line}", file=sys.stderr))
     sampling = {"temperature": config.temperature, "top_p": config.top_p}
     if config.max_tokens is not None:
         sampling["max_tokens"] = config.max_tokens
@@ -100,41 +82,56 @@ def run_command(args: argparse.Namespace) -> int:
         runtime=args.runtime,
         threads=max(8, config.max_concurrency),  # one blocking sandbox call per running episode at most
     )
-    output = Path(args.output)
+    url = configured_url(args.base_url)
+    model_name = args.model or (EMBEDDED_MODEL if url is None else discover_model(url, args.api_key))
+    recorded = {
+        "dataset": args.dataset,
+        "model": model_name,
+        "protocol": args.protocol,
+        "rounds": config.rounds,
+        "runtime": args.runtime,
+        "repair": settings.model_dump(mode="json"),
+    }
+    # Locked, and its fingerprint checked, before images are built or a server starts: a folder in use, or
+    # one made with another model or other settings, is refused in one line.
+    folder = swe_folder(
+        Path(args.output), model_name, config, settings, protocol=args.protocol, settings=recorded
+    ).claim()
+    try:
+        if args.runtime == "local":
+            import warnings
 
-    with serving(args.base_url, args.model, args.api_key) as model:
-        model_name = args.model or model.model
-        recorded = {
-            "dataset": args.dataset,
-            "model": model_name,
-            "protocol": args.protocol,
-            "rounds": config.rounds,
-            "runtime": args.runtime,
-            "repair": settings.model_dump(mode="json"),
-        }
+            from pacore_agents.swe.local_sandbox import UnsafeRuntimeWarning
 
-        async def main():
-            # One checkpoint thread per instance in output/checkpoints.sqlite: a killed run resumes mid-instance.
-            async with open_checkpointer(output) as checkpointer:
+            print(
+                "pacore: WARNING: --runtime local runs the model's commands on this host, without isolation",
+                file=sys.stderr,
+            )
+            warnings.simplefilter("ignore", UnsafeRuntimeWarning)  # said once above, not once per episode
+        if args.runtime == "docker":
+            problem = check_images(rows)
+            if problem:
+                print(f"pacore: {problem}", file=sys.stderr)
+                return 2
+            sweep_orphans(log=lambda line: print(f"pacore: {line}", file=sys.stderr))
+
+        with serving(url, model_name, args.api_key) as model:
+
+            async def main():
                 if args.protocol == "per-call":
-                    solver = PerCallSolver(model, config, settings)
+                    solver = per_call_solver(model, config, settings, progress=folder.progress)
                 else:
-                    solver = SweSolver(model, config, settings, checkpointer=checkpointer, salt=(model_name,))
+                    solver = SweSolver(model, config, settings)
                 try:
-                    return await run_instances(
-                        rows, solver, output, model_name=model_name, workers=args.workers, settings=recorded
-                    )
+                    return await run_instances(rows, solver, folder, workers=args.workers)
                 finally:
                     solver.close()
                     await model.aclose()
 
-        summary = asyncio.run(main())
-    print(
-        f"{summary.total} instances: {summary.skipped} already done, {summary.predicted} with a patch, "
-        f"{summary.empty} without, {summary.failed} failed (retried on the next run); "
-        f"effective TTC {summary.ttc} tokens; predictions in {output / 'predictions.jsonl'}",
-        file=sys.stderr,
-    )
+            summary = asyncio.run(main())
+    finally:
+        folder.release()
+    print(summary_line(summary, folder, rows), file=sys.stderr)
     return 1 if summary.failed else 0
 
 
