@@ -10,6 +10,7 @@ both on a real SWE-bench Verified row (tests/fixtures/swe) and grades the predic
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
@@ -17,10 +18,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from langchain_core.callbacks import BaseCallbackHandler
 from test_swe_pacore import pacore, sandbox_containers, tool_call
 
+from pacore_agents.swe.per_call import per_call_solver
+from pacore_agents.swe.repair_settings import RepairSettings
 from pacore_agents.swe.run import PREDICTIONS_FILE, trajectory_path
 from pacore_agents.swe.tasks import listed_tests, load_tasks
+from pacore_graph import PaCoReConfig, chat_model
 
 ROMAN = "pacore__roman-1"
 REAL_ROW = "pytest-dev__pytest-5262"
@@ -191,3 +196,39 @@ def test_both_protocols_on_a_real_row_in_docker_resolve(mock_server, tmp_path, c
         assert graded.returncode == 0, graded.stderr[-3000:]
         summary = json.loads((tmp_path / "eval" / protocol / "summary.json").read_text())
         assert summary["resolved_ids"] == [REAL_ROW]
+
+
+class ChatRuns(BaseCallbackHandler):
+    """Counts the chat-model runs callbacks see, with the PaCoRe round each was tagged with."""
+
+    def __init__(self):
+        self.rounds: list[int] = []
+        self.ended = 0
+
+    def on_chat_model_start(self, serialized, messages, *, metadata=None, **kwargs) -> None:
+        self.rounds.append((metadata or {}).get("pacore_round"))
+
+    def on_llm_end(self, response, **kwargs) -> None:
+        self.ended += 1
+
+
+def test_every_proposal_of_every_step_is_a_chat_model_run_the_callers_callbacks_see(mock_server):
+    row = load_tasks("local", instances=[ROMAN])[0]
+    seen = ChatRuns()
+    with mock_server(scripted(row["patch"])) as server:
+        model = chat_model(base_url=server.base_url, model="scripted")
+        solver = per_call_solver(model, PaCoReConfig(rounds=[2]), RepairSettings(runtime="local"))
+
+        async def go():
+            try:
+                return await solver.episode.ainvoke({"messages": solver.episode.messages_for(row), "task": row},
+                                                    {"callbacks": [seen]})  # fmt: skip
+            finally:
+                await model.aclose()
+
+        with pytest.warns(UserWarning, match="no isolation"):
+            state = asyncio.run(go())
+        solver.close()
+    assert state["stop_reason"] == "submitted" and state["patch"] == row["patch"]
+    assert len(server.requests) == 9 and seen.ended == 9
+    assert seen.rounds == [0, 0, 1] * 3
