@@ -44,6 +44,26 @@ def message_record(message: BaseMessage) -> dict[str, Any]:
         reasoning = message.additional_kwargs.get("reasoning_content")
         if reasoning:
             record["reasoning"] = reasoning
+        rounds = pacore_rounds(message)
+        if rounds is not None:
+            record["pacore"] = rounds
     if isinstance(message, ToolMessage):
         record["tool_call_id"] = message.tool_call_id
     return record
+
+
+def pacore_rounds(message: AIMessage) -> list[dict[str, Any]] | None:
+    """Per round of a reply that was a PaCoRe run (``--protocol per-call``): K, failures, tokens; else None."""
+    account = message.response_metadata.get("pacore")
+    if not account:
+        return None
+    return [
+        {
+            "round_index": r["round_index"],
+            "k": r["k"],
+            "failed": sum(1 for t in r["trajectories"] if t.get("error")),
+            "prompt_tokens": sum(t.get("prompt_tokens", 0) for t in r["trajectories"]),
+            "completion_tokens": sum(t.get("completion_tokens", 0) for t in r["trajectories"]),
+        }
+        for r in account["rounds"]
+    ]

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.runnables import RunnableLambda
+from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import BaseModel, Field
 
 from pacore_agents.swe.repair_episode import RepairEpisode
@@ -76,6 +76,7 @@ class SweSolver:
     """PaCoRe's explorer over repair episodes, reused for every instance of a run.
 
     ``problem(row)`` is what the run engine solves for a task row; ``outcome(...)`` reads what came of it.
+    ``model_step`` replaces each model call of an episode (see :mod:`~pacore_agents.swe.per_call`).
     """
 
     def __init__(
@@ -86,9 +87,10 @@ class SweSolver:
         *,
         patch_cap: int = DEFAULT_PATCH_CAP,
         open_sandbox: Callable[[dict], Any] | None = None,
+        model_step: Callable[[Runnable], Runnable] | None = None,
     ):
         self.config = config
-        self.episode = RepairEpisode(model, settings, open_sandbox=open_sandbox)
+        self.episode = RepairEpisode(model, settings, open_sandbox=open_sandbox, model_step=model_step)
         self.explorer = AgentExplorer(
             RunnableLambda(self.episode.ainvoke, name="repair_episode"),
             input=_episode_input,

@@ -13,7 +13,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import Runnable, RunnableConfig
 
 from pacore_agents.swe.episode_records import episode_record
 from pacore_agents.swe.prompts import task_messages
@@ -36,11 +36,13 @@ class RepairEpisode:
         settings: RepairSettings | None = None,
         *,
         open_sandbox: Callable[[dict], Any] | None = None,
+        model_step: Callable[[Runnable], Runnable] | None = None,
     ):
         self.settings = settings or RepairSettings()
         self.tool_calling = uses_tool_calling(model, self.settings)
         self.executor = ThreadPoolExecutor(self.settings.threads, thread_name_prefix="pacore-sandbox")
-        self.graph = build_repair_graph(model, self.settings, executor=self.executor).compile(name="repair_agent")
+        graph = build_repair_graph(model, self.settings, executor=self.executor, model_step=model_step)
+        self.graph = graph.compile(name="repair_agent")
         self._open = open_sandbox or self._default_open
 
     def _default_open(self, row: dict):

@@ -21,6 +21,7 @@ from typing import Annotated, Any, TypedDict
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import Runnable
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.runtime import get_runtime
@@ -61,14 +62,20 @@ def build_repair_graph(
     settings: RepairSettings | None = None,
     *,
     executor: ThreadPoolExecutor | None = None,
+    model_step: Callable[[Runnable], Runnable] | None = None,
 ) -> StateGraph:
     """An uncompiled repair-agent graph; the sandbox is its runtime context (``invoke(..., context=sandbox)``).
 
     Input: ``{"messages": [...]}`` (see :func:`~pacore_agents.swe.prompts.task_messages`). Output adds
     ``patch``, ``note``, ``stop_reason`` and ``steps``. Blocking sandbox calls run on ``executor``.
+    ``model_step`` turns the tool-bound model into what each step calls (messages in, ``AIMessage`` out),
+    e.g. a PaCoRe run per call (:class:`~pacore_agents.swe.per_call.PaCoReModelCall`); by default the
+    bound model itself.
     """
     settings = settings or RepairSettings()
     runnable = _bound_model(model, settings)
+    if model_step is not None:
+        runnable = model_step(runnable)
 
     async def blocking(function: Callable, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(executor, function, *args)

@@ -41,17 +41,20 @@ def swe_folder(
     repair: RepairSettings,
     *,
     patch_cap: int = DEFAULT_PATCH_CAP,
+    protocol: str = "episodes",
     settings: dict[str, Any] | None = None,
     progress: RunProgress | bool = True,
 ) -> RunFolder:
     """The run's folder, for a solver made with the same ``config``, ``repair`` settings and ``patch_cap``.
 
-    Its fingerprint is what the predictions depend on: the model, the schedule and what an episode does
-    (its settings but threads and retries); a folder made with others is refused. Call ``claim()`` on it
-    before anything is spent (image builds, a server) to refuse a folder in use at once.
+    Its fingerprint is what the predictions depend on: the model, the protocol (``episodes`` or
+    ``per-call``), the schedule and what an episode does (its settings but threads and retries); a folder
+    made with others is refused. Call ``claim()`` on it before anything is spent (image builds, a server)
+    to refuse a folder in use at once.
     """
     fingerprint = {
         "model": model_name,
+        "protocol": protocol,
         "rounds": config.rounds,
         "episode": repair.model_dump(mode="json", exclude={"threads", "retry"}),
         "patch_cap": patch_cap,

@@ -12,12 +12,20 @@ def register_run(subparsers: argparse._SubParsersAction) -> None:
     run = subparsers.add_parser(
         "run",
         help="repair SWE-bench instances with PaCoRe over agent episodes",
-        description="Each round runs K repair episodes in fresh sandboxes; later rounds see the candidate "
-        "patches as reference responses; the final episode's patch is the prediction.",
+        description="--protocol episodes: each round runs K repair episodes in fresh sandboxes; later rounds "
+        "see the candidate patches as reference responses; the final episode's patch is the prediction. "
+        "--protocol per-call: one episode in one sandbox, each model call a PaCoRe run (K proposed replies "
+        "per round, synthesised); its patch is the prediction.",
     )
     run.add_argument("--dataset", required=True, help="a .parquet/.jsonl file, a hub name, a task folder, or 'local'")
     run.add_argument("--instances", action="append", help="only these instance ids (comma-separated, repeatable)")
     run.add_argument("--output", required=True, help="folder for predictions.jsonl and trajectories/ (rerun to resume)")
+    run.add_argument(
+        "--protocol",
+        choices=["episodes", "per-call"],
+        default="episodes",
+        help="PaCoRe over whole episodes (default), or per model call inside one episode (the paper's)",
+    )
     add_schedule_arguments(run)
     add_model_arguments(run)
     run.add_argument(
@@ -52,6 +60,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     from pacore_agents.swe.episodes import SweSolver
     from pacore_agents.swe.owners import sweep_orphans
+    from pacore_agents.swe.per_call import per_call_solver
     from pacore_agents.swe.repair_settings import RepairSettings
     from pacore_agents.swe.run import run_instances, summary_line, swe_folder
     from pacore_agents.swe.tasks import load_tasks, parse_instances
@@ -78,13 +87,16 @@ def run_command(args: argparse.Namespace) -> int:
     recorded = {
         "dataset": args.dataset,
         "model": model_name,
+        "protocol": args.protocol,
         "rounds": config.rounds,
         "runtime": args.runtime,
         "repair": settings.model_dump(mode="json"),
     }
     # Locked, and its fingerprint checked, before images are built or a server starts: a folder in use, or
     # one made with another model or other settings, is refused in one line.
-    folder = swe_folder(Path(args.output), model_name, config, settings, settings=recorded).claim()
+    folder = swe_folder(
+        Path(args.output), model_name, config, settings, protocol=args.protocol, settings=recorded
+    ).claim()
     try:
         if args.runtime == "local":
             import warnings
@@ -106,7 +118,10 @@ def run_command(args: argparse.Namespace) -> int:
         with serving(url, model_name, args.api_key) as model:
 
             async def main():
-                solver = SweSolver(model, config, settings)
+                if args.protocol == "per-call":
+                    solver = per_call_solver(model, config, settings, progress=folder.progress)
+                else:
+                    solver = SweSolver(model, config, settings)
                 try:
                     return await run_instances(rows, solver, folder, workers=args.workers)
                 finally:

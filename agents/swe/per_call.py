@@ -1,0 +1,84 @@
+"""The paper's protocol applied to an agent: ONE repair episode, each model call of it a PaCoRe run.
+
+At every step of the episode the agent's model call is replaced by :class:`PaCoReModelCall`: K_1
+proposals (each a tool-bound model reply that may call ``bash`` / ``submit``) sent with the episode's
+conversation so far, compacted to their text plus rendered tool calls, synthesised over the schedule's
+rounds; the final round's message, tool calls included, is the step's action. The same agent graph and
+the same run as the episodes protocol (:mod:`episodes`), whose schedule becomes a single trajectory: the
+one episode, in one sandbox. Its record's messages each carry their step's rounds (``pacore``).
+
+Token accounting: the step's message counts every proposal and synthesis in its ``usage_metadata``,
+which the episode record adds up. A killed run starts an unfinished instance's episode over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.runnables import Runnable, RunnableConfig
+
+from pacore_agents.swe.episodes import DEFAULT_PATCH_CAP, SweSolver
+from pacore_agents.swe.repair_settings import RepairSettings
+from pacore_graph import PaCoReConfig, asolve, solve
+from pacore_graph.extend import RunProgress
+
+MODEL_CALLS = "model calls"
+
+
+class PaCoReModelCall(Runnable[Sequence[BaseMessage], AIMessage]):
+    """A model call that is a PaCoRe run over ``model`` (tools bound): messages in, the synthesised reply out.
+
+    The reply's ``response_metadata["pacore"]`` holds the rounds (per-proposal tokens) and its
+    ``usage_metadata`` every token of every proposal. The caller's callbacks see each proposal;
+    ``on_event`` gets the operator's progress events.
+    """
+
+    def __init__(
+        self, model: Runnable, config: PaCoReConfig, *, on_event: Callable[[dict[str, Any]], None] | None = None
+    ):
+        self.model, self.config, self.on_event = model, config, on_event
+        self.name = "pacore_model_call"
+
+    async def ainvoke(self, input: Sequence[BaseMessage], config: RunnableConfig | None = None, **kwargs: Any):
+        result = await asolve(self.model, input, self.config, runnable_config=config, on_event=self.on_event)
+        return result.message
+
+    def invoke(self, input: Sequence[BaseMessage], config: RunnableConfig | None = None, **kwargs: Any):
+        return solve(self.model, input, self.config, runnable_config=config, on_event=self.on_event).message
+
+
+def count_model_calls(progress: RunProgress) -> Callable[[dict[str, Any]], None]:
+    """Progress events to one bar: model calls finished of those started (an episode's length is unknown)."""
+
+    def on_event(event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "round_started":
+            progress.add(MODEL_CALLS, event["k"])
+        elif kind in ("trajectory_finished", "trajectory_failed", "trajectory_cut"):
+            progress.advance(MODEL_CALLS)
+
+    return on_event
+
+
+def per_call_solver(
+    model: BaseChatModel,
+    config: PaCoReConfig,
+    settings: RepairSettings | None = None,
+    *,
+    patch_cap: int = DEFAULT_PATCH_CAP,
+    open_sandbox: Callable[[dict], Any] | None = None,
+    progress: RunProgress | None = None,
+) -> SweSolver:
+    """A solver for the run engine: one episode per instance, each of its model calls PaCoRe with ``config``."""
+    on_event = count_model_calls(progress) if progress is not None else None
+    return SweSolver(
+        model,
+        config.model_copy(update={"rounds": []}),  # the instance: one trajectory, the episode
+        settings,
+        patch_cap=patch_cap,
+        open_sandbox=open_sandbox,
+        model_step=lambda bound: PaCoReModelCall(bound, config, on_event=on_event),
+    )
