@@ -157,7 +157,7 @@ class DockerSandbox(BaseSandbox):
     def _exec(self, command: str, timeout: float, sink) -> tuple[int, bool, str]:
         if self._closed:
             raise SandboxError(f"sandbox for {self.instance_id} is closed")
-        script = f"{ENV_PRELUDE}\n{command}"
+        script = f"exec 2>&1\n{ENV_PRELUDE}\n{command}"  # one pipe: output in the order it was written
         argv = ["timeout", "-k", str(KILL_GRACE_S), f"{max(timeout, 1):g}", "bash", "-lc", script]
         api = self._client.api
         exec_id = api.exec_create(self._container.id, argv, stdout=True, stderr=True, workdir=self.workdir)["Id"]
