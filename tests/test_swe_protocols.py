@@ -98,6 +98,8 @@ def assert_per_call_protocol(requests: list[dict], trajectory: dict) -> None:
         assert len({json.dumps(r["messages"][2:]) for r in step_requests}) == 1
     history = requests[-1]["messages"]
     assert [m["role"] for m in history] == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    rules = history[0]["content"]  # the references are proposals for the next step, not finished patches
+    assert "other proposals for your next step" in rules and "patches from other attempts" not in rules
     assert history[2]["tool_calls"][0]["function"]["arguments"] == json.dumps(
         {"command": "echo synthesised step0-p1 step0-p2"}
     )
@@ -119,6 +121,8 @@ def assert_episodes_protocol(requests: list[dict], trajectory: dict) -> None:
         (1, "submitted"),
     ]
     assert "Patch:\n```diff\n" in trajectory["episodes"][2]["messages"][1]["content"]
+    rules = requests[-1]["messages"][0]["content"]
+    assert "patches from other attempts" in rules and "next step" not in rules
 
 
 def assert_tokens_add_up(requests: list[dict], trajectory: dict) -> None:

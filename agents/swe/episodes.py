@@ -23,6 +23,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import BaseModel, Field
 
+from pacore_agents.swe.prompts import Protocol
 from pacore_agents.swe.repair_episode import RepairEpisode
 from pacore_agents.swe.repair_settings import RepairSettings
 from pacore_graph import AgentExplorer, EpisodeContext, PaCoReConfig, Problem, RoundFailedError
@@ -76,7 +77,8 @@ class SweSolver:
     """PaCoRe's explorer over repair episodes, reused for every instance of a run.
 
     ``problem(row)`` is what the run engine solves for a task row; ``outcome(...)`` reads what came of it.
-    ``model_step`` replaces each model call of an episode (see :mod:`~pacore_agents.swe.per_call`).
+    ``model_step`` replaces each model call of an episode and ``protocol`` says what its references are
+    (see :mod:`~pacore_agents.swe.per_call`).
     """
 
     def __init__(
@@ -88,9 +90,12 @@ class SweSolver:
         patch_cap: int = DEFAULT_PATCH_CAP,
         open_sandbox: Callable[[dict], Any] | None = None,
         model_step: Callable[[Runnable], Runnable] | None = None,
+        protocol: Protocol = "episodes",
     ):
         self.config = config
-        self.episode = RepairEpisode(model, settings, open_sandbox=open_sandbox, model_step=model_step)
+        self.episode = RepairEpisode(
+            model, settings, open_sandbox=open_sandbox, model_step=model_step, protocol=protocol
+        )
         self.explorer = AgentExplorer(
             RunnableLambda(self.episode.ainvoke, name="repair_episode"),
             input=_episode_input,

@@ -81,4 +81,5 @@ def per_call_solver(
         patch_cap=patch_cap,
         open_sandbox=open_sandbox,
         model_step=lambda bound: PaCoReModelCall(bound, config, on_event=on_event),
+        protocol="per-call",
     )

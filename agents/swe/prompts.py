@@ -6,14 +6,25 @@ reference responses), so the system rules stay the same in every round.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+
+Protocol = Literal["episodes", "per-call"]
 
 _RULES = """You are fixing an issue in a software repository checked out at {workdir}.
 Work like a careful engineer: read the relevant code, reproduce the problem, edit the source files, and
 check your fix. Each command runs in a fresh `bash -lc` in {workdir} (no interactive programs, no network;
 edit files with sed, python or a here-document). Do not change or add tests unless the issue asks you to;
-the fix belongs in the source code. If the task shows reference responses (patches from other attempts),
-none of them is applied to your checkout: judge them, then make and check your own fix."""
+the fix belongs in the source code. {references}"""
+
+# What the Reference Responses of a synthesis are, by protocol: whole attempts, or proposals for one step.
+_REFERENCES: dict[str, str] = {
+    "episodes": "If the task shows reference responses (patches from other attempts), none of them is applied "
+    "to your checkout: judge them, then make and check your own fix.",
+    "per-call": "If the task shows reference responses (other proposals for your next step, each made with "
+    "the conversation so far), none of them has been run: judge them, then take the best next step yourself.",
+}
 
 _TOOL_RULES = """
 Use the `bash` tool for every command. When the fix is done, call `submit` with a short note."""
@@ -33,8 +44,9 @@ submit
 ```"""
 
 
-def system_prompt(workdir: str, tool_calling: bool) -> str:
-    return _RULES.format(workdir=workdir) + (_TOOL_RULES if tool_calling else _BLOCK_RULES)
+def system_prompt(workdir: str, tool_calling: bool, protocol: Protocol = "episodes") -> str:
+    rules = _RULES.format(workdir=workdir, references=_REFERENCES[protocol])
+    return rules + (_TOOL_RULES if tool_calling else _BLOCK_RULES)
 
 
 def task_prompt(row: dict) -> str:
@@ -46,6 +58,8 @@ def task_prompt(row: dict) -> str:
     )
 
 
-def task_messages(row: dict, *, tool_calling: bool = True, workdir: str = "/testbed") -> list[BaseMessage]:
+def task_messages(
+    row: dict, *, tool_calling: bool = True, workdir: str = "/testbed", protocol: Protocol = "episodes"
+) -> list[BaseMessage]:
     """System rules plus the task: what round 1 sends; later rounds replace only the user message."""
-    return [SystemMessage(system_prompt(workdir, tool_calling)), HumanMessage(task_prompt(row))]
+    return [SystemMessage(system_prompt(workdir, tool_calling, protocol)), HumanMessage(task_prompt(row))]

@@ -16,7 +16,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
 from pacore_agents.swe.episode_records import episode_record
-from pacore_agents.swe.prompts import task_messages
+from pacore_agents.swe.prompts import Protocol, task_messages
 from pacore_agents.swe.repair_graph import build_repair_graph, uses_tool_calling
 from pacore_agents.swe.repair_settings import RepairSettings
 
@@ -37,8 +37,10 @@ class RepairEpisode:
         *,
         open_sandbox: Callable[[dict], Any] | None = None,
         model_step: Callable[[Runnable], Runnable] | None = None,
+        protocol: Protocol = "episodes",
     ):
         self.settings = settings or RepairSettings()
+        self.protocol = protocol  # what the rules say the references of a synthesis are
         self.tool_calling = uses_tool_calling(model, self.settings)
         self.executor = ThreadPoolExecutor(self.settings.threads, thread_name_prefix="pacore-sandbox")
         graph = build_repair_graph(model, self.settings, executor=self.executor, model_step=model_step)
@@ -51,7 +53,7 @@ class RepairEpisode:
         return open_sandbox(row, self.settings.runtime)
 
     def messages_for(self, row: dict) -> list[BaseMessage]:
-        return task_messages(row, tool_calling=self.tool_calling)
+        return task_messages(row, tool_calling=self.tool_calling, protocol=self.protocol)
 
     async def ainvoke(self, graph_input: dict, config: RunnableConfig | None = None) -> dict[str, Any]:
         row = graph_input.get("task")
