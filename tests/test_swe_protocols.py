@@ -236,3 +236,18 @@ def test_every_proposal_of_every_step_is_a_chat_model_run_the_callers_callbacks_
     assert state["stop_reason"] == "submitted" and state["patch"] == row["patch"]
     assert len(server.requests) == 9 and seen.ended == 9
     assert seen.rounds == [0, 0, 1] * 3
+
+
+def test_an_instance_without_a_patch_says_how_its_episodes_ended(mock_server, tmp_path):
+    def gives_up(body: dict, attempt: int) -> dict:
+        return {"content": "", "tool_calls": [tool_call("submit", {"note": "cannot fix"}, "c0")]}
+
+    for protocol, endings in (("per-call", "1 by submitted"), ("episodes", "2 by submitted")):
+        with mock_server(gives_up) as server:
+            done = pacore("swe", "run", "--dataset", "local", "--instances", ROMAN, "--base-url", server.base_url,
+                          "--model", "scripted", "--rounds", "2", "--runtime", "local", "--protocol", protocol,
+                          "--output", str(tmp_path / protocol))  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert f"{ROMAN}: no patch (episodes ended: {endings})" in done.stderr
+        (prediction,) = [json.loads(line) for line in (tmp_path / protocol / PREDICTIONS_FILE).read_text().splitlines()]
+        assert prediction["model_patch"] == ""

@@ -16,6 +16,7 @@ nor lost (their records come back from ``records/``, their conclusions from the 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,9 @@ def _status_line(instance: InstanceOutcome) -> str:
         status = f"failed{why}"
     elif instance.model_patch.strip():
         status = f"patch of {instance.model_patch.count(chr(10))} lines"
-    else:
+    elif any(e["stop_reason"] == "error" for e in instance.episodes):
         status = f"no patch{why}"
+    else:  # every episode ran to its end without a patch: say how they ended, not the operator's round error
+        endings = Counter(e["stop_reason"] for e in instance.episodes)
+        status = "no patch (episodes ended: " + ", ".join(f"{n} by {reason}" for reason, n in endings.items()) + ")"
     return f"{instance.instance_id}: {status}"[:300]
