@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--quick", action="store_true", help="100 problems, about 3 minutes (default 200)")
     parser.add_argument("--problems", type=int, help="problems (every method runs all of them)")
     parser.add_argument("--schedule", help="rounds, e.g. 32,4 (the default, the paper's high preset)")
-    parser.add_argument("--methods", help=f"comma-separated, from {','.join(('paper', 'budget', 'early_stop'))},...")
+    parser.add_argument("--methods", help="comma-separated, from paper,budget,early_stop,...")
     parser.add_argument("--mix", metavar="KIND=WEIGHT,...", help="share of easy, split and hard problems")
     parser.add_argument("--lead", type=int, help="early stop: a lead over the runner-up that ends a round (default 4)")
     parser.add_argument("--subset", type=int, help="references per trajectory in the subset method (default 8)")
