@@ -176,20 +176,26 @@ def test_one_server_per_model_and_several_urls_point_at_the_router():
 
 async def test_requests_carry_the_session_key_of_the_prefix_they_share(mock_server):
     """vllm-router's keyed policies follow X-Session-ID: a problem's K trajectories share their round's key; a
-    conversation keeps one key over every round (its history is what they share); problems differ."""
+    conversation keeps one key over every round (its history is what they share); problems differ. A short
+    prompt, cheap to prefill anywhere, gets a fresh key per request, so that its round spreads over replicas."""
+    padding = " Show every step." * 300  # over a thousand tokens: worth keeping on one replica
+    history = [{**message, "content": message["content"] + padding} if message["role"] == "system" else message
+               for message in CONVERSATION]  # fmt: skip
     with mock_server(lambda body, attempt: {"content": "r"}) as server:
         model = chat_model(server.base_url)
-        await asolve(model, "first problem", PaCoReConfig(rounds=[3]))
-        await asolve(model, "second problem", PaCoReConfig(rounds=[3]))
-        await asolve(model, CONVERSATION, PaCoReConfig(rounds=[3]))
+        await asolve(model, "first problem" + padding, PaCoReConfig(rounds=[3]))
+        await asolve(model, "second problem" + padding, PaCoReConfig(rounds=[3]))
+        await asolve(model, history, PaCoReConfig(rounds=[3]))
+        await asolve(model, "a short problem", PaCoReConfig(rounds=[3]))
         await model.aclose()
     keys = {}
-    for body, key in zip(server.requests, server.sessions, strict=True):
+    for body, key in zip(server.requests[:12], server.sessions[:12], strict=True):
         keys.setdefault(json.dumps(body["messages"]), set()).add(key)
-    assert all(len(found) == 1 and None not in found for found in keys.values())  # one key per prompt
-    first, second, chat = (server.sessions[start:start + 4] for start in (0, 4, 8))
+    assert all(len(found) == 1 and None not in found for found in keys.values())  # one key per long prompt
+    first, second, chat, short = (server.sessions[start:start + 4] for start in (0, 4, 8, 12))
     assert len(set(first[:3])) == 1 and first[3] != first[0]  # round 1 alike; the synthesis prompt its own
     assert not set(first) & set(second)
     assert len(set(chat)) == 1 and not set(chat) & set(first + second)  # the history before the last turn
+    assert len(set(short)) == 4 and None not in short  # each request of the short problem its own key
 
 

@@ -22,14 +22,14 @@ from pacore_benchmarks.perf.replicas_spread import SpreadChatModel
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.models import chat_model
 from pacore_graph.models.embedded import free_port
-from pacore_graph.models.routing import session_key
+from pacore_graph.models.routing import SHORT_PROMPT_CHARS, prefix_key, session_key
 from pacore_graph.models.vllm_server import ROUTER_POLICY, ServerProcess, router_command
 from pacore_graph.run import asolve
 
-# Small and quick replies; prompts long enough (hundreds of tokens) for whole cached blocks.
+# Small and quick replies; prompts long enough (over a thousand tokens) to be kept on one replica.
 SMALL_REPLICA = {"ttft": 0.01, "token_delay": 0.0005, "output_tokens": (60, 120), "answer_tokens": (20, 40),
                  "prefill_token_time": 1e-6}  # fmt: skip
-PROBLEM = "Problem {n}: count the pairs (a, b) of positive integers with a + b = {m}. " + "Think it through. " * 60
+PROBLEM = "Problem {n}: count the pairs (a, b) of positive integers with a + b = {m}. " + "Think it through. " * 240
 
 
 def free_port_block(size: int) -> int:
@@ -51,7 +51,7 @@ def pacore(*args: str) -> list[str]:
 
 
 def test_session_key_names_the_prefix_a_request_shares():
-    system = {"role": "system", "content": "be brief"}
+    system = {"role": "system", "content": "be brief. " * 500}
     task = {"role": "user", "content": "fix the bug"}
     turn = [system, task, {"role": "assistant", "content": "ls"}, {"role": "tool", "content": "a.py"}]
     assert session_key([system, task]) == session_key(turn)  # an agent's later turns stay with their prefix
@@ -65,6 +65,15 @@ def test_session_key_names_the_prefix_a_request_shares():
     ends = ([long + "a", long + "b"], ["a" + long, "b" + long], [long, long + "x"])
     assert all(session_key([{"role": "user", "content": a}]) != session_key([{"role": "user", "content": b}])
                for a, b in ends)  # fmt: skip
+
+
+def test_a_short_prompt_gets_a_fresh_key_per_request_so_its_round_spreads_over_replicas():
+    short = [{"role": "user", "content": "x" * (SHORT_PROMPT_CHARS - 1)}]
+    assert prefix_key(short) is None and len({session_key(short) for _ in range(8)}) == 8
+    long = [{"role": "user", "content": "x" * SHORT_PROMPT_CHARS}]
+    assert prefix_key(long) is not None and len({session_key(long) for _ in range(8)}) == 1
+    call = {"id": "c", "type": "function", "function": {"name": "bash", "arguments": "y" * SHORT_PROMPT_CHARS}}
+    assert prefix_key([short[0], {"role": "assistant", "content": None, "tool_calls": [call]}]) is not None
 
 
 @pytest.fixture
@@ -113,6 +122,19 @@ async def test_router_keeps_each_prompt_on_one_replica_where_its_prefix_is_cache
     stats = [replica.stats() for replica in replicas]
     first_round = sum(result.rounds[0].trajectories[0].prompt_tokens for result in results)
     assert sum(s["cached_tokens"] for s in stats) >= 3 * first_round * 0.9  # 3 of each 4 repeats from the cache
+
+
+async def test_router_spreads_a_short_problems_round_over_every_replica(replicas, router, tmp_path):
+    """One problem in flight with a short prompt: its trajectories decode on every replica, not on one."""
+    model = chat_model(router.url + "/v1", replicas[0].config.model)
+    try:
+        result = await asolve(model, "How many pairs (a, b) of positive integers have a + b = 10?",
+                              PaCoReConfig(rounds=[9]))  # fmt: skip
+    finally:
+        await model.aclose()
+    assert result.answer.strip() and not result.failures
+    served = [len((tmp_path / f"replica-{index}.jsonl").read_text().splitlines()) for index in range(len(replicas))]
+    assert sum(served) == 10 and min(served) >= 2  # 9 trajectories and the synthesis, on all 3 replicas
 
 
 async def test_a_replica_killed_mid_run_loses_nothing_through_the_router(tmp_path):

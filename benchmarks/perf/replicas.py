@@ -100,8 +100,17 @@ class PolicyRun(BaseModel):
     @property
     def balance(self) -> float:
         """Busiest replica's busy time over the mean: 1.0 is perfectly even."""
-        busy = [r.busy_s for r in self.replicas]
-        return max(busy) / (sum(busy) / len(busy)) if sum(busy) else 1.0
+        return _max_over_mean([r.busy_s for r in self.replicas])
+
+    @property
+    def decode_balance(self) -> float:
+        """Most tokens one replica decoded over the mean. The emulator decodes a batch at no extra cost; a GPU's
+        decode slows with its batch, so there the busiest decoder sets the pace."""
+        return _max_over_mean([r.completion_tokens for r in self.replicas])
+
+
+def _max_over_mean(values: list[float]) -> float:
+    return max(values) / (sum(values) / len(values)) if sum(values) else 1.0
 
 
 class ReplicaBench:
@@ -273,6 +282,7 @@ def _figures(run: PolicyRun) -> dict[str, Any]:
         "prefill_ratio": round(run.prefill_ratio, 3),
         "requests_per_replica": [r.requests for r in run.replicas],
         "busy_balance": round(run.balance, 2),
+        "decode_balance": round(run.decode_balance, 2),
         "answered": f"{run.answered}/{run.problems}",
         "lost": run.lost,
         "retries": run.retries,

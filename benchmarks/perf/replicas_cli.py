@@ -59,14 +59,15 @@ def main(args: argparse.Namespace) -> int:
     for name in workloads:
         table = Table(title=titles[name])
         for column in ("routing", "wall s", "prompt tokens", "prefill tokens", "prefill/prompt",
-                       "requests per replica", "busy max/mean", "lost", "retries"):  # fmt: skip
+                       "requests per replica", "busy max/mean", "decode max/mean", "lost", "retries"):  # fmt: skip
             table.add_column(column, justify="left" if column == "routing" else "right")
         for run in [*report.of(name), *(report.kills if name == PACORE else [])]:
             routing = run.policy + (f" (replica {run.killed} killed)" if run.killed is not None else "")
             table.add_row(routing, f"{run.wall_s:.1f}", str(run.prompt_tokens), str(run.prefill_tokens),
                           f"{run.prefill_ratio:.2f}", " ".join(str(r.requests) for r in run.replicas),
-                          f"{run.balance:.2f}", str(run.lost), str(run.retries))  # fmt: skip
-        Console(width=max(Console().width, 120)).print(table)
+                          f"{run.balance:.2f}", f"{run.decode_balance:.2f}",
+                          str(run.lost), str(run.retries))  # fmt: skip
+        Console(width=max(Console().width, 150)).print(table)
     summary = report.summary()
     print(json.dumps(summary), flush=True)
     good = (summary["prefill_ratio_best_vs_spread"] <= TARGETS["prefill_ratio"]

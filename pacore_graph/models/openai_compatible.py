@@ -45,7 +45,7 @@ from langchain_core.utils.utils import LC_ID_PREFIX
 from pydantic import Field, PrivateAttr, field_validator
 
 from pacore_graph.errors import ModelRequestError, PaCoReError, status_is_retryable
-from pacore_graph.models.routing import SESSION_HEADER, session_key
+from pacore_graph.models.routing import SESSION_HEADER, fresh_key, prefix_key, session_key
 from pacore_graph.models.sessions import SessionPool
 from pacore_graph.models.sse import Delta, read_stream, reasoning_of
 from pacore_graph.sync import run_sync
@@ -187,15 +187,15 @@ class OpenAICompatibleChatModel(BaseChatModel):
                 raise _status_error(response.status, await response.read(), url)
             return await read_stream(response, url, on_delta)
 
-    def _openai_messages(self, messages: list[BaseMessage]) -> tuple[list[dict[str, Any]], str]:
-        """The messages in OpenAI form and their session key, made once per message list: the K trajectories
-        of a round send the same message objects."""
+    def _openai_messages(self, messages: list[BaseMessage]) -> tuple[list[dict[str, Any]], str | None]:
+        """The messages in OpenAI form and their prefix key (None: short, each request its own key), made once
+        per message list: the K trajectories of a round send the same message objects."""
         ids = tuple(map(id, messages))
         cached = self._converted.get(ids)
         if cached is not None:
             return cached[1], cached[2]
         converted = convert_to_openai_messages(messages)
-        key = session_key(converted)
+        key = prefix_key(converted)
         if len(self._converted) >= CONVERTED_ROUNDS:
             self._converted.pop(next(iter(self._converted)))
         self._converted[ids] = (list(messages), converted, key)  # holding the messages keeps their ids unique
@@ -271,7 +271,8 @@ class OpenAICompatibleChatModel(BaseChatModel):
         if stop:
             kwargs["stop"] = stop
         converted, key = self._openai_messages(messages)
-        raw = await self.acomplete(converted, key=key, stream=kwargs.pop("sse", self.streaming), **kwargs)
+        sse = kwargs.pop("sse", self.streaming)
+        raw = await self.acomplete(converted, key=key or fresh_key(), stream=sse, **kwargs)
         return ChatResult(generations=[ChatGeneration(message=to_ai_message(raw))])
 
     def _generate(
@@ -302,7 +303,7 @@ class OpenAICompatibleChatModel(BaseChatModel):
 
         async def pump() -> dict[str, Any]:
             try:
-                return await self.acomplete(converted, key=key, on_delta=queue.put_nowait, **kwargs)
+                return await self.acomplete(converted, key=key or fresh_key(), on_delta=queue.put_nowait, **kwargs)
             finally:
                 queue.put_nowait(None)
 
