@@ -47,7 +47,7 @@ class ReplicasSettings(BaseModel):
 
     @classmethod
     def quick(cls, **overrides: Any) -> ReplicasSettings:
-        """About a minute and a half: 4 problems per schedule and of each kind, no kill under the spreading."""
+        """About a minute: 4 problems per schedule and of each kind, no kill under the spreading."""
         return cls(**{"problems": 4, "chat_problems": 4, "kill_spread": False, **overrides})
 
     def workloads(self) -> dict[str, Workload]:
