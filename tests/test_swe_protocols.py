@@ -203,14 +203,30 @@ def test_both_protocols_on_a_real_row_in_docker_resolve(mock_server, tmp_path, c
 
 
 class ChatRuns(BaseCallbackHandler):
-    """Counts the chat-model runs callbacks see, with the PaCoRe round each was tagged with."""
+    """Counts the chat-model runs callbacks see, with the PaCoRe round each was tagged with, and the runs
+    above each one."""
 
     def __init__(self):
         self.rounds: list[int] = []
         self.ended = 0
+        self.parents: dict = {}  # run id -> parent run id
+        self.names: dict = {}  # chain run id -> name
+        self.chat_runs: list = []
 
-    def on_chat_model_start(self, serialized, messages, *, metadata=None, **kwargs) -> None:
+    def on_chain_start(self, serialized, inputs, *, run_id, parent_run_id=None, name=None, **kwargs) -> None:
+        self.parents[run_id], self.names[run_id] = parent_run_id, name
+
+    def on_chat_model_start(self, serialized, messages, *, run_id, parent_run_id=None, metadata=None,
+                            **kwargs) -> None:  # fmt: skip
         self.rounds.append((metadata or {}).get("pacore_round"))
+        self.parents[run_id] = parent_run_id
+        self.chat_runs.append(run_id)
+
+    def step_of(self, run_id) -> object:
+        """The ``pacore_model_call`` run a run sits under, or None."""
+        while run_id is not None and self.names.get(run_id) != "pacore_model_call":
+            run_id = self.parents.get(run_id)
+        return run_id
 
     def on_llm_end(self, response, **kwargs) -> None:
         self.ended += 1
@@ -236,6 +252,8 @@ def test_every_proposal_of_every_step_is_a_chat_model_run_the_callers_callbacks_
     assert state["stop_reason"] == "submitted" and state["patch"] == row["patch"]
     assert len(server.requests) == 9 and seen.ended == 9
     assert seen.rounds == [0, 0, 1] * 3
+    steps = [seen.step_of(run) for run in seen.chat_runs]  # each step's proposals and synthesis under one run
+    assert None not in steps and [steps.count(step) for step in dict.fromkeys(steps)] == [3, 3, 3]
 
 
 def test_an_instance_without_a_patch_says_how_its_episodes_ended(mock_server, tmp_path):

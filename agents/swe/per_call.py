@@ -1,6 +1,6 @@
 """The paper's protocol applied to an agent: ONE repair episode, each model call of it a PaCoRe run.
 
-At every step of the episode the agent's model call is replaced by :class:`PaCoReModelCall`: K_1
+At every step of the episode the agent's model call is replaced by :func:`pacore_model_call`: K_1
 proposals (each a tool-bound model reply that may call ``bash`` / ``submit``) sent with the episode's
 conversation so far, compacted to their text plus rendered tool calls, synthesised over the schedule's
 rounds; the final round's message, tool calls included, is the step's action. The same agent graph and
@@ -18,7 +18,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 
 from pacore_agents.swe.episodes import DEFAULT_PATCH_CAP, SweSolver
 from pacore_agents.swe.repair_settings import RepairSettings
@@ -28,26 +28,23 @@ from pacore_graph.extend import RunProgress
 MODEL_CALLS = "model calls"
 
 
-class PaCoReModelCall(Runnable[Sequence[BaseMessage], AIMessage]):
+def pacore_model_call(
+    model: Runnable, pacore_config: PaCoReConfig, *, on_event: Callable[[dict[str, Any]], None] | None = None
+) -> Runnable[Sequence[BaseMessage], AIMessage]:
     """A model call that is a PaCoRe run over ``model`` (tools bound): messages in, the synthesised reply out.
 
     The reply's ``response_metadata["pacore"]`` holds the rounds (per-proposal tokens) and its
-    ``usage_metadata`` every token of every proposal. The caller's callbacks see each proposal;
-    ``on_event`` gets the operator's progress events.
+    ``usage_metadata`` every token of every proposal. Callbacks see one ``pacore_model_call`` run per step with
+    its proposals and syntheses under it; ``on_event`` gets the operator's progress events.
     """
 
-    def __init__(
-        self, model: Runnable, config: PaCoReConfig, *, on_event: Callable[[dict[str, Any]], None] | None = None
-    ):
-        self.model, self.config, self.on_event = model, config, on_event
-        self.name = "pacore_model_call"
+    async def acall(messages: Sequence[BaseMessage], config: RunnableConfig) -> AIMessage:
+        return (await asolve(model, messages, pacore_config, runnable_config=config, on_event=on_event)).message
 
-    async def ainvoke(self, input: Sequence[BaseMessage], config: RunnableConfig | None = None, **kwargs: Any):
-        result = await asolve(self.model, input, self.config, runnable_config=config, on_event=self.on_event)
-        return result.message
+    def call(messages: Sequence[BaseMessage], config: RunnableConfig) -> AIMessage:
+        return solve(model, messages, pacore_config, runnable_config=config, on_event=on_event).message
 
-    def invoke(self, input: Sequence[BaseMessage], config: RunnableConfig | None = None, **kwargs: Any):
-        return solve(self.model, input, self.config, runnable_config=config, on_event=self.on_event).message
+    return RunnableLambda(call, acall, name="pacore_model_call")
 
 
 def count_model_calls(progress: RunProgress) -> Callable[[dict[str, Any]], None]:
@@ -80,6 +77,6 @@ def per_call_solver(
         settings,
         patch_cap=patch_cap,
         open_sandbox=open_sandbox,
-        model_step=lambda bound: PaCoReModelCall(bound, config, on_event=on_event),
+        model_step=lambda bound: pacore_model_call(bound, config, on_event=on_event),
         protocol="per-call",
     )

@@ -69,7 +69,7 @@ def build_repair_graph(
     Input: ``{"messages": [...]}`` (see :func:`~pacore_agents.swe.prompts.task_messages`). Output adds
     ``patch``, ``note``, ``stop_reason`` and ``steps``. Blocking sandbox calls run on ``executor``.
     ``model_step`` turns the tool-bound model into what each step calls (messages in, ``AIMessage`` out),
-    e.g. a PaCoRe run per call (:class:`~pacore_agents.swe.per_call.PaCoReModelCall`); by default the
+    e.g. a PaCoRe run per call (:func:`~pacore_agents.swe.per_call.pacore_model_call`); by default the
     bound model itself.
     """
     settings = settings or RepairSettings()
