@@ -374,6 +374,18 @@ def test_gpu_clock_queues_prefills_and_counts_their_stall():
     assert clock.stalled(7.0) == pytest.approx(1.5) and clock.pending(7.0) == 0.0
 
 
+def test_gpu_clock_decodes_slower_the_more_context_the_batch_holds():
+    clock = GpuClock(prefill_token_time=0.01, token_delay=0.001, context_time=1e-7)  # 10k tokens double a step
+    clock.hold(10_000, now=0.0)
+    assert clock.pace() == pytest.approx(0.5)
+    assert clock.progress(2.0) == pytest.approx(1.0)
+    assert clock.eta(2.0, now=2.0) == pytest.approx(4.0)
+    clock.hold(-10_000, now=2.0)  # the batch empties: full pace again
+    assert clock.progress(3.0) == pytest.approx(2.0) and clock.eta(2.5, now=3.0) == pytest.approx(3.5)
+    clock.prefill(50, now=3.0)  # half a second of prefill: decoding stands still meanwhile
+    assert clock.progress(3.5) == pytest.approx(2.0) and clock.eta(2.5, now=3.0) == pytest.approx(4.0)
+
+
 def long_prompt(words: int) -> str:
     return "reference " * words
 
@@ -425,6 +437,31 @@ async def test_a_prefill_stalls_the_sequences_decoding_on_its_replica():
 
             await asyncio.gather(short(), long())
     assert events == ["long prompt's first token", "short reply done"]
+
+
+async def test_a_long_context_sibling_slows_decoding_until_it_leaves():
+    """Short reply A (1000 tokens: 1.05 s alone) joins B, whose 30k-token context makes each step 4x as long;
+    B's 100 tokens take 0.4 s, by which A has done a tenth of its work; alone again, A needs about 0.95 s more:
+    1.3 s in all (not 1.05 s, as with no slowdown, nor 4 s, as if A kept B's pace after B left)."""
+    config = EmulatorConfig.gpu_replica(ttft=0.0, token_delay=0.001, output_tokens=1000, answer_tokens=10,
+                                        prefill_token_time=0.0, decode_context_time=0.003 / 30_570)  # fmt: skip
+    with Emulator(config) as server:
+        async with aiohttp.ClientSession() as session:
+
+            async def timed(payload: dict) -> float:
+                started = asyncio.get_running_loop().time()
+                async with session.post(server.base_url + "/chat/completions", json=payload) as response:
+                    assert response.status == 200
+                    await response.read()
+                return asyncio.get_running_loop().time() - started
+
+            async def a_after_b() -> float:
+                await asyncio.sleep(0.05)  # B is decoding when A arrives: A's first estimate is at B's pace
+                return await timed(body("short"))
+
+            b, a = await asyncio.gather(timed({**body(long_prompt(12_000)), "max_tokens": 100}), a_after_b())
+    assert 1.2 < a < 2.5, a
+    assert b < a
 
 
 # ------------------------------------------------------------------- answer distributions (coordination)

@@ -133,6 +133,10 @@ class EmulatorConfig(BaseModel):
     prefill_token_time: float = Field(
         0.0, ge=0, description="seconds per uncached prompt token; prefills run one at a time and stall decoding"
     )
+    decode_context_time: float = Field(
+        0.0, ge=0, description="seconds a decode step takes longer per token of context in the replica's batch "
+        "(each step reads every running sequence's KV cache); 0: a batch decodes at no extra cost"
+    )
     prefix_cache_tokens: int = Field(0, ge=0, description="prefix cache capacity in tokens (LRU); 0: no cache")
     block_size: int = Field(16, ge=1, description="tokens per cached block, as vLLM's --block-size")
     answers: AnswerMix = Field(default_factory=AnswerMix, description="per-problem answer distributions")
@@ -165,8 +169,11 @@ class EmulatorConfig(BaseModel):
         bench replicas``): a prefix cache, prefill that costs, PaCoRe-sized conclusions, a batch limit.
 
         Proportions follow PaCoRe-8B on one 80 GB GPU: the prefix cache holds about what such a GPU keeps
-        for an 8B model after its weights, and one uncached token of prefill costs a fiftieth of one decode
-        step. Time runs faster and reasoning is far shorter than on a GPU (a whole [32, 4] problem takes
+        for an 8B model after its weights, one uncached token of prefill costs a fiftieth of one decode
+        step, and a decode step grows with the context its batch holds: it reads the 16 GB of weights (about
+        6 ms on an H100) plus about 147 KB of KV cache per token of context (36 layers, 8 KV heads of 128
+        dimensions, keys and values in 16 bits) at 3.35 TB/s, 44 ns a token, so about 137k tokens of context
+        double a step. Time runs faster and reasoning is far shorter than on a GPU (a whole [32, 4] problem takes
         seconds), so conclusions quoted as references (about 500 to 3600 prompt tokens each) and hence the
         synthesis prompts (tens of thousands of tokens for [32, 4]) keep their real size.
         """
@@ -177,6 +184,7 @@ class EmulatorConfig(BaseModel):
             "output_tokens": (1600, 2400),  # reasoning plus conclusion
             "answer_tokens": (200, 1500),  # the conclusion; its filler words count about 2.4 prompt tokens each
             "prefill_token_time": 1e-5,  # a 50k-token synthesis prompt: 0.5 s of prefill
+            "decode_context_time": 0.0005 * 44e-9 / 6e-3,  # a step of token_delay doubles at 137k tokens
             "prefix_cache_tokens": 350_000,
             "slots": 256,
         }

@@ -1,6 +1,7 @@
-"""What one emulated replica's GPU spends: a prefix cache that skips prefill, and prefill that stalls decoding.
+"""What one emulated replica's GPU spends: a prefix cache that skips prefill, prefill that stalls decoding, and
+decoding that slows with the context its batch holds.
 
-Both are off in the default :class:`EmulatorConfig` (no cache, free prefill), where the emulator answers
+All are off in the default :class:`EmulatorConfig` (no cache, free prefill), where the emulator answers
 exactly as it always has; ``pacore bench replicas`` and ``pacore serve-vllm --emulate`` turn them on.
 
 The model, and what it leaves out:
@@ -13,7 +14,9 @@ The model, and what it leaves out:
 - Prefill: ``prefill_token_time`` seconds per uncached prompt token, one prefill at a time per replica
   (a GPU's compute), in arrival order. While a replica prefills, its decoding sequences make no progress.
 - Decode: ``token_delay`` per generated token per sequence, sequences side by side up to the batch limit
-  (``slots``). Left out: decode slowing down as the batch or the context grows.
+  (``slots``), each step slower by ``decode_context_time`` per token of context the batch holds (a decode
+  step reads every running sequence's KV cache). A sequence counts as its prompt plus half its reply, from
+  its admission to its end. Left out: KV memory running out (no preemption; the cache above is separate).
 """
 
 from __future__ import annotations
@@ -69,17 +72,26 @@ class PrefixCache:
 
 
 class GpuClock:
-    """Prefill seconds of one replica: queued one after another, each stalling every decoding sequence.
+    """Prefill seconds of one replica, queued one after another and each stalling every decoding sequence, and
+    the pace of its decoding.
 
     Since prefills run back to back from now until ``free_at``, the prefill done by any time ``t`` from now
-    on is known at once: ``stalled(t)``. A sequence that needs ``work`` seconds of decoding from ``start``
-    is done when ``(t - start) - (stalled(t) - stalled(start)) >= work``.
+    on is known at once: ``stalled(t)``. Decoding (continuous batching) gives every running sequence one
+    token per step; a step takes ``token_delay`` plus ``context_time`` per token of context the batch holds
+    (memory-bound: each step reads every sequence's KV cache). ``progress(t)`` is the decoding each sequence
+    has had by ``t``, in seconds at the pace of a lone short sequence: it stands still while the replica
+    prefills and runs slower the more context the batch holds. A sequence needing ``work`` such seconds from
+    ``start`` is done when ``progress(t) - progress(start) >= work``.
     """
 
-    def __init__(self, prefill_token_time: float):
+    def __init__(self, prefill_token_time: float, token_delay: float = 0.0, context_time: float = 0.0):
         self.prefill_token_time = prefill_token_time
+        self.token_delay = token_delay
+        self.context_time = context_time
         self.free_at = 0.0
         self.total = 0.0  # prefill seconds queued so far
+        self.context = 0  # tokens of context the batch holds
+        self.anchor = (0.0, 0.0, 0.0)  # (time, progress, stalled) when the pace last changed
 
     def prefill(self, tokens: int, now: float) -> float:
         """Queue a prefill of ``tokens`` uncached tokens; the time it ends."""
@@ -97,3 +109,23 @@ class GpuClock:
     def pending(self, t: float) -> float:
         """Prefill seconds still queued at time ``t``."""
         return max(0.0, self.free_at - t)
+
+    def pace(self) -> float:
+        """Decoding per second of decode time: 1.0 for an empty batch, less as it holds more context."""
+        if self.context_time <= 0 or self.token_delay <= 0:
+            return 1.0
+        return self.token_delay / (self.token_delay + self.context_time * self.context)
+
+    def progress(self, t: float) -> float:
+        """Decoding each running sequence has had by ``t`` (now or later, if the batch stays as it is)."""
+        at, progress, stalled = self.anchor
+        return progress + self.pace() * ((t - at) - (self.stalled(t) - stalled))
+
+    def hold(self, tokens: int, now: float) -> None:
+        """A sequence holding ``tokens`` of context joins the batch (or leaves it, with a negative count)."""
+        self.anchor = (now, self.progress(now), self.stalled(now))
+        self.context += tokens
+
+    def eta(self, target: float, now: float) -> float:
+        """When ``progress`` reaches ``target``, if the batch stays as it is."""
+        return now + self.pending(now) + max(0.0, target - self.progress(now)) / self.pace()

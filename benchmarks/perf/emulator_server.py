@@ -156,8 +156,7 @@ class _Stream:
     payload: bytes
     offsets: list[int]
     tail: bytes
-    start: float
-    stalled: float  # the replica's prefill seconds done at start: later prefills hold the stream back
+    begun: float  # the replica's decode progress when the stream began: later prefills hold it back
     sent: int  # events written so far
     cut_at: int | None
     release: Any
@@ -176,7 +175,8 @@ class EmulatorServer:
         self.ticker: asyncio.Task[None] | None = None
         self.queue: deque[tuple[_Connection, dict[str, Any], ReplyPlan]] = deque()
         self.active = 0
-        self.gpu = GpuClock(config.prefill_token_time)
+        self.gpu = GpuClock(config.prefill_token_time, config.token_delay, config.decode_context_time)
+        self.waiting: dict[_Connection, tuple[float, Any, tuple[Any, ...]]] = {}  # decode progress each awaits
         self.cache = PrefixCache(config.prefix_cache_tokens, config.block_size) if config.prefix_cache_tokens else None
         self.busy_since: float | None = None
         self.reset()
@@ -342,25 +342,43 @@ class EmulatorServer:
     def _serve(self, conn: _Connection, body: dict[str, Any], plan: ReplyPlan) -> None:
         """Take a slot, prefill what the prefix cache lacks, then answer after the time to first token
         (a stream) or the whole decode (a plain reply), both held back by the replica's later prefills."""
-        release = self._acquire(conn)
+        release = self._held(self._acquire(conn), plan.prompt_tokens + plan.completion_tokens // 2)
         if self.cache is not None:
             plan.cached_tokens = self.cache.admit(prompt_text(body["messages"]), plan.prompt_tokens)
         cached = plan.cached_tokens or 0
         self.counts["prompt_tokens"] += plan.prompt_tokens
         self.counts["cached_tokens"] += cached
-        start = self.gpu.prefill(plan.prompt_tokens - cached, self.loop.time())
-        conn.on_lost = lambda: self._cancelled(plan, start, release)
+        now = self.loop.time()
+        self.gpu.prefill(plan.prompt_tokens - cached, now)
+        begun = self.gpu.progress(now)  # decoding stands still until the prefills queued so far are done
+        conn.on_lost = lambda: self._cancelled(conn, plan, begun, release)
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            self._after_work(conn, start, self.config.ttft, self._begin_stream, conn, plan, include_usage, release)
+            self._after_work(conn, begun + self.config.ttft, self._begin_stream, conn, plan, include_usage, release)
         else:
             work = self.config.ttft + plan.completion_tokens * self.config.token_delay
-            self._after_work(conn, start, work, self._finish_plain, conn, plan, release)
+            self._after_work(conn, begun + work, self._finish_plain, conn, plan, release)
 
-    def _cancelled(self, plan: ReplyPlan, start: float, release: Any) -> None:
+    def _held(self, release: Any, context: int) -> Any:
+        """The sequence's context joins the batch's until ``release`` (then the others decode faster)."""
+        self.gpu.hold(context, self.loop.time())
+        held = True
+
+        def release_held() -> None:
+            nonlocal held
+            if held:
+                held = False
+                self.gpu.hold(-context, self.loop.time())
+                if self.waiting and self.gpu.context_time > 0:
+                    self._reschedule()
+            release()
+
+        return release_held
+
+    def _cancelled(self, conn: _Connection, plan: ReplyPlan, begun: float, release: Any) -> None:
         """The client went away mid-generation (vLLM aborts such a request): count what was generated."""
-        now = self.loop.time()
-        decoding = now - start - self.config.ttft - (self.gpu.stalled(now) - self.gpu.stalled(start))
+        self.waiting.pop(conn, None)
+        decoding = self.gpu.progress(self.loop.time()) - begun - self.config.ttft
         if self.config.token_delay > 0:
             generated = min(plan.completion_tokens, max(0, int(decoding / self.config.token_delay)))
         else:
@@ -369,21 +387,30 @@ class EmulatorServer:
         self.counts["cancelled_tokens"] += generated
         release()
 
-    def _after_work(self, conn: _Connection, start: float, work: float, callback: Any, *args: Any) -> None:
-        """Call back once ``work`` seconds of decoding from ``start`` are done; prefills stall the count."""
-        stalled = self.gpu.stalled(start)
-        wait = start - self.loop.time() + work + self.gpu.pending(start)
-        conn.timer = self.loop.call_later(wait, self._check_work, conn, start, stalled, work, callback, args)
-
-    def _check_work(self, conn: _Connection, start: float, stalled: float, work: float, callback: Any,
-                    args: tuple[Any, ...]) -> None:
+    def _after_work(self, conn: _Connection, target: float, callback: Any, *args: Any) -> None:
+        """Call back once the replica's decode progress reaches ``target``; prefills and a fuller batch delay it."""
+        self.waiting[conn] = (target, callback, args)
         now = self.loop.time()
-        left = work - ((now - start) - (self.gpu.stalled(now) - stalled))
-        if left > 1e-6:  # a prefill queued since held this sequence back
-            conn.timer = self.loop.call_later(left + self.gpu.pending(now), self._check_work, conn, start, stalled,
-                                              work, callback, args)
+        conn.timer = self.loop.call_later(self.gpu.eta(target, now) - now, self._check_work, conn)
+
+    def _check_work(self, conn: _Connection) -> None:
+        if conn not in self.waiting:  # the client went away
+            return
+        target, callback, args = self.waiting[conn]
+        now = self.loop.time()
+        if self.gpu.progress(now) < target - 1e-6:  # a prefill queued since, or a fuller batch, held it back
+            conn.timer = self.loop.call_later(self.gpu.eta(target, now) - now, self._check_work, conn)
         else:
+            del self.waiting[conn]
             callback(*args)
+
+    def _reschedule(self) -> None:
+        """The batch got lighter: every waiting sequence gets there sooner than its timer says."""
+        now = self.loop.time()
+        for conn, (target, _, _) in self.waiting.items():
+            if conn.timer is not None:
+                conn.timer.cancel()
+            conn.timer = self.loop.call_later(self.gpu.eta(target, now) - now, self._check_work, conn)
 
     def _finish_plain(self, conn: _Connection, plan: ReplyPlan, release: Any) -> None:
         conn.timer = None
@@ -419,9 +446,9 @@ class EmulatorServer:
             b"Transfer-Encoding: chunked\r\n\r\n"
         )
         now = self.loop.time()
-        stream = _Stream(conn, payload, offsets, tail, now, self.gpu.stalled(now), 0, cut_at, release)
+        stream = _Stream(conn, payload, offsets, tail, self.gpu.progress(now), 0, cut_at, release)
         self.streams.append(stream)
-        self._advance(stream, stream.start)
+        self._advance(stream, now)
         if self.ticker is None or self.ticker.done():
             self.ticker = self.loop.create_task(self._tick())
 
@@ -432,7 +459,7 @@ class EmulatorServer:
             s.release()
             return True
         delay = self.config.token_delay
-        elapsed = (now - s.start) - (self.gpu.stalled(now) - s.stalled)
+        elapsed = self.gpu.progress(now) - s.begun
         due = len(s.offsets) if delay <= 0 else min(len(s.offsets), 1 + int(elapsed / delay) + 1)
         if s.cut_at is not None:
             due = min(due, s.cut_at)
