@@ -139,7 +139,7 @@ async def test_router_spreads_a_short_problems_round_over_every_replica(replicas
 
 async def test_a_replica_killed_mid_run_loses_nothing_through_the_router(tmp_path):
     emulator = EmulatorConfig.gpu_replica(**{**SMALL_REPLICA, "token_delay": 0.002, "output_tokens": (150, 300)})
-    settings = ReplicasSettings(replicas=2, problems=3, schedules=[[8]], chat_problems=0,
+    settings = ReplicasSettings(replicas=2, problems=3, schedules=[[8]], chat_problems=0, one_at_a_time=0,
                                 policies=[ROUTER_POLICY], kill_spread=False, emulator=emulator)  # fmt: skip
     report = await run_benchmark(settings, str(tmp_path))
     clean, killed = report.runs[-1], report.kills[0]
@@ -151,9 +151,13 @@ async def test_a_replica_killed_mid_run_loses_nothing_through_the_router(tmp_pat
 
 
 async def test_chat_workload_keeps_each_conversation_and_agent_step_where_its_history_is_cached(tmp_path):
-    settings = ReplicasSettings(replicas=2, problems=1, schedules=[[2]], chat_problems=2, policies=[ROUTER_POLICY],
-                                kill=False, emulator=EmulatorConfig.gpu_replica(**SMALL_REPLICA))  # fmt: skip
+    settings = ReplicasSettings(replicas=2, problems=1, schedules=[[2]], chat_problems=2, one_at_a_time=2,
+                                policies=[ROUTER_POLICY], kill=False,
+                                emulator=EmulatorConfig.gpu_replica(**SMALL_REPLICA))  # fmt: skip
     report = await run_benchmark(settings, str(tmp_path))
+    alone = report.of("one")  # two [32, 4] problems, one after another
+    assert [run.answered for run in alone] == [2, 2] and all(run.lost == 0 for run in alone)
+    assert [sum(r.requests for r in run.replicas) for run in alone] == [2 * 37, 2 * 37]
     spread, routed = report.of("chat")
     assert (spread.policy, routed.policy) == ("spread", ROUTER_POLICY)
     assert spread.answered == routed.answered == 4 and spread.lost == routed.lost == 0
@@ -162,6 +166,8 @@ async def test_chat_workload_keeps_each_conversation_and_agent_step_where_its_hi
     summary = report.summary()
     assert summary["chat_best_policy"] == ROUTER_POLICY and summary["chat_problems"] == 4
     assert 0 < summary["chat_prefill_ratio_default_vs_spread"] < 1 and set(summary["chat_runs"]) == set(summary["runs"])
+    assert summary["one_at_a_time_fastest_policy"] == ROUTER_POLICY and set(summary["one_at_a_time_runs"]) == {
+        "spread", ROUTER_POLICY}  # fmt: skip
 
 
 async def test_the_spreading_baseline_sends_each_request_to_the_replica_with_the_fewest_in_flight(mock_server):

@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
-from pacore_benchmarks.perf.replicas_workloads import CHAT, PACORE, Workload, chat_workload, pacore_workload
+from pacore_benchmarks.perf.replicas_workloads import CHAT, ONE, PACORE, Workload, chat_workload, pacore_workload
 from pacore_graph import PaCoReConfig, asolve, chat_model
 from pacore_graph.extend import ROUTER_POLICY, ServerProcess, free_port, router_command
 
@@ -38,6 +38,7 @@ class ReplicasSettings(BaseModel):
     replicas: int = Field(4, ge=2)
     problems: int = Field(8, ge=1, description="problems per schedule")
     schedules: list[list[int]] = Field(default_factory=lambda: [[32, 4], [16]])
+    one_at_a_time: int = Field(2, ge=0, description="[32, 4] problems solved one after another (0: none)")
     chat_problems: int = Field(8, ge=0, description="conversations, and agent steps, in the chat workload (0: none)")
     policies: list[str] = Field(default_factory=lambda: list(COMPARED_POLICIES))
     kill: bool = Field(True, description="kill a replica mid-run under the best policy")
@@ -47,12 +48,14 @@ class ReplicasSettings(BaseModel):
 
     @classmethod
     def quick(cls, **overrides: Any) -> ReplicasSettings:
-        """About a minute: 4 problems per schedule and of each kind, no kill under the spreading."""
-        return cls(**{"problems": 4, "chat_problems": 4, "kill_spread": False, **overrides})
+        """About a minute and a half: 4 problems per schedule and of each kind, one alone, no kill under the
+        spreading."""
+        return cls(**{"problems": 4, "chat_problems": 4, "one_at_a_time": 1, "kill_spread": False, **overrides})
 
     def workloads(self) -> dict[str, Workload]:
+        one = {ONE: pacore_workload(self.one_at_a_time, [[32, 4]])} if self.one_at_a_time else {}
         chat = {CHAT: chat_workload(self.chat_problems)} if self.chat_problems else {}
-        return {PACORE: pacore_workload(self.problems, self.schedules), **chat}
+        return {PACORE: pacore_workload(self.problems, self.schedules), **one, **chat}
 
 
 class ReplicaStats(BaseModel):
@@ -167,7 +170,7 @@ class ReplicaBench:
             emulator.reset()
         started = time.monotonic()
         killer = asyncio.create_task(self._kill_busiest(kill_after)) if kill_after is not None else None
-        results = await solve_all(model, workload)
+        results = await (solve_one_by_one if name == ONE else solve_all)(model, workload)
         wall = time.monotonic() - started
         killed, snapshot, cut = await killer if killer is not None else (None, None, 0)
         stats = [snapshot if index == killed else ReplicaStats(**emulator.stats())
@@ -199,6 +202,11 @@ async def solve_all(model: Any, items: Workload) -> list[Any]:
     """Every problem at once; a problem that fails comes back as its exception."""
     calls = [asolve(model, problem.messages, PaCoReConfig(rounds=schedule)) for schedule, problem in items]
     return await asyncio.gather(*calls, return_exceptions=True)
+
+
+async def solve_one_by_one(model: Any, items: Workload) -> list[Any]:
+    """Each problem alone, one after another; a problem that fails comes back as its exception."""
+    return [(await solve_all(model, [item]))[0] for item in items]
 
 
 def summarise(
@@ -258,6 +266,16 @@ class ReplicasReport(BaseModel):
             "runs": {run.policy: _figures(run) for run in self.of(PACORE)},
             "killed_runs": {run.policy: _figures(run) for run in self.kills},
         }
+        if self.of(ONE):
+            default, alone = next(run for run in self.of(ONE) if run.policy == best.policy), self.spread(ONE)
+            fastest = min((run for run in self.of(ONE) if run.policy != SPREAD and run.lost == 0),
+                          key=lambda run: run.wall_s)  # fmt: skip
+            summary |= {
+                "one_at_a_time_wall_ratio_default_vs_spread": _ratio(default.wall_s, alone.wall_s),
+                "one_at_a_time_fastest_policy": fastest.policy,
+                "one_at_a_time_wall_ratio_fastest_vs_default": _ratio(fastest.wall_s, default.wall_s),
+                "one_at_a_time_runs": {run.policy: _figures(run) for run in self.of(ONE)},
+            }
         if self.of(CHAT):
             default, chat_spread = next(run for run in self.of(CHAT) if run.policy == best.policy), self.spread(CHAT)
             summary |= {

@@ -2,8 +2,10 @@
 
 The last line printed is JSON with ``prefill_ratio_best_vs_spread``, ``wall_ratio_best_vs_spread``, ``lost``
 (under the best policy with a replica killed mid-run) and ``default_policy``, all on the issue's workload;
-then ``chat_prefill_ratio_default_vs_spread``, ``chat_wall_ratio_default_vs_spread`` and ``chat_best_policy``
-on the chat and agent workload (plus every run's figures).
+then ``one_at_a_time_wall_ratio_default_vs_spread``, ``one_at_a_time_fastest_policy`` and
+``one_at_a_time_wall_ratio_fastest_vs_default`` with one problem at a time; then
+``chat_prefill_ratio_default_vs_spread``, ``chat_wall_ratio_default_vs_spread`` and ``chat_best_policy`` on the chat
+and agent workload (plus every run's figures).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--quick", action="store_true", help="4 problems per schedule and kind, a minute or two")
     parser.add_argument("--problems", type=int, help="problems per schedule (default 8; quick 4)")
+    parser.add_argument("--one-at-a-time", type=int, help="[32, 4] problems solved each alone (default 2; quick 1)")
     parser.add_argument("--chat-problems", type=int, help="conversations and agent steps each (default 8; quick 4)")
     parser.add_argument("--replicas", type=int, help="emulated replicas (default 4)")
     parser.add_argument("--no-kill", action="store_true", help="skip the runs with a replica killed mid-run")
@@ -34,9 +37,10 @@ def main(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from pacore_benchmarks.perf.replicas import PolicyRun, ReplicasSettings, run_benchmark
-    from pacore_benchmarks.perf.replicas_workloads import AGENT_SCHEDULE, CHAT, CONVERSATION_SCHEDULE, PACORE
+    from pacore_benchmarks.perf.replicas_workloads import AGENT_SCHEDULE, CHAT, CONVERSATION_SCHEDULE, ONE, PACORE
 
-    given = (("problems", args.problems), ("chat_problems", args.chat_problems), ("replicas", args.replicas))
+    given = (("problems", args.problems), ("one_at_a_time", args.one_at_a_time), ("chat_problems", args.chat_problems),
+             ("replicas", args.replicas))
     overrides = {name: value for name, value in given if value is not None}
     if args.no_kill:
         overrides["kill"] = False
@@ -50,9 +54,10 @@ def main(args: argparse.Namespace) -> int:
 
     schedules = " and ".join(str(s) for s in settings.schedules)
     titles = {PACORE: f"PaCoRe workload: {settings.problems} problems each of {schedules}",
+              ONE: f"one at a time: {settings.one_at_a_time} problems [32, 4], each alone",
               CHAT: f"chat workload: {settings.chat_problems} conversations {CONVERSATION_SCHEDULE} and "
                     f"{settings.chat_problems} agent steps {AGENT_SCHEDULE}"}  # fmt: skip
-    workloads = [PACORE, CHAT] if settings.chat_problems else [PACORE]
+    workloads = list(settings.workloads())
     console.print(f"{' / '.join(titles[name] for name in workloads)}; {settings.replicas} emulated replicas")
     report = asyncio.run(run_benchmark(settings, args.log_dir, on_run=progress))
 

@@ -2,6 +2,8 @@
 
 - ``pacore``: P problems with [32, 4] and P with [16], each a short question. The synthesis prompts (up to
   32 conclusions of 500 to 3600 tokens) are what is long; the headline figure is measured on it.
+- ``one``: [32, 4] problems solved one after another, each alone on the cluster: a chat bot's PaCoReNode with
+  one user, where idle replicas are free and latency is what counts.
 - ``chat``: what this project's users run besides: P MultiChallenge-like conversations ([16], medium), a few
   thousand tokens of history before the last user turn, and P agent steps ([4], low, as SWE-bench runs):
   a long system prompt every step shares, the task, then tool calls and their outputs. Every round of a
@@ -23,6 +25,7 @@ from pacore_graph import Problem
 Workload = list[tuple[list[int], Problem]]  # (schedule, problem), all sent at once
 
 PACORE = "pacore"
+ONE = "one"  # solved one after another
 CHAT = "chat"
 CONVERSATION_SCHEDULE = [16]
 AGENT_SCHEDULE = [4]
