@@ -1,14 +1,14 @@
 """``pacore bench replicas``: PaCoRe workloads over emulated GPU replicas, routed several ways, side by side.
 
-Two workloads (:mod:`~pacore_benchmarks.perf.replicas_workloads`), each with all its problems in flight at
-once, against N emulated replicas (:meth:`EmulatorConfig.gpu_replica`: prefix cache, prefill cost,
-PaCoRe-sized conclusions): the issue's ([32, 4] and [16]), which gives the headline figures, and the chat and
-agent one. Each is sent through the client-side spreading over every replica URL (fewest requests in flight,
-:mod:`~pacore_benchmarks.perf.replicas_spread`: the baseline) and through vllm-router per policy, with the
-project's client as any user would run it (it sends the session key the router can follow). Each run starts
-from empty caches and zeroed counters. Then the best router policy and the spreading run the issue's workload
-again while the busiest replica is killed (SIGKILL) mid-run: every problem must still be answered and no
-trajectory lost.
+Three workloads (:mod:`~pacore_benchmarks.perf.replicas_workloads`) against N emulated replicas
+(:meth:`EmulatorConfig.gpu_replica`: prefix cache, prefill cost, decoding slowed by the batch's context,
+PaCoRe-sized conclusions): the issue's ([32, 4] and [16], all at once), which gives the headline figures; [32, 4]
+problems one at a time (latency on an otherwise idle cluster); and the chat and agent one. Each is sent through the
+client-side spreading over every replica URL (fewest requests in flight,
+:mod:`~pacore_benchmarks.perf.replicas_spread`: the baseline) and through vllm-router per policy, with the project's
+client as any user would run it (it sends the session key the router can follow). Each run starts from empty caches
+and zeroed counters. Then the best router policy and the spreading run the issue's workload again while the busiest
+replica is killed (SIGKILL) mid-run: every problem must still be answered and no trajectory lost.
 
 What the emulator models, and what not, is in :mod:`pacore_benchmarks.perf.emulator_gpu`.
 """
@@ -48,8 +48,7 @@ class ReplicasSettings(BaseModel):
 
     @classmethod
     def quick(cls, **overrides: Any) -> ReplicasSettings:
-        """About a minute and a half: 4 problems per schedule and of each kind, one alone, no kill under the
-        spreading."""
+        """About a minute: 4 problems per schedule and of each kind, one alone, no kill under the spreading."""
         return cls(**{"problems": 4, "chat_problems": 4, "one_at_a_time": 1, "kill_spread": False, **overrides})
 
     def workloads(self) -> dict[str, Workload]:

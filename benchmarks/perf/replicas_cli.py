@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "replicas", help="PaCoRe workloads over 4 emulated GPU replicas: client spreading vs vllm-router policies"
     )
-    parser.add_argument("--quick", action="store_true", help="4 problems per schedule and kind, a minute or two")
+    parser.add_argument("--quick", action="store_true", help="4 problems per schedule and kind, one alone: a minute")
     parser.add_argument("--problems", type=int, help="problems per schedule (default 8; quick 4)")
     parser.add_argument("--one-at-a-time", type=int, help="[32, 4] problems solved each alone (default 2; quick 1)")
     parser.add_argument("--chat-problems", type=int, help="conversations and agent steps each (default 8; quick 4)")

@@ -28,16 +28,17 @@ PACORE_FLAGS = [
     "--max-model-len", "131072",  # PaCoRe lets the model think up to its whole context
 ]  # fmt: skip
 
-# What `pacore bench replicas` measured best (README, "Past one GPU server"). vllm-router 0.1.17 routes a chat
-# completion without reading its messages: sticky_least_loaded and consistent_hash follow the request's session
-# key (an X-Session-ID header, which this project's client sends: pacore_graph.models.routing) and send requests
-# without one all to one replica; cache_aware sees no text at all and acts as least-loaded. Both keyed policies
-# prefill a shared prompt once; sticky_least_loaded places each new key on the replica holding the fewest, so a
-# handful of problems in flight keeps every replica busy, where a hash leaves some idle.
+# What `pacore bench replicas` measured best for batch runs (README, "Past one GPU server"). vllm-router 0.1.17
+# routes a chat completion without reading its messages: sticky_least_loaded and consistent_hash follow the
+# request's session key (an X-Session-ID header, which this project's client sends: pacore_graph.models.routing)
+# and send requests without one all to one replica; cache_aware sees no text at all and acts as least-loaded.
+# Both keyed policies prefill a shared prompt once; sticky_least_loaded places each new key on the replica
+# holding the fewest, where a hash leaves some idle. One problem at a time is answered sooner by cache_aware.
 ROUTER_POLICY = "sticky_least_loaded"
 ROUTER_POLICIES = ["sticky_least_loaded", "consistent_hash", "cache_aware", "power_of_two", "round_robin", "random"]
 KEYLESS_NOTE = ("it routes by each request's X-Session-ID header, which pacore-graph's client sends; requests "
-                "without one (ChatOpenAI, curl) all go to one replica: for such clients use --policy cache_aware")
+                "without one (ChatOpenAI, curl) all go to one replica: for such clients, and for one problem at a "
+                "time (a chat bot), use --policy cache_aware")
 ROUTER_FLAGS = [
     "--health-check-interval-secs", "5",  # a dead replica leaves the rotation within seconds (default 60)
     "--request-timeout-secs", "7200",  # PaCoRe trajectories think for up to an hour (default 1800)
