@@ -106,8 +106,8 @@ class PolicyRun(BaseModel):
 
     @property
     def decode_balance(self) -> float:
-        """Most tokens one replica decoded over the mean. The emulator decodes a batch at no extra cost; a GPU's
-        decode slows with its batch, so there the busiest decoder sets the pace."""
+        """Most tokens one replica decoded over the mean: uneven decoding is what concentrating a round's
+        trajectories on one replica costs (its decode steps slow with the context its batch holds)."""
         return _max_over_mean([r.completion_tokens for r in self.replicas])
 
 
