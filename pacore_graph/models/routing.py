@@ -36,7 +36,7 @@ def session_key(messages: Sequence[dict[str, Any]]) -> str:
 
 
 def fresh_key() -> str:
-    """A key no other request has: vllm-router places it on the least loaded replica."""
+    """A key no other request has: sticky_least_loaded places it on the replica holding the fewest sessions."""
     return uuid.uuid4().hex[:16]
 
 
