@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
-from pacore_benchmarks.perf.replicas import ReplicasSettings, run_benchmark
+from pacore_benchmarks.perf.emulator_replies import estimate_prompt_tokens
+from pacore_benchmarks.perf.replicas import ReplicasSettings, prefill_floor, run_benchmark
 from pacore_benchmarks.perf.replicas_spread import SpreadChatModel
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.models import chat_model
@@ -74,6 +75,23 @@ def test_a_short_prompt_gets_a_fresh_key_per_request_so_its_round_spreads_over_r
     assert prefix_key(long) is not None and len({session_key(long) for _ in range(8)}) == 1
     call = {"id": "c", "type": "function", "function": {"name": "bash", "arguments": "y" * SHORT_PROMPT_CHARS}}
     assert prefix_key([short[0], {"role": "assistant", "content": None, "tool_calls": [call]}]) is not None
+
+
+def test_the_prefill_floor_counts_each_distinct_prefix_block_once():
+    system = {"role": "system", "content": "You are an agent with these tools. " * 200}
+    shared = {"messages": [system, {"role": "user", "content": "Task 1: fix the parser. " * 50}]}
+    other = {"messages": [system, {"role": "user", "content": "Task 2: fix the lexer. " * 50}]}
+    alone = {"messages": [{"role": "user", "content": "Problem 3: how many pairs? " * 300}]}
+    tokens = {name: estimate_prompt_tokens(body["messages"]) for name, body in
+              (("shared", shared), ("other", other), ("alone", alone))}  # fmt: skip
+    system_tokens = estimate_prompt_tokens([system])
+    once = prefill_floor([shared], block_size=16)
+    assert once == tokens["shared"]  # nothing cached yet: every token computed
+    assert once < prefill_floor([shared, shared], block_size=16) <= once + 16  # the repeat: its last block only
+    floor = prefill_floor([shared, other, alone, alone, other], block_size=16)
+    # the system prompt's blocks once, each task and problem once, plus at most a block per repeat and shared tail
+    distinct = tokens["shared"] + tokens["other"] - system_tokens + tokens["alone"]
+    assert distinct <= floor <= distinct + 4 * 16
 
 
 @pytest.fixture
@@ -163,6 +181,12 @@ async def test_chat_workload_keeps_each_conversation_and_agent_step_where_its_hi
     assert spread.answered == routed.answered == 4 and spread.lost == routed.lost == 0
     # The spreading prefills each round-1 prompt on both replicas; the router, once.
     assert routed.prefill_tokens < spread.prefill_tokens
+    # No routing computes less than the floor (each distinct prefix once); the keyed router comes closer to it.
+    for run in [*alone, spread, routed]:
+        assert 0 < run.floor_tokens <= run.prefill_tokens, run
+    assert routed.over_floor < spread.over_floor
+    spread_alone, routed_alone = alone  # round 2's 4 copies of one long prompt: on 2 replicas, or on its own one
+    assert routed_alone.over_floor < 1.1 < 1.5 < spread_alone.over_floor
     summary = report.summary()
     assert summary["chat_best_policy"] == ROUTER_POLICY and summary["chat_problems"] == 4
     assert 0 < summary["chat_prefill_ratio_default_vs_spread"] < 1 and set(summary["chat_runs"]) == set(summary["runs"])

@@ -10,21 +10,30 @@ client as any user would run it (it sends the session key the router can follow)
 and zeroed counters. Then the best router policy and the spreading run the issue's workload again while the busiest
 replica is killed (SIGKILL) mid-run: every problem must still be answered and no trajectory lost.
 
+Each run also gets its *floor*: the prompt tokens the same requests would cost one replica with an unlimited prefix
+cache (each distinct prefix block once, from the replicas' request logs). No routing computes less, so a policy's
+prefill over its floor says how much routing left on the table, and the spreading's floor over its prefill is the
+lowest the headline ratio could go on that run.
+
 What the emulator models, and what not, is in :mod:`pacore_benchmarks.perf.emulator_gpu`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
+from pacore_benchmarks.perf.emulator_gpu import PrefixCache, prompt_text
+from pacore_benchmarks.perf.emulator_replies import estimate_prompt_tokens
 from pacore_benchmarks.perf.replicas_workloads import CHAT, ONE, PACORE, Workload, chat_workload, pacore_workload
 from pacore_graph import PaCoReConfig, asolve, chat_model
 from pacore_graph.extend import ROUTER_POLICY, ServerProcess, free_port, router_command
@@ -79,6 +88,7 @@ class PolicyRun(BaseModel):
     trajectories: int
     failed_trajectories: int
     retries: int
+    floor_tokens: int = Field(0, description="prompt tokens no routing could avoid computing (see prefill_floor)")
     replicas: list[ReplicaStats]
 
     @property
@@ -93,6 +103,11 @@ class PolicyRun(BaseModel):
     @property
     def prefill_ratio(self) -> float:
         return self.prefill_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def over_floor(self) -> float:
+        """Prefill computed over the least any routing of the same requests could compute: 1.0 is ideal."""
+        return self.prefill_tokens / self.floor_tokens if self.floor_tokens else 0.0
 
     @property
     def lost(self) -> int:
@@ -115,13 +130,42 @@ def _max_over_mean(values: list[float]) -> float:
     return max(values) / (sum(values) / len(values)) if sum(values) else 1.0
 
 
+def prefill_floor(bodies: Iterable[dict[str, Any]], block_size: int) -> int:
+    """Prompt tokens one replica with an unbounded prefix cache would compute for these requests: each distinct
+    prefix block once. Every routing over any number of replicas computes at least this much."""
+    cache = PrefixCache(sys.maxsize, block_size)
+    computed = 0
+    for body in bodies:
+        tokens = estimate_prompt_tokens(body["messages"])
+        computed += tokens - cache.admit(prompt_text(body["messages"]), tokens)
+    return computed
+
+
+def _logged_bodies(logs: list[Path], offsets: list[int]) -> list[dict[str, Any]]:
+    """The request bodies the replicas logged past ``offsets``, in the order they arrived."""
+    records = []
+    for log, offset in zip(logs, offsets, strict=True):
+        with log.open(encoding="utf-8") as lines:
+            lines.seek(offset)
+            for line in lines:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:  # the last line of a replica killed while writing it
+                    continue
+                if "body" in record and not record["fault"]:
+                    records.append(record)
+    return [record["body"] for record in sorted(records, key=lambda record: record["t"])]
+
+
 class ReplicaBench:
     """N emulated replicas on fixed ports (a killed one comes back on its port) and the runs over them."""
 
-    def __init__(self, settings: ReplicasSettings, log_dir: Path):
+    def __init__(self, settings: ReplicasSettings, log_dir: Path, request_dir: Path):
         self.settings = settings
         self.log_dir = log_dir
-        self.configs = [settings.emulator.model_copy(update={"replica": index, "port": free_port()})
+        self.request_logs = [request_dir / f"replica-{index}.jsonl" for index in range(settings.replicas)]
+        self.configs = [settings.emulator.model_copy(update={"replica": index, "port": free_port(),
+                                                             "request_log": str(self.request_logs[index])})
                         for index in range(settings.replicas)]  # fmt: skip
         self.emulators: list[Emulator] = []
 
@@ -167,6 +211,7 @@ class ReplicaBench:
                        ) -> PolicyRun:  # fmt: skip
         for emulator in self.emulators:
             emulator.reset()
+        offsets = [log.stat().st_size for log in self.request_logs]
         started = time.monotonic()
         killer = asyncio.create_task(self._kill_busiest(kill_after)) if kill_after is not None else None
         results = await (solve_one_by_one if name == ONE else solve_all)(model, workload)
@@ -176,7 +221,9 @@ class ReplicaBench:
                  for index, emulator in enumerate(self.emulators)]  # fmt: skip
         if killed is not None:
             self.emulators[killed] = Emulator(self.configs[killed]).start()  # back on its port for the next run
-        return summarise(policy, results, stats, wall, killed).model_copy(update={"cut": cut, "workload": name})
+        floor = prefill_floor(_logged_bodies(self.request_logs, offsets), self.settings.emulator.block_size)
+        update = {"cut": cut, "workload": name, "floor_tokens": floor}
+        return summarise(policy, results, stats, wall, killed).model_copy(update=update)
 
     async def _kill_busiest(self, after: float) -> tuple[int, ReplicaStats, int]:
         """SIGKILL the replica serving the most requests ``after`` seconds in (once one serves any).
@@ -256,6 +303,10 @@ class ReplicasReport(BaseModel):
         killed = {run.policy: run for run in self.kills}
         summary = {
             "prefill_ratio_best_vs_spread": _ratio(best.prefill_tokens, spread.prefill_tokens),
+            # the least any routing could compute of the spreading's own requests, over what it computed:
+            # prefill_ratio_best_vs_spread cannot go (much) below this, whatever the policy
+            "prefill_floor_ratio_vs_spread": _ratio(spread.floor_tokens, spread.prefill_tokens),
+            "prefill_best_over_floor": round(best.over_floor, 3),
             "wall_ratio_best_vs_spread": _ratio(best.wall_s, spread.wall_s),
             "lost": killed[best.policy].lost if best.policy in killed else None,
             "default_policy": best.policy,
@@ -297,6 +348,8 @@ def _figures(run: PolicyRun) -> dict[str, Any]:
         "prompt_tokens": run.prompt_tokens,
         "prefill_tokens": run.prefill_tokens,
         "prefill_ratio": round(run.prefill_ratio, 3),
+        "floor_tokens": run.floor_tokens,
+        "prefill_over_floor": round(run.over_floor, 3),
         "requests_per_replica": [r.requests for r in run.replicas],
         "busy_balance": round(run.balance, 2),
         "decode_balance": round(run.decode_balance, 2),
@@ -312,21 +365,29 @@ async def run_benchmark(
 ) -> ReplicasReport:
     """The spreading and each router policy over every workload, then a replica killed under the best policy
     and under the spreading (the issue's workload)."""
-    folder = Path(log_dir or tempfile.mkdtemp(prefix="pacore-replicas-"))
-    folder.mkdir(parents=True, exist_ok=True)
     report = ReplicasReport(settings=settings, runs=[])
     workloads = settings.workloads()
-    with ReplicaBench(settings, folder) as bench:
-        for policy in [SPREAD, *settings.policies]:
-            for run in await bench.run(policy, workloads):
-                report.runs.append(run)
-                if on_run:
-                    on_run(run)
-        killed = [report.best(), report.spread()][: 2 if settings.kill_spread else 1] if settings.kill else []
-        for clean in killed:
-            after = settings.kill_at * clean.wall_s
-            (run,) = await bench.run(clean.policy, {PACORE: workloads[PACORE]}, kill_after=after)
-            report.kills.append(run)
+    with tempfile.TemporaryDirectory(prefix="pacore-replicas-") as scratch:
+        folder = Path(log_dir or scratch)  # the routers' logs: kept only where the caller says
+        folder.mkdir(parents=True, exist_ok=True)
+        with ReplicaBench(settings, folder, Path(scratch)) as bench:
+            await _run_all(report, bench, workloads, on_run)
+    return report
+
+
+async def _run_all(report: ReplicasReport, bench: ReplicaBench, workloads: dict[str, Workload],
+                   on_run: Callable[[PolicyRun], None] | None) -> None:  # fmt: skip
+    """Every policy over every workload, then the kills, each run added to ``report`` as it ends."""
+    settings = report.settings
+    for policy in [SPREAD, *settings.policies]:
+        for run in await bench.run(policy, workloads):
+            report.runs.append(run)
             if on_run:
                 on_run(run)
-    return report
+    killed = [report.best(), report.spread()][: 2 if settings.kill_spread else 1] if settings.kill else []
+    for clean in killed:
+        after = settings.kill_at * clean.wall_s
+        (run,) = await bench.run(clean.policy, {PACORE: workloads[PACORE]}, kill_after=after)
+        report.kills.append(run)
+        if on_run:
+            on_run(run)
