@@ -1,3 +1,4 @@
+import signal
 import sys
 from pathlib import Path
 
@@ -9,6 +10,14 @@ from mock_openai import MockOpenAIServer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+def pytest_configure(config):
+    """Tests press Ctrl-C (SIGINT) on the processes they start, as a user at a terminal would. A suite started in
+    the background from a script (``nohup make test &``) inherits SIGINT ignored, and so would every process it
+    starts, where Python then never raises KeyboardInterrupt: give the suite's children a terminal's SIGINT."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
