@@ -2,7 +2,7 @@
 
     FOLDER/run.json            settings fingerprint (a run with other settings is refused) and settings
     FOLDER/.lock               held while a run writes here (a second run is refused at once, naming it)
-    FOLDER/results.jsonl       one row per finished problem, appended atomically
+    FOLDER/results.jsonl       one row per finished problem (a row a kill tore is dropped on load)
     FOLDER/checkpoints.sqlite  LangGraph checkpoints of the problems in flight, one thread each
     FOLDER/records/*.jsonl     episode records of the problems in flight (``EpisodeContext.record``)
 
