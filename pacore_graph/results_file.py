@@ -58,7 +58,7 @@ class ResultsFile:
         return set(self._keys)
 
     def append(self, row: dict[str, Any]) -> None:
-        """Write one row atomically; a second row with a key already present is refused."""
+        """Write one row as a whole line and fsync it; a second row with a key already present is refused."""
         line = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
         with self._lock:
             if self.key(row) in self._keys:
@@ -66,7 +66,9 @@ class ResultsFile:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
-                os.write(fd, line)
+                rest = memoryview(line)
+                while rest:  # a write may take part of the line (a full disk): the rest follows, or it raises
+                    rest = rest[os.write(fd, rest):]
                 os.fsync(fd)
             finally:
                 os.close(fd)

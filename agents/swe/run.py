@@ -2,7 +2,7 @@
 
 Output folder (besides the engine's ``run.json``, ``.lock``, ``checkpoints.sqlite`` and ``records/``):
     predictions.jsonl          swebench's format (``instance_id``, ``model_name_or_path``, ``model_patch``),
-                               one line per finished instance, appended atomically
+                               one line per finished instance, appended and fsynced
     results.jsonl              the engine's row per finished instance: patch or not, error, TTC, episodes
     trajectories/ID.json       every round and episode of an instance: messages, tool calls, outputs,
                                tokens, patches, notes, errors (written when the instance ends)
