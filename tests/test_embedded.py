@@ -83,6 +83,11 @@ def test_serve_local_serves_and_stops():
                 time.sleep(0.05)  # often answers before the CLI saw it ready: Ctrl-C then lands in its start-up
     finally:
         process.send_signal(signal.SIGINT)
-        process.wait(timeout=30)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # Ctrl-C did not stop it: fail, leaving no server behind
+            process.kill()
+            process.wait()
+            raise
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2)

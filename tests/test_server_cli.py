@@ -57,7 +57,12 @@ def test_pacore_serve_in_front_of_the_emulator(tmp_path):
             stats = emu.stats()
         finally:
             process.send_signal(signal.SIGINT)
-            assert process.wait(timeout=30) == 0
+            try:
+                assert process.wait(timeout=30) == 0
+            except subprocess.TimeoutExpired:  # Ctrl-C did not stop it: fail, leaving no server behind
+                process.kill()
+                process.wait()
+                raise
     bodies = [json.loads(line)["body"] for line in log.read_text().splitlines()]
     synthesis = ["Reference Responses:" in body["messages"][-1]["content"] for body in bodies]
     assert len(bodies) == (3 + 1) + (2 + 1) and synthesis.count(True) == 2  # [3] by default, [2] by model name
