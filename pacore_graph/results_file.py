@@ -1,10 +1,10 @@
 """Files a run writes that survive SIGKILL: append-only JSONL results, and JSON files replaced whole.
 
-Each row is written with one ``write`` of a complete line followed by ``fsync``, under a lock. A kill can
-still tear that line: Linux stops a write to a file between pages once the writer has a fatal signal (SIGKILL)
-pending, so the file may end in part of the row being written. On load, such a torn trailing line (or one
-left by a full disk) is dropped and reported, never fatal, and the file rewritten without it: a kill loses at
-most the row it interrupted, which the writer had not finished.
+Each row is written as one complete line (written on from where a short write stopped) and ``fsync``ed, under
+a lock. A kill can still tear that line: Linux stops a write to a file between pages once the writer has a
+fatal signal (SIGKILL) pending, so the file may end in part of the row being written. On load, such a torn
+trailing line (or one left by a full disk) is dropped and reported, never fatal, and the file rewritten
+without it: a kill loses at most the row it interrupted, which the writer had not finished.
 """
 
 from __future__ import annotations
