@@ -3,13 +3,15 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install
+.PHONY: demo test lint install lock
 
-$(STAMP): pyproject.toml
+EXTRAS := local,swe,bench,server,dev
+
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt --upgrade pip
 	# llama-cpp-python compiles from source the first time (about 8 minutes on 2 cores)
-	$(PY) -m pip install -q -e '.[local,swe,bench,server,dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -24,3 +26,11 @@ test: $(STAMP)
 	bash scripts/docker-setup.sh
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -ra
+
+# Re-pin constraints.txt to the newest releases the dependencies allow (then run `make test` and commit it)
+lock:
+	rm -rf .lock-venv && python3 -m venv .lock-venv
+	.lock-venv/bin/pip install -q --upgrade pip
+	.lock-venv/bin/pip install -q -e '.[$(EXTRAS)]'
+	{ sed -n '1,2p' constraints.txt; .lock-venv/bin/pip freeze --all --exclude-editable | grep -v -E '^(setuptools|wheel)=='; } > constraints.new
+	mv constraints.new constraints.txt && rm -rf .lock-venv

@@ -13,11 +13,13 @@ The agent uses mini-swe-agent's tool-calling SWE-bench prompts and its *local* e
 run on this host, in a temporary git copy of one of this project's local SWE tasks (no Docker). Use it
 only with models you trust. Prints a JSON summary: exit status, the submitted patch, and each model call's
 usage (``completion_tokens`` is PaCoRe's effective TTC; ``usage.pacore.rounds`` its per-round breakdown).
+The summary is stdout's only content (what the libraries print goes to stderr), so it can be piped to ``jq``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -84,8 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trajectory", type=Path, help="also save mini-swe-agent's trajectory JSON here")
     args = parser.parse_args(argv)
     (task,) = load_tasks("local", instances=[args.task])
-    summary = run_agent(args.endpoint, args.model, task, api_key=args.api_key, step_limit=args.step_limit,
-                        trajectory=args.trajectory)  # fmt: skip
+    # stdout carries the JSON summary alone: litellm and mini-swe-agent print banners and progress on it
+    with contextlib.redirect_stdout(sys.stderr):
+        summary = run_agent(args.endpoint, args.model, task, api_key=args.api_key, step_limit=args.step_limit,
+                            trajectory=args.trajectory)  # fmt: skip
     print(json.dumps(summary, indent=2))
     return 0 if summary["exit_status"] == "Submitted" else 1
 
