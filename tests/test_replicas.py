@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import signal
 import socket
 import subprocess
@@ -35,8 +36,11 @@ PROBLEM = "Problem {n}: count the pairs (a, b) of positive integers with a + b =
 
 def free_port_block(size: int) -> int:
     """A port with ``size - 1`` free ones after it, below the ephemeral range: a client's outgoing socket may hold
-    any ephemeral port, so a cluster's port + 1 ... port + N picked there could already be taken."""
-    for base in range(20000, 32000, size):
+    any ephemeral port, so a cluster's port + 1 ... port + N picked there could already be taken. The scan starts
+    at a random block, so two suites on one host do not race for the same one."""
+    blocks = list(range(20000, 32000 - size, size))
+    start = random.randrange(len(blocks))
+    for base in blocks[start:] + blocks[:start]:
         with contextlib.ExitStack() as held:
             try:
                 for port in range(base, base + size):
