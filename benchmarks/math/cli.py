@@ -77,7 +77,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--pool",
         type=int,
-        help="pooled first-round trajectories per problem (default: the largest first round / vote size)",
+        help="pooled first-round trajectories per problem (default: the largest first round / vote size; "
+        "export-train: the pool file as it is)",
     )
     parser.add_argument(
         "--pool-file",
@@ -198,6 +199,13 @@ def grade_command(args: argparse.Namespace) -> int:
 
 
 # -- run ---------------------------------------------------------------------------------------------------
+def pacore_overrides(args: argparse.Namespace, embedded: bool) -> dict[str, Any]:
+    """PaCoReConfig fields from the command line: the context window (the embedded model's by default)."""
+    from pacore_graph.extend import EMBEDDED_CONTEXT  # noqa: PLC0415
+
+    return {"context_window": args.context_window or EMBEDDED_CONTEXT} if args.context_window or embedded else {}
+
+
 def _schedules(args: argparse.Namespace, embedded: bool) -> list[list[int]]:
     from pacore_graph.extend import PRESETS, parse_rounds  # noqa: PLC0415
 
@@ -217,7 +225,6 @@ def run_command(args: argparse.Namespace) -> int:
 
     from pacore_benchmarks.math.runner import MathBenchmark, MathRunSettings, math_folder  # noqa: PLC0415
     from pacore_graph.extend import (  # noqa: PLC0415
-        EMBEDDED_CONTEXT,
         EMBEDDED_MODEL,
         ChatExplorer,
         RunProgress,
@@ -236,9 +243,7 @@ def run_command(args: argparse.Namespace) -> int:
         raise ValueError(
             f"unknown method {unknown[0]!r} in --methods: choose from single, vote, pacore, pacore+OPTION"
         )
-    overrides: dict[str, Any] = {}
-    if args.context_window or embedded:
-        overrides["context_window"] = args.context_window or EMBEDDED_CONTEXT
+    overrides = pacore_overrides(args, embedded)
     max_tokens = args.max_tokens
     if embedded and max_tokens is None:
         max_tokens = EMBEDDED_MAX_TOKENS

@@ -129,30 +129,37 @@ def _check_unique(problems: list[Problem], source: str) -> list[Problem]:
     return problems
 
 
-def read_jsonl(path: Path) -> list[Problem]:
-    """Read and validate every row of JSON lines, or of one JSON list (as PaCoRe-Train-8k is described: a
-    ``list[dict]``); the first bad row stops the load with its line (or item) number."""
+def read_json_rows(path: Path, what: str) -> tuple[str, list[tuple[int, object]]]:
+    """The rows of JSON lines, or of one JSON list: ("line" or "item", [(number, row)]); invalid JSON is a
+    DataError naming the line."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot read dataset {path}: {exc}") from exc
-    default_competition = path.stem
+        raise DataError(f"cannot read {what} {path}: {exc}") from exc
     if text.lstrip().startswith("["):
         try:
-            items = json.loads(text)
+            return "item", list(enumerate(json.loads(text), start=1))
         except json.JSONDecodeError as exc:
             raise DataError(f"{path}: not valid JSON ({exc.msg})") from None
-        rows = [(f"{path} item {number}", row) for number, row in enumerate(items, start=1)]
-    else:
-        rows = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append((f"{path}:{number}", json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
-    problems = [_problem_from_row(row, where, default_competition, n) for n, (where, row) in enumerate(rows)]
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append((number, json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+    return "line", rows
+
+
+def read_jsonl(path: Path) -> list[Problem]:
+    """Read and validate every row of JSON lines, or of one JSON list (as PaCoRe-Train-8k is described: a
+    ``list[dict]``); the first bad row stops the load with its line (or item) number."""
+    kind, rows = read_json_rows(path, "dataset")
+    problems = [
+        _problem_from_row(row, f"{path}:{number}" if kind == "line" else f"{path} item {number}", path.stem, n)
+        for n, (number, row) in enumerate(rows)
+    ]
     return _check_unique(problems, str(path))
 
 

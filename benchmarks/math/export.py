@@ -121,6 +121,8 @@ class TrainExport:
         self.failures: dict[str, str] = {}  # problem id -> why it is not exported this time (rerun to retry)
         self.pool_failures: set[str] = set()
         self._pool: PoolStore | None = None
+        self._graded: list[Candidate] | None = None  # made by pending() when the pool was complete then
+        self._pending: tuple[int, int] | None = None
 
     @property
     def config(self) -> pacore_graph.PaCoReConfig:
@@ -144,19 +146,18 @@ class TrainExport:
     def pending(self) -> tuple[int, int]:
         """(pool trajectories, synthesis runs) still to make; the folder must be claimed. Synthesis runs are
         counted only once the pool is complete (before that, stage 1 is not known yet)."""
-        pool = self.pool()
-        size = self.settings.pool
-        missing = sum(len(pool.missing(p.id, size)) for p in self.problems) if size is not None else 0
-        if missing or not self.settings.synthesis_samples:
-            return missing, 0
-        done = self.folder.results.done() if self.folder.results is not None else set()
-        pools = {p.id: (p, self._pool_rows(p)) for p in self.problems if self._pool_rows(p)}
-        units = self._units(self._stage1(self._candidates(pools)))
-        return 0, sum(1 for key in units if key not in done)
-
-    def _pool_rows(self, problem: Problem) -> list[dict[str, Any]]:
-        size = self.settings.pool
-        return [row for row in self.pool().rows(problem.id) if size is None or row["index"] < size]
+        if self._pending is None:
+            pool = self.pool()
+            size = self.settings.pool
+            missing = sum(len(pool.missing(p.id, size)) for p in self.problems) if size is not None else 0
+            self._pending = (missing, 0)
+            if not missing and self.settings.synthesis_samples:
+                done = self.folder.results.done() if self.folder.results is not None else set()
+                rows = {p.id: [r for r in pool.rows(p.id) if size is None or r["index"] < size] for p in self.problems}
+                self._graded = self._candidates({p.id: (p, rows[p.id]) for p in self.problems if rows[p.id]})
+                units = self._units(self._stage1(self._graded))
+                self._pending = (0, sum(1 for key in units if key not in done))
+        return self._pending
 
     # -- the run ------------------------------------------------------------------------------------------
     async def arun(self) -> ExportReport:
@@ -169,7 +170,7 @@ class TrainExport:
                 self.problems, pool, settings.pool, self.explorer, self.config, self.grader.grade, run,
                 on_failure=self._pool_failed,
             )  # fmt: skip
-            candidates = self._candidates(pools)
+            candidates = self._graded if self._graded is not None else self._candidates(pools)
             stage1 = self._stage1(candidates)
             if settings.synthesis_samples:
                 await self._synthesize(stage1, run)

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pacore_benchmarks.math.cli import EMBEDDED_MAX_TOKENS, _data_source, _load
+from pacore_benchmarks.math.cli import EMBEDDED_MAX_TOKENS, _data_source, _load, pacore_overrides
 
 
 def _interval(name: str, low: float | None, high: float | None) -> str:
@@ -28,7 +28,6 @@ def export_command(args: argparse.Namespace) -> int:
     from pacore_benchmarks.math.pool import pool_identity  # noqa: PLC0415
     from pacore_benchmarks.math.settings import ExportSettings  # noqa: PLC0415
     from pacore_graph.extend import (  # noqa: PLC0415
-        EMBEDDED_CONTEXT,
         EMBEDDED_MODEL,
         ChatExplorer,
         RunProgress,
@@ -46,13 +45,10 @@ def export_command(args: argparse.Namespace) -> int:
     max_tokens = args.max_tokens
     if max_tokens is None:
         max_tokens = made_by[1] if made_by else (EMBEDDED_MAX_TOKENS if embedded else None)
-    overrides: dict[str, Any] = {}
-    if args.context_window or embedded:
-        overrides["context_window"] = args.context_window or EMBEDDED_CONTEXT
     settings = ExportSettings(
         data=data, output=output, limit=args.limit, pool=args.pool, pool_file=pool_file, seed=args.seed,
         temperature=args.temperature, top_p=args.top_p, max_tokens=max_tokens, max_inflight=args.max_inflight,
-        pacore_overrides=overrides, min_message_accuracy=args.min_message_accuracy,
+        pacore_overrides=pacore_overrides(args, embedded), min_message_accuracy=args.min_message_accuracy,
         max_message_accuracy=args.max_message_accuracy, synthesis_samples=args.synthesis_samples,
         min_synthesis_accuracy=args.min_synthesis_accuracy, max_synthesis_accuracy=args.max_synthesis_accuracy,
     )  # fmt: skip
