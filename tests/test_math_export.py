@@ -238,3 +238,26 @@ def test_passed_on_is_what_the_operator_passes_on() -> None:
     assert passed_on(cut, config) == "half an answer"
     tools = Trajectory(content="", tool_calls=[{"name": "bash", "args": {"cmd": "ls"}, "id": "c1"}])
     assert passed_on(tools, config) == 'Tool call: bash({"cmd": "ls"})'
+
+
+def test_a_math_runs_pool_exports_without_a_server(tmp_path: Path, capsys) -> None:
+    """The pool.jsonl of `pacore bench math` is an export's pool as it is: its model and token cap are taken,
+    and with nothing left to generate no server is needed (no --base-url, and none is started)."""
+    with MockOpenAIServer(ScriptedMath()) as server:
+        bench = ["bench", "math", "--data", str(DATA), "--methods", "single", "--pool", str(POOL),
+                 "--max-tokens", "300", "--base-url", server.base_url, "--output", str(tmp_path / "bench"),
+                 "--no-progress"]  # fmt: skip
+        assert main(bench) == 0
+        made = len(server.requests)
+    capsys.readouterr()
+    out = tmp_path / "export"
+    pool = tmp_path / "bench" / "pool.jsonl"
+    assert main(["bench", "math", "export-train", "--data", str(DATA), "--pool-file", str(pool), "--output", str(out),
+                 "--no-progress"]) == 0  # fmt: skip
+    assert made == 3 * POOL
+    assert "nothing to generate" in capsys.readouterr().err
+    assert {row["id"]: row["message_accuracy"] for row in _rows(out / "train.jsonl")} == {
+        problem_id: correct / POOL for problem_id, correct in CORRECT.items()
+    }
+    fingerprint = json.loads((out / "run.json").read_text())["fingerprint"]
+    assert (fingerprint["model"], fingerprint["max_tokens"]) == ("mock-model", 300)
