@@ -32,7 +32,8 @@ class ScriptedMath:
     the count is exact), odd calls think in ``<think>``, even ones in the ``reasoning`` field; the n-th
     synthesis call answers correctly when n <= SYNTHESIS_CORRECT."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, synthesis_cut: bool = False) -> None:
+        self.synthesis_cut = synthesis_cut  # every synthesis thinks until the token cap: no conclusion
         self.problems = load_problems(DATA)
         self.calls: Counter = Counter()
         self.lock = threading.Lock()
@@ -50,6 +51,8 @@ class ScriptedMath:
         right = n <= (SYNTHESIS_CORRECT.get(problem.id, 0) if synthesis else CORRECT[problem.id])
         answer = problem.answer if right else "1"
         usage = {"prompt_tokens": 40, "completion_tokens": 30, "total_tokens": 70}
+        if synthesis and self.synthesis_cut:
+            return {"content": f"<think>{REASONING}", "finish_reason": "length", "usage": usage}
         if n % 2:
             return {"content": f"<think>{REASONING}</think>{self.conclusion(answer)}", "usage": usage}
         return {"content": self.conclusion(answer), "reasoning": REASONING, "usage": usage}
@@ -261,3 +264,16 @@ def test_a_math_runs_pool_exports_without_a_server(tmp_path: Path, capsys) -> No
     }
     fingerprint = json.loads((out / "run.json").read_text())["fingerprint"]
     assert (fingerprint["model"], fingerprint["max_tokens"]) == ("mock-model", 300)
+
+
+def test_a_synthesis_without_a_conclusion_counts_wrong_and_is_not_retried(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with MockOpenAIServer(ScriptedMath(synthesis_cut=True)) as server:
+        assert _export(server, out, "--synthesis-samples", "2") == 0
+        made = len(server.requests)
+        assert _export(server, out, "--synthesis-samples", "2") == 0
+        assert len(server.requests) == made == 3 * POOL + 3 * 2
+    rows = _rows(out / "train.jsonl")
+    assert [row["synthesis_accuracy"] for row in rows] == [0.0, 0.0, 0.0]
+    results = _rows(out / "results.jsonl")
+    assert {(r["correct"], r["flag"], r["conclusion"]) for r in results} == {(False, "no_conclusion", "")}

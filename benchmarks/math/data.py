@@ -77,7 +77,7 @@ class Problem(BaseModel):
 
     def asked_text(self) -> str:
         """The text a pool's prompt digest is made of: the prompt, or the whole conversation when it holds
-        more than one user message (a system message, earlier turns)."""
+        more than the user's one message (a system message, earlier turns)."""
         asked = self.asked()
         return self.prompt() if len(asked) == 1 else json.dumps(asked, ensure_ascii=False, sort_keys=True)
 

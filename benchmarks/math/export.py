@@ -34,11 +34,11 @@ from pydantic import BaseModel
 import pacore_graph
 from pacore_benchmarks.math.data import Problem, load_problems
 from pacore_benchmarks.math.export_report import ExportCounts, plot_accuracies, summary_json
-from pacore_benchmarks.math.grading import MathGrader
+from pacore_benchmarks.math.grading import MathGrader, Verdict
 from pacore_benchmarks.math.pool import FirstRound, PoolReplayExplorer, Pools, PoolStore, as_trajectory, fill_pools
 from pacore_benchmarks.math.settings import MESSAGE_SET_SIZES, ExportSettings, kept
 from pacore_benchmarks.math.train_format import train_row
-from pacore_graph import PaCoReError, RunFolder
+from pacore_graph import PaCoReError, RoundFailedError, RunFolder
 from pacore_graph.extend import ProblemOutcome, RunProgress, passed_on, write_json_atomically
 
 EXPORT_FILE = "train.jsonl"
@@ -239,10 +239,18 @@ class TrainExport:
     def _row(self, units: dict[str, tuple[Candidate, int, list[int]]], outcome: ProblemOutcome) -> dict | None:
         candidate, sample, positions = units[outcome.problem.id]
         problem = candidate.problem
-        if outcome.result is None:  # left for the next run, which resumes its checkpoint
-            self._fail(problem.id, outcome.error or PaCoReError("no result"))
+        error = outcome.error
+        if isinstance(error, RoundFailedError) and not any(t.failed for t in error.round.trajectories):
+            # the synthesis finished without a conclusion (cut at the token cap, an unclosed <think>): a wrong
+            # answer, as a reward would score it, not a failure to retry
+            verdict, conclusion = Verdict(correct=False, flag="no_conclusion"), ""
+            tokens = error.round.completion_tokens
+        elif outcome.result is None:  # left for the next run, which resumes its checkpoint
+            self._fail(problem.id, error or PaCoReError("no result"))
             return None
-        verdict = self.grader.grade(outcome.result.answer, problem.answer)
+        else:
+            conclusion, tokens = outcome.result.answer, outcome.result.rounds[-1].completion_tokens
+            verdict = self.grader.grade(conclusion, problem.answer)
         return {
             "unit": outcome.problem.id,
             "label": "synthesis",
@@ -254,8 +262,8 @@ class TrainExport:
             "answer": verdict.extracted,
             "correct": verdict.correct,
             "flag": verdict.flag,
-            "synthesis_tokens": outcome.result.rounds[-1].completion_tokens,
-            "conclusion": outcome.result.answer,
+            "synthesis_tokens": tokens,
+            "conclusion": conclusion,
         }
 
     # -- outputs -------------------------------------------------------------------------------------------
