@@ -67,7 +67,7 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_export_holds_conclusions_exact_accuracy_and_ground_truth_and_resumes(tmp_path: Path) -> None:
+def test_export_holds_conclusions_exact_accuracy_and_ground_truth_and_resumes(tmp_path: Path, capsys) -> None:
     script = ScriptedMath()
     out = tmp_path / "out"
     with MockOpenAIServer(script) as server:
@@ -76,7 +76,11 @@ def test_export_holds_conclusions_exact_accuracy_and_ground_truth_and_resumes(tm
         rows = _rows(out / "train.jsonl")
         assert _export(server, out) == 0  # a resume redoes nothing
         assert len(server.requests) == 3 * POOL
+        assert _export(server, out, "--temperature", "0.6") == 2  # other sampling: not mixed into this folder
+        assert len(server.requests) == 3 * POOL
     assert _rows(out / "train.jsonl") == rows
+    refused = [line for line in capsys.readouterr().err.splitlines() if "other settings" in line]
+    assert len(refused) == 1 and "temperature: folder has 1.0, this run 0.6" in refused[0]
     problems = {p.id: p for p in script.problems}
     assert [row["id"] for row in rows] == list(CORRECT)
     for row in rows:
