@@ -63,8 +63,8 @@ def export_command(args: argparse.Namespace) -> int:
         if trajectories or syntheses:
             if embedded and model_name != EMBEDDED_MODEL:
                 raise ValueError(
-                    f"the pool was made by {model_name!r}: pass --base-url of a server that serves it to generate "
-                    "the rest (or --pool-file of another pool)"
+                    f"{model_name!r} (the pool's model, or --model) is not the embedded one: pass --base-url of a "
+                    "server that serves it to generate the rest"
                 )
             todo = f"{trajectories} pool trajectories" if trajectories else f"{syntheses} synthesis runs"
             where = f"the embedded SmolLM2 (max_tokens {max_tokens})" if embedded else url
