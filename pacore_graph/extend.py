@@ -9,7 +9,8 @@ Explorers (what produces one trajectory)
     chat completion; ``Trajectory`` what an explorer returns. ``OneTrajectory(explorer, messages, episode,
     config)``: one trajectory as the operator runs it (``await .explore(slot=...)`` with its retries and
     timeout, ``.record(outcome)`` with its token accounting), for single calls outside a PaCoRe run (a pool
-    of first-round trajectories).
+    of first-round trajectories); ``passed_on(trajectory, config)``: the text the operator's next round
+    would see of it (None: dropped).
 Retries and transient errors
     ``RetryPolicy``, ``with_retries(attempt, policy, timeout, slot=...)``, ``is_transient(exc)`` (decided
     by the error's class), ``ModelRequestError`` (``.status``, ``.retryable``); ``run_sync(coroutine)``
@@ -81,7 +82,7 @@ from pacore_graph.resume import open_checkpointer, thread_id
 from pacore_graph.retry import with_retries
 from pacore_graph.sync import run_sync
 from pacore_graph.text import cut_middle
-from pacore_graph.trajectory import OneTrajectory
+from pacore_graph.trajectory import OneTrajectory, passed_on
 
 __all__ = [
     "DEFAULT_TEMPLATE",
@@ -130,6 +131,7 @@ __all__ = [
     "message_text",
     "open_checkpointer",
     "parse_rounds",
+    "passed_on",
     "render_synthesis_prompt",
     "router_command",
     "run_sync",

@@ -14,11 +14,11 @@ from langchain_core.messages import BaseMessage
 
 from pacore_graph.accounting import completion_tokens
 from pacore_graph.compaction import compact
-from pacore_graph.compat import ReferenceRetries, reference_text
+from pacore_graph.compat import ReferenceRetries, passes_on, reference_text
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.episode import EpisodeContext
 from pacore_graph.errors import error_status, is_transient
-from pacore_graph.records import Trajectory, TrajectoryData
+from pacore_graph.records import Trajectory, TrajectoryData, TrajectoryRecord, usable
 from pacore_graph.retry import with_retries
 
 
@@ -106,3 +106,15 @@ class OneTrajectory:
 def _tool_call(call: dict[str, Any]) -> dict[str, Any]:
     """A call as state keeps it; one without an id gets one (a ToolNode answers calls by id)."""
     return {"name": call["name"], "args": call.get("args") or {}, "id": call.get("id") or f"call_{uuid.uuid4().hex}"}
+
+
+def passed_on(trajectory: Trajectory, settings: PaCoReConfig) -> str | None:
+    """The text a first-round trajectory passes on to the next round under ``settings`` (its compacted
+    conclusion, with its tool calls rendered), or None when the operator drops it (no conclusion).
+
+    For work outside a run that must see trajectories exactly as the operator's next round does: the
+    message sets of PaCoRe training data, say.
+    """
+    record = OneTrajectory(None, [], EpisodeContext(round_index=0, index=0), settings).record(trajectory)
+    passes = passes_on if settings.compat == "reference" else usable
+    return TrajectoryRecord.model_validate(record).reference if passes(record) else None

@@ -1,8 +1,15 @@
-"""``pacore bench math``: the scaling curve; ``pacore bench math grade``: grade a predictions file.
+"""``pacore bench math``: the scaling curve; ``grade``: grade a predictions file; ``export-train``: PaCoRe
+training data from the model's own pool (docs/training-data.md).
 
 pacore bench math --data PATH [--limit N] [--base-url URL] [--model M] [--methods single,vote,pacore,pacore+early_stop]
                   [--preset low,medium,high | --rounds 32,4 ...] [--samples N] [--pool N] --output DIR
 pacore bench math grade --data PATH --predictions FILE [--verdicts FILE]
+pacore bench math export-train --data PATH [--pool N | --pool-file FILE] [--base-url URL]
+                  [--min-message-accuracy 0 --max-message-accuracy 0.375]
+                  [--synthesis-samples N --min-synthesis-accuracy 0 --max-synthesis-accuracy 1] --output DIR
+
+--data also reads PaCoRe-Train rows ({"conversation": [...], "ground_truth": ...}, JSON lines or one JSON
+list): the conversation is asked as it is and graded against the ground truth.
 
 A predictions file is JSON lines (or one JSON list) of {"id": ..., "response": ...}: the id of a problem in
 --data and the model's whole response (reasoning before </think> is ignored; a null response counts as
@@ -40,8 +47,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "action", nargs="?", choices=["run", "grade"], default="run",
-        help="run the benchmark (default) or grade a predictions file",
+        "action", nargs="?", choices=["run", "grade", "export-train"], default="run",
+        help="run the benchmark (default), grade a predictions file, or export PaCoRe training data",
     )  # fmt: skip
     parser.add_argument(
         "--data",
@@ -70,9 +77,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--pool",
         type=int,
-        help="pooled first-round trajectories per problem (default: the largest first round / vote size)",
+        help="pooled first-round trajectories per problem (default: the largest first round / vote size; "
+        "export-train: the pool file as it is)",
     )
-    parser.add_argument("--pool-file", help="pool JSONL to create or reuse across runs (default: OUTPUT/pool.jsonl)")
+    parser.add_argument(
+        "--pool-file",
+        help="pool JSONL to create or reuse across runs (default: OUTPUT/pool.jsonl); export-train reads a math run's",
+    )
     parser.add_argument("--max-tokens", type=int, help="cap per generated message (default: none; embedded: 512)")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-p", type=float, default=1.0)
@@ -89,6 +100,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--verdicts", help="grade: where to write one verdict per row (default: PREDICTIONS with .verdicts.jsonl)"
     )
+    export = parser.add_argument_group(
+        "export-train", "PaCoRe training data (docs/training-data.md); each filter keeps min < accuracy < max"
+    )
+    export.add_argument(
+        "--min-message-accuracy", type=float, metavar="A",
+        help="stage 1: lower bound on the share of pooled responses graded correct (paper, math: 0)",
+    )  # fmt: skip
+    export.add_argument(
+        "--max-message-accuracy", type=float, metavar="A", help="stage 1: upper bound (paper, math: 0.375 = 9/24)"
+    )
+    export.add_argument(
+        "--synthesis-samples", type=int, default=0, metavar="N",
+        help="stage 2: synthesis runs per stage-1 problem, each over a seeded draw of |M| ~ U(16, 24) pooled "
+        "responses (capped by the pool); 0: no stage 2",
+    )  # fmt: skip
+    export.add_argument("--min-synthesis-accuracy", type=float, metavar="A", help="stage 2: lower bound (paper: 0)")
+    export.add_argument("--max-synthesis-accuracy", type=float, metavar="A", help="stage 2: upper bound (paper: 1)")
     parser.set_defaults(func=main)
 
 
@@ -118,6 +146,10 @@ def main(args: argparse.Namespace) -> int:
     try:
         if args.action == "grade":
             return grade_command(args)
+        if args.action == "export-train":
+            from pacore_benchmarks.math.export_cli import export_command  # noqa: PLC0415
+
+            return export_command(args)
         return run_command(args)
     except RuntimeError as exc:  # math-verify missing, grading off the main thread, a server that died
         print(f"pacore bench math: {exc}", file=sys.stderr)
@@ -167,6 +199,13 @@ def grade_command(args: argparse.Namespace) -> int:
 
 
 # -- run ---------------------------------------------------------------------------------------------------
+def pacore_overrides(args: argparse.Namespace, embedded: bool) -> dict[str, Any]:
+    """PaCoReConfig fields from the command line: the context window (the embedded model's by default)."""
+    from pacore_graph.extend import EMBEDDED_CONTEXT  # noqa: PLC0415
+
+    return {"context_window": args.context_window or EMBEDDED_CONTEXT} if args.context_window or embedded else {}
+
+
 def _schedules(args: argparse.Namespace, embedded: bool) -> list[list[int]]:
     from pacore_graph.extend import PRESETS, parse_rounds  # noqa: PLC0415
 
@@ -186,7 +225,6 @@ def run_command(args: argparse.Namespace) -> int:
 
     from pacore_benchmarks.math.runner import MathBenchmark, MathRunSettings, math_folder  # noqa: PLC0415
     from pacore_graph.extend import (  # noqa: PLC0415
-        EMBEDDED_CONTEXT,
         EMBEDDED_MODEL,
         ChatExplorer,
         RunProgress,
@@ -205,9 +243,7 @@ def run_command(args: argparse.Namespace) -> int:
         raise ValueError(
             f"unknown method {unknown[0]!r} in --methods: choose from single, vote, pacore, pacore+OPTION"
         )
-    overrides: dict[str, Any] = {}
-    if args.context_window or embedded:
-        overrides["context_window"] = args.context_window or EMBEDDED_CONTEXT
+    overrides = pacore_overrides(args, embedded)
     max_tokens = args.max_tokens
     if embedded and max_tokens is None:
         max_tokens = EMBEDDED_MAX_TOKENS

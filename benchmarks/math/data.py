@@ -6,6 +6,9 @@ instruction is the one in the competition's current MathArena config (eth-sri/ma
 HMMT Feb 2025 and the later final-answer competitions say "Put your final answer within \\boxed{}.";
 AIME 2024 and HMMT Feb 2024 keep the older "Please reason step by step, ..." sentence. AIME adds the
 integer range. A competition MathArena does not list gets the current sentence.
+
+A file may also hold PaCoRe-Train rows (``conversation`` + ``ground_truth``, see ``train_format.py``): the
+conversation is then asked as it is, the ground truth is the gold answer.
 """
 
 from __future__ import annotations
@@ -13,12 +16,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from langchain_core.messages import BaseMessage, convert_to_messages
 from pydantic import BaseModel, Field
 
 OLDER_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 CURRENT_INSTRUCTION = "Put your final answer within \\boxed{}."
 AIME_RANGE = "The answer is an integer between 0 and 999 inclusive."
-ROW_FIELDS = "JSON lines with id, problem, answer, as in MathArena's data"
+ROW_FIELDS = "JSON lines with id, problem, answer, as in MathArena's data, or PaCoRe-Train rows"
 # Competition name prefixes (MathArena's config names; the longest matching prefix wins).
 INSTRUCTIONS = {
     "aime": f"{CURRENT_INSTRUCTION}\n{AIME_RANGE}",
@@ -49,18 +53,42 @@ class Problem(BaseModel):
     competition: str = ""
     problem_idx: int | None = None
     extra: dict = Field(default_factory=dict)
+    conversation: list[dict[str, str]] | None = Field(
+        None, description="a PaCoRe-Train row's messages (role, content), asked as they are; None: MathArena's prompt"
+    )
 
     def instruction(self) -> str:
         return instruction_for(self.competition or self.id)
 
     def prompt(self) -> str:
-        """The user message, exactly as MathArena builds it: instruction, blank line, problem."""
+        """The user message, exactly as MathArena builds it: instruction, blank line, problem (for a
+        PaCoRe-Train row: its last user message)."""
+        if self.conversation is not None:
+            return self.problem
         return f"{self.instruction()}\n\n{self.problem}"
 
+    def asked(self) -> list[dict[str, str]]:
+        """The conversation the model is asked, as role/content dicts: PaCoRe-Train's ``conversation``."""
+        return self.conversation if self.conversation is not None else [{"role": "user", "content": self.prompt()}]
 
-def _problem_from_row(row: object, where: str, default_competition: str) -> Problem:
+    def messages(self) -> list[BaseMessage]:
+        """What the model is asked, as LangChain messages; PaCoRe wraps only the last user message."""
+        return convert_to_messages(self.asked())
+
+    def asked_text(self) -> str:
+        """The text a pool's prompt digest is made of: the prompt, or the whole conversation when it holds
+        more than the user's one message (a system message, earlier turns)."""
+        asked = self.asked()
+        return self.prompt() if len(asked) == 1 else json.dumps(asked, ensure_ascii=False, sort_keys=True)
+
+
+def _problem_from_row(row: object, where: str, default_competition: str, number: int) -> Problem:
     if not isinstance(row, dict):
         raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    if "conversation" in row:
+        from pacore_benchmarks.math.train_format import problem_from_train_row  # noqa: PLC0415 - it imports Problem
+
+        return problem_from_train_row(row, where, f"{default_competition}_{number}")
     missing = [name for name in ("problem", "answer") if name not in row]
     if "id" not in row and "problem_idx" not in row:
         missing.append("id (or problem_idx)")
@@ -101,22 +129,37 @@ def _check_unique(problems: list[Problem], source: str) -> list[Problem]:
     return problems
 
 
-def read_jsonl(path: Path) -> list[Problem]:
-    """Read and validate every row; the first bad row stops the load with its line number."""
+def read_json_rows(path: Path, what: str) -> tuple[str, list[tuple[int, object]]]:
+    """The rows of JSON lines, or of one JSON list: ("line" or "item", [(number, row)]); invalid JSON is a
+    DataError naming the line."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot read dataset {path}: {exc}") from exc
-    default_competition = path.stem
-    problems = []
+        raise DataError(f"cannot read {what} {path}: {exc}") from exc
+    if text.lstrip().startswith("["):
+        try:
+            return "item", list(enumerate(json.loads(text), start=1))
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}: not valid JSON ({exc.msg})") from None
+    rows = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            rows.append((number, json.loads(line)))
         except json.JSONDecodeError as exc:
             raise DataError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
-        problems.append(_problem_from_row(row, f"{path}:{number}", default_competition))
+    return "line", rows
+
+
+def read_jsonl(path: Path) -> list[Problem]:
+    """Read and validate every row of JSON lines, or of one JSON list (as PaCoRe-Train-8k is described: a
+    ``list[dict]``); the first bad row stops the load with its line (or item) number."""
+    kind, rows = read_json_rows(path, "dataset")
+    problems = [
+        _problem_from_row(row, f"{path}:{number}" if kind == "line" else f"{path} item {number}", path.stem, n)
+        for n, (number, row) in enumerate(rows)
+    ]
     return _check_unique(problems, str(path))
 
 
@@ -138,7 +181,7 @@ def read_hub(name: str) -> list[Problem]:
             f"offline, pass --data PATH.jsonl ({ROW_FIELDS})"
         ) from exc
     competition = name.rsplit("/", 1)[-1]
-    problems = [_problem_from_row(row, f"{name} row {i}", competition) for i, row in enumerate(rows)]
+    problems = [_problem_from_row(row, f"{name} row {i}", competition, i) for i, row in enumerate(rows)]
     return _check_unique(sorted(problems, key=lambda p: (p.problem_idx is None, p.problem_idx or 0)), name)
 
 

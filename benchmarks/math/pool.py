@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import random
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -20,16 +21,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.messages import BaseMessage
 
 from pacore_benchmarks.math.data import Problem
 from pacore_benchmarks.math.grading import Verdict, grading_rules
-from pacore_graph import EpisodeContext, PaCoReConfig
-from pacore_graph.extend import OneTrajectory, ResultsFile, Trajectory
+from pacore_graph import EpisodeContext, PaCoReConfig, PaCoReError, RunFolder
+from pacore_graph.extend import ModelRequestError, OneTrajectory, ResultsFile, Trajectory
+
+Pools = dict[str, tuple[Problem, list[dict[str, Any]]]]  # problem id -> the problem and its graded pool
 
 
 class PoolError(ValueError):
     """The pool cannot serve this run (too small, or made by another model or prompt)."""
+
+
+class RunAborted(PaCoReError):
+    """A failure every further call would repeat (wrong model name, bad API key): stop, keep what is done."""
+
+
+def _refused(exc: BaseException) -> bool:
+    return isinstance(exc, ModelRequestError) and exc.status in (401, 403, 404)
 
 
 def prompt_digest(prompt: str) -> str:
@@ -95,6 +106,22 @@ class PoolStore:
         return row
 
 
+def pool_identity(path: str | Path) -> tuple[str, int | None] | None:
+    """The model and token cap a pool file was made with (its first row), None for no pool yet: what a run
+    that only reads the pool should take as its own."""
+    try:
+        with Path(path).open(encoding="utf-8") as handle:
+            for line in handle:
+                if line.strip():
+                    row = json.loads(line)
+                    return str(row["model"]), row.get("max_tokens")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise PoolError(f"{path} is not a pool file of this benchmark ({type(exc).__name__}: {exc})") from None
+    return None
+
+
 def draw(pool_size: int, k: int, *, problem_id: str, sample: int, seed: int = 0) -> list[int]:
     """Pool indices of one sample's first round: k distinct trajectories, reproducible across runs."""
     if k > pool_size:
@@ -128,7 +155,7 @@ async def fill_pool(
     """Generate the problem's missing pool trajectories (indices below ``size``), each one model call with the
     operator's retries, timeout and token accounting, graded and appended as it finishes; the errors of
     those that failed for good (the others are kept)."""
-    messages: list[BaseMessage] = [HumanMessage(content=problem.prompt())]
+    messages: list[BaseMessage] = problem.messages()
 
     async def one(index: int) -> None:
         trajectory = OneTrajectory(explorer, messages, EpisodeContext(round_index=0, index=index), config)
@@ -136,7 +163,7 @@ async def fill_pool(
         record = trajectory.record(outcome)
         verdict = grade(outcome.content, problem.answer)
         pool.add(
-            problem.id, index, problem.prompt(), outcome,
+            problem.id, index, problem.asked_text(), outcome,
             completion_tokens=record["completion_tokens"], tokens_approximate=record["tokens_approximate"],
             attempts=record["attempts"], answer=verdict.extracted, correct=verdict.correct, flag=verdict.flag,
         )  # fmt: skip
@@ -145,6 +172,60 @@ async def fill_pool(
 
     outcomes = await asyncio.gather(*(one(i) for i in pool.missing(problem.id, size)), return_exceptions=True)
     return [outcome for outcome in outcomes if isinstance(outcome, Exception)]
+
+
+async def fill_pools(
+    problems: list[Problem],
+    pool: PoolStore,
+    size: int | None,
+    explorer: Any,
+    config: PaCoReConfig,
+    grade: Callable[[str, str], Verdict],
+    run: RunFolder,
+    on_failure: Callable[[Problem, Exception], None],
+) -> Pools:
+    """Every problem's pool of ``size`` trajectories, the missing ones generated in ``run`` (its limiter and
+    progress), verdicts made by other grading rules made again; ``size`` None: the pool as it is, no calls.
+
+    A problem whose trajectories still fail after retries goes to ``on_failure`` and is left out (rerun to
+    retry them); a refusal every call would repeat (401, 403, 404) stops the run with :class:`RunAborted`.
+    """
+    wanted = {p.id: (pool.missing(p.id, size) if size is not None else []) for p in problems}
+    run.progress.add("pool trajectories", sum(len(missing) for missing in wanted.values()))
+    slot = run.limiter.semaphore() if run.limiter else None
+    pools: Pools = {}
+
+    async def one(problem: Problem) -> None:
+        errors: list[Exception] = []
+        if wanted[problem.id]:
+            errors = await fill_pool(
+                pool, problem, size or 0, explorer, config, grade, slot=slot,
+                on_added=lambda: run.progress.advance("pool trajectories"),
+            )  # fmt: skip
+        fatal = next((error for error in errors if _refused(error)), None)
+        if fatal is not None:
+            raise RunAborted(
+                f"the server refused the request, so every call would fail: {fatal} (check --model, "
+                "--base-url and --api-key)"
+            )
+        if errors:
+            on_failure(problem, PoolError(
+                f"{len(errors)} pool trajectories failed after retries (the others are kept; rerun to retry): "
+                f"{type(errors[0]).__name__}: {errors[0]}"
+            ))  # fmt: skip
+            return
+        rows = pool.rows(problem.id)
+        rows = [row for row in rows if size is None or row["index"] < size]
+        if rows:
+            pools[problem.id] = (problem, [regraded(row, problem.answer, grade) for row in rows])
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            for problem in problems:
+                group.create_task(one(problem))
+    except* RunAborted as aborted:
+        raise RunAborted(f"{aborted.exceptions[0]} (finished results are kept in {run.path})") from None
+    return {p.id: pools[p.id] for p in problems if p.id in pools}  # in the data's order
 
 
 def regraded(row: dict[str, Any], gold: str, grade: Callable[[str, str], Verdict]) -> dict[str, Any]:

@@ -3,37 +3,16 @@ read with the first bad row named, and graded one verdict per row."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from pacore_benchmarks.math.data import DataError, Problem
+from pacore_benchmarks.math.data import DataError, Problem, read_json_rows
 from pacore_benchmarks.math.grading import MathGrader
 
 
 def read_predictions(path: Path) -> list[dict[str, Any]]:
     """Rows of {id, response} from JSONL or a JSON list; the first bad row is named."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot read predictions {path}: {exc}") from exc
-    stripped = text.lstrip()
-    if stripped.startswith("["):
-        try:
-            rows = list(enumerate(json.loads(text), start=1))
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}: not valid JSON ({exc.msg})") from None
-        where = "item"
-    else:
-        rows = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append((number, json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
-        where = "line"
+    where, rows = read_json_rows(path, "predictions")
     predictions = []
     for number, row in rows:
         if not isinstance(row, dict) or "id" not in row or "response" not in row:

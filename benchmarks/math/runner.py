@@ -24,7 +24,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from langchain_core.messages import HumanMessage
 from pydantic import BaseModel
 from rich.console import Console
 
@@ -33,30 +32,20 @@ from pacore_benchmarks.math.data import Problem, load_problems
 from pacore_benchmarks.math.grading import MathGrader, Verdict
 from pacore_benchmarks.math.pool import (
     FirstRound,
-    PoolError,
     PoolReplayExplorer,
+    Pools,
     PoolStore,
+    RunAborted,
     as_trajectory,
     draw,
-    fill_pool,
-    regraded,
+    fill_pools,
 )
 from pacore_benchmarks.math.report import write_outputs
 from pacore_benchmarks.math.rows import pacore_label, pacore_row, row_key, single_row, unit_key, vote_row
 from pacore_benchmarks.math.settings import MathRunSettings
 from pacore_benchmarks.math.summary import Point
 from pacore_graph import PaCoReError, RunFolder
-from pacore_graph.extend import ModelRequestError, ProblemOutcome, ResultsFile, RunProgress
-
-Pools = dict[str, tuple[Problem, list[dict[str, Any]]]]  # problem id -> the problem and its graded pool
-
-
-class RunAborted(PaCoReError):
-    """A failure every further call would repeat (wrong model name, bad API key): stop, keep what is done."""
-
-
-def _refused(exc: BaseException) -> bool:
-    return isinstance(exc, ModelRequestError) and exc.status in (401, 403, 404)
+from pacore_graph.extend import ProblemOutcome, ResultsFile, RunProgress
 
 
 class UnitFailure(BaseModel):
@@ -131,7 +120,7 @@ class MathBenchmark:
         async with self.folder as run:
             pool = PoolStore(settings.pool_path, model=self.model_name, max_tokens=settings.max_tokens)
             for problem in problems:
-                pool.check(problem.id, problem.prompt())
+                pool.check(problem.id, problem.asked_text())
             pools = await self._fill_pools(problems, pool, run)
             self._pool_rows(pools, run.results)
             await self._pacore(pools, run)
@@ -149,38 +138,11 @@ class MathBenchmark:
 
     # -- the pool: one model call per trajectory, with the operator's retries and accounting ---------------
     async def _fill_pools(self, problems: list[Problem], pool: PoolStore, run: RunFolder) -> Pools:
-        size = self.settings.pool_size
         config = self.settings.pacore_config([1], 0)  # its retries and request timeout
-        self.progress.add("pool trajectories", sum(len(pool.missing(p.id, size)) for p in problems))
-        pools: Pools = {}
-
-        async def one(problem: Problem) -> None:
-            errors = await fill_pool(
-                pool, problem, size, self.explorer, config, self._grade, slot=run.limiter.semaphore(),
-                on_added=lambda: self.progress.advance("pool trajectories"),
-            )  # fmt: skip
-            fatal = next((error for error in errors if _refused(error)), None)
-            if fatal is not None:
-                raise RunAborted(
-                    f"the server refused the request, so every call would fail: {fatal} (check --model, "
-                    "--base-url and --api-key)"
-                )
-            if errors:
-                self._fail(problem.id, "pool", None, PoolError(
-                    f"{len(errors)} pool trajectories failed after retries (the others are kept; rerun to retry): "
-                    f"{type(errors[0]).__name__}: {errors[0]}"
-                ))  # fmt: skip
-                return
-            rows = [regraded(row, problem.answer, self._grade) for row in pool.rows(problem.id)[:size]]
-            pools[problem.id] = (problem, rows)
-
-        try:
-            async with asyncio.TaskGroup() as group:
-                for problem in problems:
-                    group.create_task(one(problem))
-        except* RunAborted as aborted:
-            raise RunAborted(f"{aborted.exceptions[0]} (finished results are kept in {self.output})") from None
-        return pools
+        return await fill_pools(
+            problems, pool, self.settings.pool_size, self.explorer, config, self._grade, run,
+            on_failure=lambda problem, error: self._fail(problem.id, "pool", None, error),
+        )  # fmt: skip
 
     # -- single and vote: no model calls ---------------------------------------------------------------
     def _pool_rows(self, pools: Pools, results: ResultsFile) -> None:
@@ -213,7 +175,7 @@ class MathBenchmark:
                     key = unit_key(pacore_label(rounds, variant), problem.id, sample)
                     units[key] = (problem, indices)
                     first_round = FirstRound([as_trajectory(rows[i]) for i in indices], paced)
-                    problems.append(pacore_graph.Problem(key, [HumanMessage(problem.prompt())], first_round))
+                    problems.append(pacore_graph.Problem(key, problem.messages(), first_round))
                 row = partial(self._pacore_row, rounds, variant, sample, units)
                 config = settings.pacore_config(rounds, sample, variant)
                 runs.append(run.run(replay, config, problems, row, label="evaluations"))

@@ -16,24 +16,57 @@ Method = Literal["single", "vote", "pacore"]
 METHODS: tuple[Method, ...] = ("single", "vote", "pacore")
 
 
-class MathRunSettings(BaseModel):
-    """Everything that decides what a math benchmark run computes."""
+class PoolSettings(BaseModel):
+    """What every run on a pool of first-round trajectories shares: the data, the folder, the pool, and how
+    the model is sampled (the benchmark, the training-data export)."""
 
     data: str
     output: Path
     limit: int | None = Field(None, ge=1)
-    methods: list[Method] = Field(default_factory=lambda: list(METHODS))
-    schedules: list[list[int]] = Field(default_factory=lambda: [PRESETS["low"], PRESETS["medium"], PRESETS["high"]])
-    vote_ks: list[int] | None = Field(None, description="vote sizes; default: the first round of each schedule")
-    samples: int = Field(1, ge=1, description="samples per problem for vote and PaCoRe (pass@1 is their mean)")
     pool: int | None = Field(None, ge=1, description="pooled first-round trajectories per problem")
     pool_file: Path | None = Field(None, description="default: OUTPUT/pool.jsonl")
     seed: int = 0
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     max_tokens: int | None = Field(None, ge=1)
-    max_inflight: int = Field(256, ge=1, description="model calls in flight across the whole benchmark")
+    max_inflight: int = Field(256, ge=1, description="model calls in flight across the whole run")
     pacore_overrides: dict[str, Any] = Field(default_factory=dict, description="extra PaCoReConfig fields")
+
+    @property
+    def pool_path(self) -> Path:
+        return self.pool_file or self.output / "pool.jsonl"
+
+    def pacore_config(self, rounds: list[int], sample: int, **options: Any) -> PaCoReConfig:
+        return PaCoReConfig(
+            rounds=rounds,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=self.max_tokens,
+            seed=shuffle_seed(self.seed, sample),
+            **self.pacore_overrides,
+            **options,
+        )
+
+    def sampling_fingerprint(self, model: str) -> dict[str, Any]:
+        """What the pool and every model call depend on, with the grading rules their verdicts follow."""
+        return {
+            "model": model,
+            "seed": self.seed,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_tokens": self.max_tokens,
+            "pacore_overrides": self.pacore_overrides,
+            "grading": grading_rules(),
+        }
+
+
+class MathRunSettings(PoolSettings):
+    """Everything that decides what a math benchmark run computes."""
+
+    methods: list[Method] = Field(default_factory=lambda: list(METHODS))
+    schedules: list[list[int]] = Field(default_factory=lambda: [PRESETS["low"], PRESETS["medium"], PRESETS["high"]])
+    vote_ks: list[int] | None = Field(None, description="vote sizes; default: the first round of each schedule")
+    samples: int = Field(1, ge=1, description="samples per problem for vote and PaCoRe (pass@1 is their mean)")
     coordination: list[str] = Field(
         default_factory=list, description=f"PaCoRe variants to run beside it: {', '.join(VARIANTS)}"
     )
@@ -111,35 +144,13 @@ class MathRunSettings(BaseModel):
     def pool_size(self) -> int:
         return self.pool or self.pool_needed
 
-    @property
-    def pool_path(self) -> Path:
-        return self.pool_file or self.output / "pool.jsonl"
-
     def pacore_config(self, rounds: list[int], sample: int, variant: str = "") -> PaCoReConfig:
         coordination = method_options(variant, budget_tokens=self.budget_tokens) if variant else {}
-        return PaCoReConfig(
-            rounds=rounds,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            max_tokens=self.max_tokens,
-            seed=shuffle_seed(self.seed, sample),
-            **self.pacore_overrides,
-            **coordination,
-        )
+        return super().pacore_config(rounds, sample, **coordination)
 
     def fingerprint(self, model: str) -> dict[str, Any]:
         """What results in one folder must share: rows made under other values would not be comparable."""
-        return {
-            "model": model,
-            "pool_size": self.pool_size,
-            "seed": self.seed,
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "max_tokens": self.max_tokens,
-            "pacore_overrides": self.pacore_overrides,
-            "budget_tokens": self.budget_tokens,
-            "grading": grading_rules(),
-        }
+        return {**self.sampling_fingerprint(model), "pool_size": self.pool_size, "budget_tokens": self.budget_tokens}
 
 
 REFERENCE_SEED: int = PaCoReConfig.model_fields["seed"].default  # 42, the reference pipeline's Exp.random_seed
@@ -149,3 +160,41 @@ def shuffle_seed(seed: int, sample: int) -> int:
     """The reference shuffle's seed of one sample: the reference pipeline's 42 for the first sample of the
     default ``--seed 0``, then one apart per sample (so samples differ) and far apart per ``--seed``."""
     return REFERENCE_SEED + seed * 1_000_003 + sample
+
+
+MESSAGE_SET_SIZES = (16, 24)  # the paper's |M| ~ U(16, 24), drawn from a pool of 24 per problem
+
+
+def _open_interval(low: float | None, high: float | None, name: str) -> None:
+    if low is not None and high is not None and low >= high:
+        raise ValueError(f"--min-{name} {low} must be below --max-{name} {high}: the filter keeps min < accuracy < max")
+
+
+class ExportSettings(PoolSettings):
+    """What ``pacore bench math export-train`` computes: a pool per problem (``pool`` None: the pool file as
+    it is), its message accuracy, a synthesis run over ``synthesis_samples`` draws of a message set, and the
+    paper's two filters (each bound None: no bound; a problem is kept when strictly between)."""
+
+    min_message_accuracy: float | None = Field(None, ge=0, le=1)
+    max_message_accuracy: float | None = Field(None, ge=0, le=1)
+    synthesis_samples: int = Field(0, ge=0, description="synthesis runs per problem kept by stage 1 (0: no stage 2)")
+    min_synthesis_accuracy: float | None = Field(None, ge=0, le=1)
+    max_synthesis_accuracy: float | None = Field(None, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _intervals(self) -> ExportSettings:
+        _open_interval(self.min_message_accuracy, self.max_message_accuracy, "message-accuracy")
+        _open_interval(self.min_synthesis_accuracy, self.max_synthesis_accuracy, "synthesis-accuracy")
+        synthesis_bounds = (self.min_synthesis_accuracy, self.max_synthesis_accuracy)
+        if self.synthesis_samples == 0 and any(bound is not None for bound in synthesis_bounds):
+            raise ValueError("--min/--max-synthesis-accuracy filter on a synthesis run: pass --synthesis-samples N")
+        return self
+
+    def fingerprint(self, model: str) -> dict[str, Any]:
+        """The filters and the sample count are left out: changing them re-filters what is already made."""
+        return {**self.sampling_fingerprint(model), "message_set_sizes": list(MESSAGE_SET_SIZES)}
+
+
+def kept(accuracy: float, low: float | None, high: float | None) -> bool:
+    """The paper's filter: strictly between its bounds (a missing bound does not bound)."""
+    return (low is None or accuracy > low) and (high is None or accuracy < high)
