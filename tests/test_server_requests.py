@@ -39,7 +39,7 @@ def test_api_key_required_when_configured():
 @pytest.mark.parametrize(
     ("body", "param", "words"),
     [
-        ({"model": "mock-model", "messages": []}, "messages", "at least 1"),
+        ({"model": "mock-model", "messages": []}, "messages", "at least one"),
         ({"model": "mock-model", "messages": [{"role": "system", "content": "x"}]}, "messages", "user"),
         ({"model": "mock-model", "messages": [{"role": "robot", "content": "x"}]}, "messages[0].role", "robot"),
         ({"model": "mock-model", "messages": [{"role": "tool", "content": "x"}, *USER]}, "messages[0].tool_call_id",
@@ -47,7 +47,7 @@ def test_api_key_required_when_configured():
         ({"model": "mock-model", "messages": USER, "n": 3}, "n", "n must be 1"),
         ({"model": "mock-model", "messages": USER, "temperature": 9}, "temperature", "less than or equal"),
         ({"model": "mock-model", "messages": USER, "logprobs": True}, "logprobs", "logprobs"),
-        ({"model": "mock-model", "messages": USER, "tools": [{"type": "function"}]}, "tools", "tools[0]"),
+        ({"model": "mock-model", "messages": USER, "tools": [{"type": "function"}]}, "tools[0]", "tools[0]"),
         ({"model": "pacore-rounds-4y2/mock-model", "messages": USER}, "model", "pacore-rounds-32x4"),
         ({"model": "mock-model", "messages": USER, "pacore": {"rounds": [4, 0]}}, "pacore.rounds", "round 2"),
         ({"model": "mock-model", "messages": USER, "pacore": {"rounds": [9999]}}, "pacore.rounds", "1 to 1024"),

@@ -16,18 +16,16 @@ import re
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from pacore_graph.config import PRESETS
+from pacore_graph.config import PRESETS, check_schedule_size
 from pacore_graph.server.errors import RequestError
 
-MAX_ROUNDS = 8
-MAX_TRAJECTORIES_PER_ROUND = 1024
 _ALIAS = re.compile(r"^pacore(?:-(?P<preset>[a-z]+)|-rounds-(?P<rounds>[^/]*))?$")
 
 
 class ScheduleField(BaseModel):
-    """The ``pacore`` body field: one of ``rounds`` or ``preset``."""
+    """The ``pacore`` body field: one of ``rounds`` or ``preset``. Strict: ``["2"]`` and ``[true]`` are not rounds."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     rounds: list[int] | None = None
     preset: str | None = None
@@ -76,15 +74,10 @@ def parse_alias_rounds(text: str) -> list[int]:
 
 def checked_rounds(rounds: list[int], param: str) -> list[int]:
     """Refused before anything is spent: a round of no trajectory, or more than any server is meant to run."""
-    if len(rounds) > MAX_ROUNDS:
-        raise RequestError(400, f"{len(rounds)} rounds requested; at most {MAX_ROUNDS}", param=param)
-    for position, k in enumerate(rounds):
-        if not 1 <= k <= MAX_TRAJECTORIES_PER_ROUND:
-            raise RequestError(
-                400, f"round {position + 1} asks for {k} trajectories; each round takes 1 to "
-                f"{MAX_TRAJECTORIES_PER_ROUND}", param=param,
-            )  # fmt: skip
-    return rounds
+    try:
+        return check_schedule_size(rounds, param)
+    except ValueError as exc:
+        raise RequestError(400, str(exc), param=param) from None
 
 
 def aliases(model: str) -> list[str]:
