@@ -93,6 +93,12 @@ BAD_BODIES = [
     (body_of(max_tokens=True), "max_tokens", "valid integer"),
     (body_of(max_tokens=2**70), None, "64 bits"),
     (body_of(model=7), "model", "valid string"),
+    # fields sent upstream as they are, typed before K trajectories each send them
+    (body_of(stop=5), "stop", "valid string"),
+    (body_of(presence_penalty=3), "presence_penalty", "less than or equal to 2"),
+    (body_of(tool_choice="any"), "tool_choice", "'none', 'auto' or 'required'"),
+    (body_of(model="pacore-rounds-" + "9" * 5000 + "/mock-model"), "model", "is not a schedule"),
+    (body_of(model="pacore-rounds-" + "2x" * 5000 + "2/mock-model"), "model", "is not a schedule"),
     # schedules beyond the limits
     (body_of(pacore={"rounds": [2] * 9}), "pacore.rounds", "at most 8"),
 ]

@@ -51,6 +51,23 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+class ForwardedFields(BaseModel):
+    """Fields sent upstream as they are, typed as OpenAI and vLLM document them: a wrong one is refused here
+    once, not by the upstream once per trajectory. Others pass unchecked."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    stop: str | list[str] | None = None
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    logit_bias: dict[str, float] | None = None
+    response_format: dict[str, Any] | None = None
+    top_k: int | None = None
+    min_p: float | None = Field(None, ge=0, le=1)
+    repetition_penalty: float | None = Field(None, gt=0)
+    chat_template_kwargs: dict[str, Any] | None = None
+
+
 class ChatCompletionRequest(BaseModel):
     """The body of ``POST /v1/chat/completions`` as far as PaCoRe reads it; other fields are kept as extras.
     Strict: a string is not a number, a number not a boolean (OpenAI refuses them too)."""
@@ -113,8 +130,13 @@ def plan_call(body: Any, defaults: PaCoReConfig, default_model: str) -> PlannedC
     try:
         request = ChatCompletionRequest.model_validate(body)
     except ValidationError as exc:
-        raise invalid(exc) from None
+        raise invalid(exc, body) from None
     refuse_unsupported(request)
+    forwarded = {key: value for key, value in (request.model_extra or {}).items() if key not in IGNORED_FIELDS}
+    try:
+        ForwardedFields.model_validate(forwarded)
+    except ValidationError as exc:
+        raise invalid(exc, forwarded) from None
     try:
         check_messages(request.messages)
         check_tools(request.tools)
@@ -134,7 +156,7 @@ def plan_call(body: Any, defaults: PaCoReConfig, default_model: str) -> PlannedC
     try:
         config = PaCoReConfig(**{**defaults.model_dump(), **settings}) if settings else defaults
     except ValidationError as exc:
-        raise invalid(exc) from None
+        raise invalid(exc, settings) from None
     messages = to_langchain(request.messages)
     if config.rounds:
         try:
@@ -143,7 +165,6 @@ def plan_call(body: Any, defaults: PaCoReConfig, default_model: str) -> PlannedC
             raise RequestError(400, str(exc), param=exc.param) from None
         except ValueError as exc:
             raise RequestError(400, f"{exc} (PaCoRe rewrites the last user message)", param="messages") from None
-    forwarded = {key: value for key, value in (request.model_extra or {}).items() if key not in IGNORED_FIELDS}
     if request.parallel_tool_calls is not None and request.tools:
         forwarded["parallel_tool_calls"] = request.parallel_tool_calls
     return PlannedCall(
@@ -159,12 +180,21 @@ def plan_call(body: Any, defaults: PaCoReConfig, default_model: str) -> PlannedC
     )
 
 
-def invalid(exc: ValidationError) -> RequestError:
-    """The first validation error, in one line, naming the field as OpenAI does (``pacore.rounds[0]``)."""
+def invalid(exc: ValidationError, data: Any) -> RequestError:
+    """The first validation error, in one line, naming the field as OpenAI does (``pacore.rounds[0]``): the
+    parts of pydantic's location that lead through ``data`` (a union's member names do not)."""
     first = exc.errors()[0]
-    where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in first["loc"]).lstrip(".")
+    where, node = "", data
+    for part in first["loc"]:
+        if isinstance(node, dict) and isinstance(part, str) and part in node:
+            where, node = f"{where}.{part}", node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            where, node = f"{where}[{part}]", node[part]
+        elif isinstance(node, (dict, list)) and not where:  # a missing top-level field
+            where = f".{part}"
+    where = where.lstrip(".")
     given = f", not {json_type(first['input'])}" if first["type"].endswith("_type") else ""
-    return RequestError(400, f"invalid {where}: {first['msg']}{given}", param=where or None)
+    return RequestError(400, f"invalid {where or 'request'}: {one_line(first['msg'])}{given}", param=where or None)
 
 
 def refuse_unsupported(request: ChatCompletionRequest) -> None:

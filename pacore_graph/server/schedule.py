@@ -17,6 +17,7 @@ import re
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from pacore_graph.config import PRESETS, check_schedule_size
+from pacore_graph.inputs import one_line
 from pacore_graph.server.errors import RequestError
 
 _ALIAS = re.compile(r"^pacore(?:-(?P<preset>[a-z]+)|-rounds-(?P<rounds>[^/]*))?$")
@@ -39,8 +40,8 @@ class ScheduleField(BaseModel):
     def schedule(self) -> list[int] | None:
         if self.preset is not None:
             if self.preset not in PRESETS:
-                raise RequestError(400, f"unknown PaCoRe preset {self.preset!r}: choose one of {', '.join(PRESETS)}",
-                                   param="pacore.preset")
+                raise RequestError(400, f"unknown PaCoRe preset {one_line(repr(self.preset), 40)}: choose one of "
+                                   f"{', '.join(PRESETS)}", param="pacore.preset")  # fmt: skip
             return list(PRESETS[self.preset])
         return None if self.rounds is None else checked_rounds(self.rounds, "pacore.rounds")
 
@@ -64,10 +65,10 @@ def parse_alias_rounds(text: str) -> list[int]:
     """'32x4' -> [32, 4]; '0' -> [] (one plain call)."""
     if text == "0":
         return []
-    if not re.fullmatch(r"[0-9]+(x[0-9]+)*", text):
+    if not re.fullmatch(r"[0-9]{1,9}(x[0-9]{1,9}){0,15}", text):
         raise RequestError(
-            400, f"model prefix pacore-rounds-{text} is not a schedule: write trajectories per round joined by x, "
-            "e.g. pacore-rounds-32x4/NAME (pacore-rounds-0/NAME: one plain call)", param="model",
+            400, f"model prefix pacore-rounds-{one_line(text, 40)} is not a schedule: write trajectories per round "
+            "joined by x, e.g. pacore-rounds-32x4/NAME (pacore-rounds-0/NAME: one plain call)", param="model",
         )  # fmt: skip
     return checked_rounds([int(k) for k in text.split("x")], "model")
 

@@ -19,6 +19,7 @@ from typing import Any
 from langchain_core.runnables import Runnable
 
 from pacore_graph.errors import PaCoReError
+from pacore_graph.inputs import one_line
 from pacore_graph.limits import ConcurrencyLimiter
 from pacore_graph.models import OpenAICompatibleChatModel, served_models
 from pacore_graph.run import PaCoReRunner
@@ -76,7 +77,8 @@ class Upstream:
         self.models = listed
         if name not in listed:
             raise RequestError(
-                404, f"the upstream does not serve model {name!r}; it serves {', '.join(listed) or 'nothing'} "
+                404, f"the upstream does not serve model {one_line(repr(name), 80)}; it serves "
+                f"{one_line(', '.join(listed), 200) or 'nothing'} "
                 "(name one, optionally behind a schedule prefix such as pacore-high/NAME)",
                 param="model", code="model_not_found",
             )  # fmt: skip
