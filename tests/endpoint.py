@@ -15,8 +15,7 @@ from typing import Any
 from mock_openai import Handler, MockOpenAIServer
 
 from pacore_graph import PaCoReConfig, chat_model
-from pacore_graph.server import BackgroundServer, create_app
-from pacore_graph.server.limits import ServerLimits
+from pacore_graph.server import BackgroundServer, ServerLimits, create_app
 
 TEMPLATE_MARK = "Reference Responses:"
 FINAL_ANSWER = "The answer is 391."

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from endpoint import endpoint, is_synthesis, scripted
 
-from pacore_graph.server.limits import ServerLimits
+from pacore_graph.server import ServerLimits
 
 USER = [{"role": "user", "content": "What is 17*23?"}]
 TOOL = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object",

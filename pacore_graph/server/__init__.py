@@ -21,5 +21,6 @@ by pointing its base URL here. Needs the ``server`` extra (Starlette, uvicorn).
 
 from pacore_graph.server.app import create_app
 from pacore_graph.server.background import BackgroundServer
+from pacore_graph.server.limits import ServerLimits
 
-__all__ = ["BackgroundServer", "create_app"]
+__all__ = ["BackgroundServer", "ServerLimits", "create_app"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 import sys
 
 import uvicorn
@@ -11,6 +12,7 @@ from pacore_graph.config import PaCoReConfig
 from pacore_graph.models import serving
 from pacore_graph.server.app import create_app
 from pacore_graph.server.connections import uvicorn_config
+from pacore_graph.server.errors import log
 from pacore_graph.server.limits import ServerLimits, connection_limit, raise_open_file_limit
 from pacore_graph.text import redact_credentials
 
@@ -22,6 +24,15 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return host in LOOPBACK_NAMES
+
+
+def show_log() -> None:
+    """The endpoint's own log (a failed request's whole story) on stderr, beside uvicorn's lines."""
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s:  pacore: %(message)s"))
+        log.addHandler(handler)
+        log.propagate = False
 
 
 def serve(
@@ -42,6 +53,7 @@ def serve(
     if not is_loopback(host) and api_key is None:
         print(f"pacore serve: warning: listening on {host} without --api-key: anyone who reaches this port "
               "spends your upstream's tokens", file=sys.stderr)  # fmt: skip
+    show_log()
     raise_open_file_limit()
     connections = connection_limit(limits, defaults.max_concurrency)
     if connections < limits.max_connections:
