@@ -77,7 +77,8 @@ def _solve(args: argparse.Namespace) -> int:
         raise ValueError("give a PROBLEM or --messages-file")
     messages = to_messages(messages)  # checked before a server is started or a token is spent
     if config.rounds:
-        check_problem_text(messages, last_user_index(messages), f"--messages-file {args.messages_file}")
+        where = f"--messages-file {args.messages_file}" if args.messages_file else "the problem"
+        check_problem_text(messages, last_user_index(messages), where)
     else:
         last_user_index(messages)
     base_url = configured_url(args.base_url)  # several URLs are refused here, before anything runs
