@@ -12,6 +12,7 @@ from typing import Any
 
 from pacore_graph.config import PRESETS, PaCoReConfig, parse_rounds
 from pacore_graph.errors import PaCoReError
+from pacore_graph.text import redact_credentials
 
 
 def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,17 +59,16 @@ def _solve(args: argparse.Namespace) -> int:
     import asyncio
 
     from pacore_graph.engine import Problem
+    from pacore_graph.inputs import check_problem_text
     from pacore_graph.models import configured_url, serving
     from pacore_graph.progress import RunProgress
     from pacore_graph.prompt import last_user_index
     from pacore_graph.run import asolve, to_messages
 
     config = config_from_args(args)
+    check_api_keys(args)
     if args.messages_file:
-        try:
-            messages = json.loads(Path(args.messages_file).read_text())
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"--messages-file {args.messages_file} is not valid JSON ({exc})") from None
+        messages: Any = read_messages_file(args.messages_file)
         if args.problem:
             messages.append({"role": "user", "content": args.problem})
     elif args.problem:
@@ -76,7 +76,11 @@ def _solve(args: argparse.Namespace) -> int:
     else:
         raise ValueError("give a PROBLEM or --messages-file")
     messages = to_messages(messages)  # checked before a server is started or a token is spent
-    last_user_index(messages)
+    if config.rounds:
+        where = f"--messages-file {args.messages_file}" if args.messages_file else "the problem"
+        check_problem_text(messages, last_user_index(messages), where)
+    else:
+        last_user_index(messages)
     base_url = configured_url(args.base_url)  # several URLs are refused here, before anything runs
     progress = RunProgress()
     folder = _solve_folder(args.output, messages, config, args.model, progress) if args.output else None
@@ -88,7 +92,9 @@ def _solve(args: argparse.Namespace) -> int:
             async with folder:
                 summary = await folder.run(model, config, [Problem(SOLVE_ID, messages)], label=None)
             if summary.failed:
-                raise PaCoReError(f"{summary.failed[SOLVE_ID]} (rerun the same command to continue: {args.output})")
+                advice = ("a rerun would be refused the same way: change the request" if SOLVE_ID in summary.refused
+                          else f"rerun the same command to continue: {args.output}")  # fmt: skip
+                raise PaCoReError(f"{summary.failed[SOLVE_ID]} ({advice})")
             return folder.results.rows[0]
         finally:
             await model.aclose()
@@ -109,18 +115,59 @@ def _solve(args: argparse.Namespace) -> int:
     return 0
 
 
+def read_messages_file(path: str) -> list[Any]:
+    """A ``--messages-file``: a JSON list of OpenAI-style messages, each checked (role, content, types), so a
+    file of something else (an object, ``[1, 2]``) is refused in one line before anything starts."""
+    from pacore_graph.inputs import check_messages, parse_json
+
+    where = f"--messages-file {path}"
+    messages = parse_json(Path(path).read_bytes(), where)
+    check_messages(messages, where)
+    return messages
+
+
+def check_api_keys(args: argparse.Namespace) -> None:
+    """An API key given empty (``--api-key "$UNSET"``, ``PACORE_API_KEY=""``) is a mistake no server accepts:
+    refused before anything starts."""
+    for flag in ("api_key", "upstream_api_key"):
+        value = getattr(args, flag, None)
+        if value is not None and not value.strip():
+            source = " or $PACORE_API_KEY" if flag == "api_key" and args.command == "serve" else ""
+            raise ValueError(f"--{flag.replace('_', '-')}{source} is empty: give the key, or leave it unset")
+
+
+def check_port(port: int | None) -> None:
+    if port is not None and not 1 <= port <= 65535:
+        raise ValueError(f"--port {port} is not a TCP port (1-65535)")
+
+
+MESSAGES_KEPT_INLINE = 64 * 1024  # characters of a problem that run.json keeps as text; beyond, a digest
+
+
+def messages_fingerprint(messages: list) -> Any:
+    """The problem as ``run.json`` compares it: the messages themselves, or for a long problem their SHA-256
+    (a 10 MB problem must not make a 10 MB ``run.json``)."""
+    import hashlib
+
+    from langchain_core.messages import convert_to_openai_messages
+
+    converted = convert_to_openai_messages(messages)
+    text = json.dumps(converted, sort_keys=True, ensure_ascii=False)
+    if len(text) <= MESSAGES_KEPT_INLINE:
+        return converted
+    return {"sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(), "characters": len(text)}
+
+
 def _solve_folder(output: str, messages: list, config: PaCoReConfig, model: str | None, progress: Any) -> Any:
     """The run folder of ``--output``, claimed now: a bad path, a folder in use or one made for another
     problem or settings is refused before a server starts."""
-    from langchain_core.messages import convert_to_openai_messages
-
     from pacore_graph.engine import RunFolder
     from pacore_graph.resume import RUNTIME_FIELDS
 
     if output.endswith(".json") and not Path(output).is_dir():
         raise ValueError(f"--output names a folder now (it keeps the result and the checkpoint): not {output}")
     fingerprint = {
-        "messages": convert_to_openai_messages(messages),
+        "messages": messages_fingerprint(messages),
         "model": model,
         **config.model_dump(mode="json", exclude=RUNTIME_FIELDS),
     }
@@ -132,6 +179,7 @@ def _serve_local(args: argparse.Namespace) -> int:
 
     from pacore_graph.models.embedded import EmbeddedServer
 
+    check_port(args.port)
     with EmbeddedServer(port=args.port, n_ctx=args.n_ctx) as server:
         print(f"serving {server.model} at {server.base_url} (Ctrl-C stops)", file=sys.stderr, flush=True)
         try:
@@ -147,6 +195,8 @@ def _serve_vllm(args: argparse.Namespace) -> int:
 
     from pacore_graph.models.vllm_server import Cluster, serve_cluster, serve_vllm
 
+    check_port(args.port)
+    check_port(args.port + max(args.replicas, 1))  # the replicas listen on the ports after the router's
     if args.replicas == 1 and not args.emulate:
         if not args.model:
             raise ValueError("name the model to serve, e.g. pacore serve-vllm stepfun-ai/PaCoRe-8B")
@@ -160,12 +210,25 @@ def _serve_vllm(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from pacore_graph.errors import PaCoReError
 
+    config = config_from_args(args)
+    check_api_keys(args)
+    check_port(args.port)
     try:
+        from pacore_graph.server.limits import ServerLimits
         from pacore_graph.server.serve import serve
     except ImportError as exc:
         raise PaCoReError(f"pacore serve needs the server extra: pip install 'pacore-graph[server]' ({exc})") from None
-    return serve(config_from_args(args), base_url=args.base_url, model=args.model,
-                 upstream_api_key=args.upstream_api_key, host=args.host, port=args.port, api_key=args.api_key)
+    fields: dict[str, Any] = {}  # what is not given keeps ServerLimits' default
+    if args.request_timeout is not None:
+        fields["request_timeout"] = args.request_timeout or None  # 0: no limit
+    if args.max_request_mb is not None:
+        fields["max_request_bytes"] = int(args.max_request_mb * 2**20)
+    for name in ("max_connections", "header_timeout"):
+        if getattr(args, name) is not None:
+            fields[name] = getattr(args, name)
+    limits = ServerLimits(**fields)
+    return serve(config, base_url=args.base_url, model=args.model, upstream_api_key=args.upstream_api_key,
+                 host=args.host, port=args.port, api_key=args.api_key, limits=limits)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -220,6 +283,15 @@ def build_parser() -> argparse.ArgumentParser:
     endpoint.add_argument("--port", type=int, default=8100)
     endpoint.add_argument("--api-key", default=os.environ.get("PACORE_API_KEY"),
                           help="clients must send Authorization: Bearer KEY (default: $PACORE_API_KEY; unset: none)")
+    endpoint.add_argument("--request-timeout", type=float, metavar="SECONDS",
+                          help="a request's PaCoRe run may take this long, then its upstream requests are closed and "
+                          "the client gets a 504 (default 3600; 0: no limit)")
+    endpoint.add_argument("--max-request-mb", type=float, metavar="MB",
+                          help="largest request body, in MiB; a larger one is a 413 (default 8)")
+    endpoint.add_argument("--max-connections", type=int,
+                          help="open client connections at most; one more gets a 503 (default 1024)")
+    endpoint.add_argument("--header-timeout", type=float, metavar="SECONDS",
+                          help="a connection that sends no complete request head this long is closed (default 30)")
     endpoint.set_defaults(func=_serve)
 
     for plugin in entry_points(group="pacore.commands"):
@@ -241,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         first = exc.errors()[0]
         print(f"pacore: invalid {'.'.join(map(str, first['loc']))}: {first['msg']}", file=sys.stderr)
     except (PaCoReError, ValueError, OSError) as exc:
-        print(f"pacore: {exc}", file=sys.stderr)
+        print(f"pacore: {redact_credentials(str(exc))}", file=sys.stderr)
     except KeyboardInterrupt:
         print("pacore: interrupted", file=sys.stderr)
         return 130

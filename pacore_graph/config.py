@@ -13,6 +13,10 @@ from pacore_graph.coordination.templates import VERIFIER_TEMPLATE
 from pacore_graph.prompt import DEFAULT_TEMPLATE
 
 PRESETS: dict[str, list[int]] = {"low": [4], "medium": [16], "high": [32, 4]}
+# The largest schedule the commands (--rounds) and the endpoint run: far beyond the paper's (at most 32 per round,
+# 2 rounds), small enough that a typo (--rounds 1000000) is refused instead of building a million-branch run.
+MAX_ROUNDS = 8
+MAX_TRAJECTORIES_PER_ROUND = 1024
 
 
 class RetryPolicy(BaseModel):
@@ -195,11 +199,26 @@ class PaCoReConfig(BaseModel):
 
 
 def parse_rounds(text: str) -> list[int]:
-    """'32,4' -> [32, 4]; '0' or '' -> [] (a single plain call)."""
+    """'32,4' -> [32, 4]; '0' or '' -> [] (a single plain call); within :func:`check_schedule_size`."""
     text = text.strip()
     if text in ("", "0"):
         return []
     try:
-        return [int(part) for part in text.split(",")]
+        rounds = [int(part) for part in text.split(",")]
     except ValueError:
-        raise ValueError(f"--rounds takes comma-separated integers such as 32,4, not {text!r}") from None
+        raise ValueError(f"--rounds takes comma-separated integers such as 32,4, not {text[:40]!r}") from None
+    return check_schedule_size(rounds, "--rounds")
+
+
+def check_schedule_size(rounds: list[int], where: str) -> list[int]:
+    """Refuse, naming ``where``, a round of no trajectory or a schedule beyond ``MAX_ROUNDS`` rounds of
+    ``MAX_TRAJECTORIES_PER_ROUND`` trajectories (a library caller who means more builds the config directly)."""
+    if len(rounds) > MAX_ROUNDS:
+        raise ValueError(f"{where}: {len(rounds)} rounds requested; at most {MAX_ROUNDS}")
+    for position, k in enumerate(rounds):
+        if not 1 <= k <= MAX_TRAJECTORIES_PER_ROUND:
+            raise ValueError(
+                f"{where}: round {position + 1} asks for {k} trajectories; each round takes 1 to "
+                f"{MAX_TRAJECTORIES_PER_ROUND}"
+            )
+    return rounds

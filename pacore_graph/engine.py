@@ -1,6 +1,7 @@
 """The run engine: many problems through PaCoRe into one output folder, resumable after any stop.
 
-    FOLDER/run.json            settings fingerprint (a run with other settings is refused) and settings
+    FOLDER/run.json            settings fingerprint (a run with other settings is refused) and settings;
+                               a folder with other files and no run.json is not taken over
     FOLDER/.lock               held while a run writes here (a second run is refused at once, naming it)
     FOLDER/results.jsonl       one row per finished problem (a row a kill tore is dropped on load)
     FOLDER/checkpoints.sqlite  LangGraph checkpoints of the problems in flight, one thread each
@@ -36,8 +37,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.errors import PaCoReError
-from pacore_graph.fingerprint import claim_settings
+from pacore_graph.errors import ModelRequestError, PaCoReError, RoundFailedError
+from pacore_graph.fingerprint import check_fingerprint, refuse_foreign, save_settings
 from pacore_graph.folder_lock import FolderLock
 from pacore_graph.limits import ConcurrencyLimiter
 from pacore_graph.progress import RunProgress
@@ -85,6 +86,10 @@ class RunSummary(BaseModel):
     finished_from_checkpoint: int = Field(0, description="graph had finished, only the row was missing")
     retried: int = Field(0, description="a round that had failed entirely was tried again")
     failed: dict[str, str] = Field(default_factory=dict, description="problem id -> reason; rerun to retry")
+    refused: list[str] = Field(
+        default_factory=list, description="failed problems the server refused outright (an HTTP 4xx on every "
+        "trajectory, such as a prompt beyond the model's context): a rerun would fail the same way",
+    )  # fmt: skip
 
     @property
     def written(self) -> int:
@@ -104,6 +109,20 @@ def answer_row(outcome: ProblemOutcome) -> dict[str, Any] | None:
 
 def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"[:1000]
+
+
+def refused_outright(error: BaseException) -> bool:
+    """Every trajectory of the failed round got an HTTP 4xx that is not worth a retry: the request itself is
+    what the server refuses (too long for its context, malformed), so running it again changes nothing."""
+    if isinstance(error, ModelRequestError):
+        return error.status is not None and 400 <= error.status < 500 and not error.retryable
+    if not isinstance(error, RoundFailedError):
+        return False
+    records = error.round.trajectories
+    return bool(records) and all(
+        t.failed and t.error_status is not None and 400 <= t.error_status < 500 and not t.error_transient
+        for t in records
+    )
 
 
 class RecordLog:
@@ -169,14 +188,17 @@ class RunFolder:
 
     # -- the folder ----------------------------------------------------------------------------------
     def claim(self) -> RunFolder:
-        """Make sure the folder can be used (a folder, writable), lock it, check and save the fingerprint."""
+        """Make sure the folder can be used (a folder, writable, empty or made by a run with this fingerprint:
+        refused before anything is written), lock it, read its results, save the fingerprint."""
         if self._lock.held:
             return self
         prepare_folder(self.path)
+        refuse_foreign(self.path)
         self._lock.acquire()
         try:
-            claim_settings(self.path, self.fingerprint, self.settings)
-            self.results = self.results_file(RESULTS_FILE, self.key)
+            check_fingerprint(self.path, self.fingerprint)
+            self.results = self.results_file(RESULTS_FILE, self.key)  # a file this run did not write is refused
+            save_settings(self.path, self.fingerprint, self.settings)
         except BaseException:
             self._lock.release()
             raise
@@ -291,6 +313,8 @@ class RunFolder:
             return
         if made is None:
             summary.failed[problem_id] = describe(outcome.error) if outcome.error else "no row was made"
+            if outcome.error is not None and refused_outright(outcome.error):
+                summary.refused.append(problem_id)
             return
         if self.key(made) != problem_id:
             raise PaCoReError(f"the row made for problem {problem_id!r} has the key {self.key(made)!r}")

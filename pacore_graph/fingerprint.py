@@ -1,5 +1,8 @@
 """A run folder's settings fingerprint: rows made under other settings are never mixed into its results.
 
+A folder is taken only when it is empty (or holds only what a claim leaves before its ``run.json``) or when
+its ``run.json`` is one this project wrote: a folder of someone else's files is refused, nothing written.
+
 ``FOLDER/run.json`` holds ``{"fingerprint": {...}, "settings": {...}}``. The fingerprint is what the
 results depend on (model, schedule, sampling, grading rules ...), chosen by each kind of run; the settings
 are the whole configuration, kept for the reader. A later run into the folder must bring the same
@@ -10,6 +13,8 @@ naming the differing fields.
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,6 +24,7 @@ from pacore_graph.results_file import write_json_atomically
 
 SETTINGS_FILE = "run.json"
 _SHOWN = 80  # characters of a value a message shows
+_CLAIM_LEFTOVERS = re.compile(r"^(\.lock|\.run\.json\.[0-9]+\.tmp)$")  # a claim cut short by a kill leaves these
 
 
 class SettingsMismatch(PaCoReError):
@@ -30,6 +36,19 @@ class SettingsMismatch(PaCoReError):
         super().__init__(
             f"{folder} holds results made with other settings ({'; '.join(differing)}): "
             "choose another output folder to keep both"
+        )
+
+
+class ForeignFolder(PaCoReError):
+    """The folder holds files but no ``run.json``: no run of this project made it, so none takes it over."""
+
+    def __init__(self, folder: Path, names: list[str]):
+        self.folder = folder
+        self.names = names
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        super().__init__(
+            f"{folder} holds files no run of pacore-graph made ({shown}) and no {SETTINGS_FILE}: choose an empty "
+            "or new output folder (nothing was written)"
         )
 
 
@@ -55,18 +74,31 @@ def differences(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[st
     ]
 
 
-def claim_settings(folder: Path, fingerprint: Mapping[str, Any], settings: Mapping[str, Any] | None = None) -> None:
-    """Refuse ``folder`` if its ``run.json`` holds another fingerprint; else write this run's settings there."""
-    path = folder / SETTINGS_FILE
-    wanted = as_json(dict(fingerprint))
-    if path.exists():
-        try:
-            stored = json.loads(path.read_text(encoding="utf-8")).get("fingerprint")
-        except (json.JSONDecodeError, AttributeError, UnicodeDecodeError):
-            stored = None
-        if not isinstance(stored, dict):
-            raise SettingsMismatch(folder, [f"{SETTINGS_FILE} has no settings fingerprint (an older version wrote it)"])
-        differing = differences(stored, wanted)
-        if differing:
-            raise SettingsMismatch(folder, differing)
-    write_json_atomically(path, {"fingerprint": wanted, "settings": as_json(dict(settings or {}))})
+def refuse_foreign(folder: Path) -> None:
+    """Refuse ``folder``, writing nothing, when it holds files but no ``run.json``: someone else's."""
+    if (folder / SETTINGS_FILE).exists():
+        return
+    others = sorted(name for name in os.listdir(folder) if not _CLAIM_LEFTOVERS.match(name))
+    if others:
+        raise ForeignFolder(folder, others)
+
+
+def check_fingerprint(folder: Path, fingerprint: Mapping[str, Any]) -> None:
+    """Refuse ``folder`` (reading only) if its ``run.json`` is not this project's or holds another fingerprint."""
+    if not (folder / SETTINGS_FILE).exists():
+        return
+    try:
+        stored = json.loads((folder / SETTINGS_FILE).read_text(encoding="utf-8")).get("fingerprint")
+    except (json.JSONDecodeError, AttributeError, UnicodeDecodeError, RecursionError):
+        stored = None
+    if not isinstance(stored, dict):
+        raise SettingsMismatch(folder, [f"{SETTINGS_FILE} has no settings fingerprint (an older version wrote it)"])
+    differing = differences(stored, as_json(dict(fingerprint)))
+    if differing:
+        raise SettingsMismatch(folder, differing)
+
+
+def save_settings(folder: Path, fingerprint: Mapping[str, Any], settings: Mapping[str, Any] | None = None) -> None:
+    """Write this run's fingerprint and settings to ``run.json`` (after :func:`check_fingerprint`, under the lock)."""
+    write_json_atomically(folder / SETTINGS_FILE, {"fingerprint": as_json(dict(fingerprint)),
+                                                   "settings": as_json(dict(settings or {}))})  # fmt: skip

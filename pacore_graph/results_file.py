@@ -3,8 +3,11 @@
 Each row is written as one complete line (written on from where a short write stopped) and ``fsync``ed, under
 a lock. A kill can still tear that line: Linux stops a write to a file between pages once the writer has a
 fatal signal (SIGKILL) pending, so the file may end in part of the row being written. On load, such a torn
-trailing line (or one left by a full disk) is dropped and reported, never fatal, and the file rewritten
-without it: a kill loses at most the row it interrupted, which the writer had not finished.
+last line (or one left by a full disk: the last line, undecodable, without its newline) is cut off the end of
+the file and reported, never fatal: a kill loses at most the row it interrupted, which the writer had not
+finished. Nothing else is ever changed in a file: a line that cannot be read anywhere else, or a row the key
+cannot be read from, means the file is not what this run wrote, and loading it is refused
+(:class:`ResultsFileError`) with the file untouched.
 """
 
 from __future__ import annotations
@@ -12,9 +15,23 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from pacore_graph.errors import PaCoReError
+
+
+class ResultsFileError(PaCoReError):
+    """A results file holds a line that no finished or torn write of this project explains; it is left as it is."""
+
+    def __init__(self, path: Path, line: int, why: str):
+        self.path = path
+        self.line = line
+        super().__init__(
+            f"{path} line {line} {why}: not a file of this run's rows; it was left as it is (move it away, or "
+            "choose another output folder)"
+        )
 
 
 class ResultsFile:
@@ -26,32 +43,49 @@ class ResultsFile:
         self._lock = threading.Lock()
         self.rows: list[dict[str, Any]] = []
         self.torn_lines = 0
+        self._needs_newline = False  # the last row is whole but lost its newline: the next append adds it
+        self._keys: set[Any] = set()
         if self.path.exists():
             self._load()
-        self._keys = {key(row) for row in self.rows}
 
     def _load(self) -> None:
+        offset = 0
         with self.path.open("rb") as fh:
-            for raw in fh:
-                line = raw.strip()
-                if not line:
-                    continue
-                try:
-                    self.rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    self.torn_lines += 1
-        if self.torn_lines:
-            # Rewrite without the torn line so the next append starts on a clean line.
-            self._rewrite(self.rows)
+            for number, raw in enumerate(fh, 1):
+                unfinished = not raw.endswith(b"\n")  # only the last line can lack its newline
+                if raw.strip():
+                    try:
+                        row = json.loads(raw)
+                    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+                        if unfinished:  # torn by a kill or a full disk mid-write: cut off, the next row starts clean
+                            self._cut_at(offset, offset + len(raw))
+                            self.torn_lines = 1
+                            break
+                        raise ResultsFileError(self.path, number, f"is not JSON ({_reason(exc)})") from None
+                    self._keys.add(self._key_of(row, number))
+                    self.rows.append(row)
+                    self._needs_newline = unfinished
+                offset += len(raw)
 
-    def _rewrite(self, rows: Iterable[dict[str, Any]]) -> None:
-        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
-        with tmp.open("w", encoding="utf-8") as fh:
-            for row in rows:
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
+    def _key_of(self, row: Any, number: int) -> Any:
+        try:
+            if not isinstance(row, dict):
+                raise TypeError(f"a JSON {type(row).__name__}, not an object")
+            key = self.key(row)
+            hash(key)
+            return key
+        except (KeyError, TypeError, IndexError, ValueError) as exc:
+            raise ResultsFileError(self.path, number, f"is not a row of this run ({_reason(exc)})") from None
+
+    def _cut_at(self, offset: int, size: int) -> None:
+        """Drop the bytes from ``offset`` on, if the file still has the size it was read with."""
+        fd = os.open(self.path, os.O_WRONLY)
+        try:
+            if os.fstat(fd).st_size == size:
+                os.ftruncate(fd, offset)
+                os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def done(self) -> set[Any]:
         """Keys of rows already written."""
@@ -63,6 +97,8 @@ class ResultsFile:
         with self._lock:
             if self.key(row) in self._keys:
                 raise ValueError(f"duplicate result for key {self.key(row)!r} in {self.path}")
+            if self._needs_newline:
+                line = b"\n" + line
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
@@ -72,8 +108,14 @@ class ResultsFile:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+            self._needs_newline = False
             self.rows.append(row)
             self._keys.add(self.key(row))
+
+
+def _reason(exc: BaseException) -> str:
+    text = exc.msg if isinstance(exc, json.JSONDecodeError) else f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 80 else f"{text[:77]}..."
 
 
 def write_json_atomically(path: str | os.PathLike[str], data: Any) -> None:

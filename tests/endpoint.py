@@ -15,7 +15,7 @@ from typing import Any
 from mock_openai import Handler, MockOpenAIServer
 
 from pacore_graph import PaCoReConfig, chat_model
-from pacore_graph.server import BackgroundServer, create_app
+from pacore_graph.server import BackgroundServer, ServerLimits, create_app
 
 TEMPLATE_MARK = "Reference Responses:"
 FINAL_ANSWER = "The answer is 391."
@@ -51,11 +51,12 @@ def upstream_tokens(requests: list[dict[str, Any]]) -> int:
 
 @contextmanager
 def endpoint(
-    handler: Handler = scripted, *, rounds: list[int] | None = None, api_key: str | None = None, **settings: Any
-) -> Iterator[tuple[MockOpenAIServer, BackgroundServer]]:
+    handler: Handler = scripted, *, rounds: list[int] | None = None, api_key: str | None = None,
+    limits: ServerLimits | None = None, **settings: Any,
+) -> Iterator[tuple[MockOpenAIServer, BackgroundServer]]:  # fmt: skip
     """(upstream, endpoint); the endpoint's default schedule is ``rounds`` ([2] unless given)."""
     with MockOpenAIServer(handler) as upstream:
         chat = chat_model(base_url=upstream.base_url, model=upstream.model)
         config = PaCoReConfig(rounds=[2] if rounds is None else rounds, **settings)
-        with BackgroundServer(create_app(chat, config, api_key=api_key)) as server:
+        with BackgroundServer(create_app(chat, config, api_key=api_key, limits=limits)) as server:
             yield upstream, server

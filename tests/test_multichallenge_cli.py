@@ -32,7 +32,7 @@ def test_register_adds_the_subcommand():
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--rounds", "4,0"], "every round needs at least 1 trajectory"),
+        (["--rounds", "4,0"], "round 2 asks for 0 trajectories"),
         (["--rounds", "four"], "comma-separated integers"),
         (["--samples", "0"], "--samples must be at least 1"),
         (["--data", "missing/questions.jsonl"], "not found"),
@@ -69,7 +69,7 @@ def test_wrong_model_name_is_named(capsys, tmp_path):
     write_data(data, 1)
     with MockServer() as server:
         code, text = run(
-            capsys, "--data", str(data), "--base-url", server.url, "--model", "nope", "--output", str(tmp_path)
+            capsys, "--data", str(data), "--base-url", server.url, "--model", "nope", "--output", str(tmp_path / "o")
         )
         assert server.calls == []
     assert code == 2 and "does not serve model 'nope'" in " ".join(text.split()) and "mock" in text

@@ -36,8 +36,9 @@ def _cli(capsys, *argv: str) -> tuple[int, list[str]]:
 
 @pytest.mark.parametrize(
     ("rounds", "named"),
-    [("4,x", "--rounds takes comma-separated integers"), ("0,3", "rounds[0] is 0"), ("4,-2", "rounds[1] is -2")],
-)
+    [("4,x", "--rounds takes comma-separated integers"), ("0,3", "round 1 asks for 0 trajectories"),
+     ("4,-2", "round 2 asks for -2"), ("1000000", "each round takes 1 to 1024"), ("2,2,2,2,2,2,2,2,2", "at most 8")],
+)  # fmt: skip
 def test_invalid_schedule_is_one_line_naming_it(capsys, rounds, named):
     closed = f"http://127.0.0.1:{free_port()}/v1"  # never reached: the schedule is checked first
     code, lines = _cli(capsys, "solve", "q", f"--rounds={rounds}", "--base-url", closed, "--model", "m")
@@ -88,6 +89,77 @@ def test_messages_file_that_is_not_json_is_named(capsys, tmp_path):
                        f"http://127.0.0.1:{free_port()}/v1", "--model", "m")  # fmt: skip
     assert code == 1 and len(lines) == 1
     assert str(broken) in lines[0] and "JSON" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("content", "named"),
+    [
+        ('{"role": "user", "content": "hi"}', "must be a list of messages, not an object"),  # its keys were sent
+        ("[1, 2]", "[0] must be a message object"),  # a 23-line traceback before
+        ('[{"role": "user", "content": ["hi"]}]', "[0].content[0] must be a content part"),
+        ('[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,x"}}]}]', "has no text"),
+        ('[{"role": "user", "content": "a \\ud800 b"}]', "lone surrogate"),
+        ('[{"role": "user", "content": "hi", "x": NaN}]', "NaN is not a JSON number"),
+        ("[]", "is empty"),
+    ],
+)
+def test_a_messages_file_of_anything_but_messages_is_one_line_before_anything_starts(capsys, tmp_path, content,
+                                                                                      named):  # fmt: skip
+    path = tmp_path / "conversation.json"
+    path.write_text(content)
+    closed = f"http://127.0.0.1:{free_port()}/v1"  # never reached: the file is checked first
+    code, lines = _cli(capsys, "solve", "--messages-file", str(path), "--base-url", closed, "--model", "m")
+    assert code == 1 and len(lines) == 1 and lines[0].startswith(f"pacore: --messages-file {path}")
+    assert named in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["serve", "--port", "99999"], "--port 99999 is not a TCP port (1-65535)"),  # it listened elsewhere before
+        (["serve", "--port", "0"], "--port 0 is not a TCP port"),
+        (["serve-local", "--port", "70000"], "--port 70000 is not a TCP port"),
+        (["serve-vllm", "--emulate", "--replicas", "2", "--port", "65535"], "--port 65537 is not a TCP port"),
+        (["solve", "q", "--api-key", ""], "--api-key is empty"),
+        (["serve", "--upstream-api-key", " "], "--upstream-api-key is empty"),
+    ],
+)
+def test_bad_ports_and_empty_keys_are_one_line_before_anything_starts(capsys, argv, named):
+    closed = f"http://127.0.0.1:{free_port()}/v1"  # never reached: refused first
+    code, lines = _cli(capsys, *argv, *(["--base-url", closed] if argv[0] in ("solve", "serve") else []))
+    assert code == 1 and len(lines) == 1 and named in lines[0]
+
+
+def test_an_empty_pacore_api_key_is_refused_at_start_up(capsys, monkeypatch):
+    """PACORE_API_KEY="" used to start a server that refused every request (no client can send an empty key)."""
+    monkeypatch.setenv("PACORE_API_KEY", "")
+    code, lines = _cli(capsys, "serve", "--base-url", f"http://127.0.0.1:{free_port()}/v1")
+    assert code == 1 and len(lines) == 1 and "--api-key or $PACORE_API_KEY is empty" in lines[0]
+
+
+def test_a_password_in_a_base_url_is_never_printed(capsys):
+    url = f"http://alice:s3cr3t@127.0.0.1:{free_port()}/v1"
+    for command in ("solve", "serve"):
+        code, lines = _cli(capsys, command, *(["q"] if command == "solve" else []), "--base-url", url)
+        assert code == 1 and len(lines) == 1 and "s3cr3t" not in lines[0] and "alice:***@" in lines[0]
+
+
+def test_a_huge_problem_the_server_refuses_keeps_run_json_small_and_says_a_rerun_would_fail_too(
+    capsys, tmp_path, mock_server
+):
+    """Issue 25: a 10 MB problem wrote a 10.5 MB run.json and said "rerun to continue", which failed the same way."""
+    problem = tmp_path / "problem.json"
+    problem.write_text(json.dumps([{"role": "user", "content": "x " * 500_000}]))  # 1 MB
+    refusal = (400, "This model's maximum context length is 8192 tokens. However, you requested 250000 tokens.")
+    with mock_server(lambda body, attempt: refusal) as upstream:
+        code, lines = _cli(capsys, "solve", "--messages-file", str(problem), "--base-url", upstream.base_url,
+                           "--model", upstream.model, "--rounds", "2", "--output", str(tmp_path / "out"))  # fmt: skip
+        sent = len(upstream.requests)
+    assert code == 1 and sent == 2  # the two trajectories, each refused once: a 400 is not retried
+    assert "a rerun would be refused the same way" in lines[-1] and "rerun the same command" not in lines[-1]
+    saved = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert (tmp_path / "out" / "run.json").stat().st_size < 4096
+    assert set(saved["fingerprint"]["messages"]) == {"sha256", "characters"}
 
 
 def test_missing_messages_file_is_named(capsys, tmp_path):
@@ -170,6 +242,7 @@ def test_unreachable_server_is_one_clear_message(capsys):
 async def test_unreachable_server_mid_run_fails_the_problem_with_the_reason_and_keeps_the_rest(tmp_path):
     url = f"http://127.0.0.1:{free_port()}/v1"
     model = OpenAICompatibleChatModel(base_url=url, model="m")
+    RunFolder(tmp_path, fingerprint={}, progress=False).claim().release()  # an earlier run made the folder
     results = ResultsFile(tmp_path / "results.jsonl", key=lambda row: row["id"])
     results.append({"id": "done-before", "answer": "42"})
     config = PaCoReConfig(rounds=[2], retry=RetryPolicy(max_attempts=2, initial_delay=0))

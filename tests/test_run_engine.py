@@ -8,6 +8,7 @@ import asyncio
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,7 +20,9 @@ from rich.console import Console
 
 from pacore_graph import PaCoReConfig, PaCoReError, Problem, RunFolder
 from pacore_graph.cli import main as pacore_main
-from pacore_graph.extend import FolderInUse, RetryPolicy, RunProgress, SettingsMismatch, Trajectory
+from pacore_graph.extend import FolderInUse, ResultsFile, RetryPolicy, RunProgress, SettingsMismatch, Trajectory
+from pacore_graph.fingerprint import ForeignFolder
+from pacore_graph.results_file import ResultsFileError
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = RetryPolicy(max_attempts=1)
@@ -114,6 +117,67 @@ def test_a_run_json_without_a_fingerprint_is_refused(tmp_path):
     (tmp_path / "run.json").write_text(json.dumps({"rounds": [4]}))
     with pytest.raises(SettingsMismatch, match="no settings fingerprint"):
         folder(tmp_path).claim()
+
+
+def snapshot(path: Path) -> dict[str, bytes]:
+    """Every file under ``path`` (hidden ones included) with its bytes: to show a refused run wrote nothing."""
+    return {str(file.relative_to(path)): file.read_bytes() for file in sorted(path.rglob("*")) if file.is_file()}
+
+
+def test_a_folder_this_project_did_not_make_is_refused_and_nothing_is_written(tmp_path):
+    """Issue 25: a results.jsonl from elsewhere was taken as this run's own (its answer printed, exit 0)."""
+    (tmp_path / "results.jsonl").write_text('{"id": "problem", "answer": "not yours"}\n')
+    (tmp_path / "notes.txt").write_text("mine")
+    before = snapshot(tmp_path)
+    with pytest.raises(ForeignFolder) as refused:
+        folder(tmp_path).claim()
+    message = str(refused.value)
+    assert "\n" not in message and "no run of pacore-graph made (notes.txt, results.jsonl)" in message
+    assert snapshot(tmp_path) == before  # no run.json, no .lock
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt", "results.jsonl"]
+
+
+def test_an_empty_folder_or_one_a_killed_claim_left_is_taken(tmp_path):
+    (tmp_path / "empty").mkdir()
+    folder(tmp_path / "empty").claim().release()
+    left = tmp_path / "left"
+    left.mkdir()
+    (left / ".lock").write_text("123\n")
+    (left / ".run.json.123.tmp").write_text("{")  # killed while writing run.json
+    folder(left).claim().release()
+    assert json.loads((left / "run.json").read_text())["fingerprint"] == {"model": "m"}
+
+
+def test_a_results_line_no_kill_explains_is_refused_and_the_file_left_as_it_is(tmp_path):
+    """Issue 25: every undecodable line was dropped and the file rewritten, then a KeyError traceback."""
+    folder(tmp_path).claim().release()
+    results = tmp_path / "results.jsonl"
+    for text, why in [
+        ('{"id": "a"}\nnot json\n{"id": "b"}\n', "line 2 is not JSON"),
+        ('{"id": "a"}\n{"id": "b", "x": \n', "line 2 is not JSON"),  # whole (newline-ended), so no kill tore it
+        ('{"id": "a"}\n{"name": "b"}\n', "line 2 is not a row of this run (KeyError"),
+        ('{"id": "a"}\n[1, 2]\n', "line 2 is not a row of this run"),
+    ]:
+        results.write_text(text)
+        before = snapshot(tmp_path)
+        with pytest.raises(ResultsFileError, match=re.escape(why)) as refused:
+            folder(tmp_path).claim()
+        assert "\n" not in str(refused.value) and "left as it is" in str(refused.value)
+        assert snapshot(tmp_path) == before
+
+
+def test_a_torn_last_line_is_cut_off_the_end_and_nothing_else_changes(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    whole = '{"id": 0}\n{"id": 1, "text": "caf\u00e9"}\n'
+    path.write_text(whole + '{"id": 2, "te')
+    inode = path.stat().st_ino
+    results = ResultsFile(path, key=lambda row: row["id"])
+    assert results.torn_lines == 1 and path.read_text() == whole and path.stat().st_ino == inode  # cut, not rewritten
+    path.write_text(whole + '{"id": 2}')  # a whole row that lost only its newline is kept, and the next row
+    results = ResultsFile(path, key=lambda row: row["id"])  # starts on a line of its own
+    assert results.torn_lines == 0 and [row["id"] for row in results.rows] == [0, 1, 2]
+    results.append({"id": 3})
+    assert path.read_text() == whole + '{"id": 2}\n{"id": 3}\n'
 
 
 def test_the_output_path_is_checked_before_anything_runs(tmp_path):

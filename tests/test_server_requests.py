@@ -39,7 +39,7 @@ def test_api_key_required_when_configured():
 @pytest.mark.parametrize(
     ("body", "param", "words"),
     [
-        ({"model": "mock-model", "messages": []}, "messages", "at least 1"),
+        ({"model": "mock-model", "messages": []}, "messages", "at least one"),
         ({"model": "mock-model", "messages": [{"role": "system", "content": "x"}]}, "messages", "user"),
         ({"model": "mock-model", "messages": [{"role": "robot", "content": "x"}]}, "messages[0].role", "robot"),
         ({"model": "mock-model", "messages": [{"role": "tool", "content": "x"}, *USER]}, "messages[0].tool_call_id",
@@ -47,7 +47,7 @@ def test_api_key_required_when_configured():
         ({"model": "mock-model", "messages": USER, "n": 3}, "n", "n must be 1"),
         ({"model": "mock-model", "messages": USER, "temperature": 9}, "temperature", "less than or equal"),
         ({"model": "mock-model", "messages": USER, "logprobs": True}, "logprobs", "logprobs"),
-        ({"model": "mock-model", "messages": USER, "tools": [{"type": "function"}]}, "tools", "tools[0]"),
+        ({"model": "mock-model", "messages": USER, "tools": [{"type": "function"}]}, "tools[0]", "tools[0]"),
         ({"model": "pacore-rounds-4y2/mock-model", "messages": USER}, "model", "pacore-rounds-32x4"),
         ({"model": "mock-model", "messages": USER, "pacore": {"rounds": [4, 0]}}, "pacore.rounds", "round 2"),
         ({"model": "mock-model", "messages": USER, "pacore": {"rounds": [9999]}}, "pacore.rounds", "1 to 1024"),
@@ -190,3 +190,22 @@ def test_final_trajectory_retried_after_streaming_part_of_its_text_ends_the_stre
                     received.append(chunk)
     deltas = [c.choices[0].delta for c in received if c.choices]
     assert any(d.content or d.model_extra.get("reasoning_content") for d in deltas)  # part of it had gone out
+
+
+def test_a_selector_chosen_answer_comes_with_its_own_trajectorys_reasoning():
+    """final_selector="vote": the answer is the majority's first conclusion in template order, which need not be the
+    first reference; its reasoning must be the chosen trajectory's (issue 28: it was the first reference's).
+    Template order sorts by length then shuffles with seed 42, which puts the middle length first: that one is
+    the minority here, so a reply taking the first reference's reasoning pairs it with another's answer."""
+    replies = {1: "short \\boxed{7}", 2: "a middle one \\boxed{5}", 3: "the longest conclusion of all \\boxed{7}"}
+
+    def voters(body: dict, attempt: int) -> dict:
+        content = replies[attempt]
+        return {"content": content, "reasoning_content": f"why: {content}"}
+
+    with endpoint(voters, rounds=[3], final_selector="vote", answer_extractor="boxed") as (upstream, server):
+        response = post(server, {"model": "mock-model", "messages": USER})
+        assert len(upstream.requests) == 3  # a vote makes no final call
+    message = response.json()["choices"][0]["message"]
+    assert message["content"] == "short \\boxed{7}"
+    assert message["reasoning_content"] == f"why: {message['content']}"

@@ -201,7 +201,7 @@ def _kill_mid_problem(
     It waits for a quiet moment (no answer for about 60 ms) so every answered trajectory has had time to
     reach the checkpoint; requests still in flight are cut by the kill and must be sent again.
     """
-    log = results.parent / "worker.log"
+    log = results.parent.with_name(f"{results.parent.name}.worker.log")  # beside the run folder: not a file of its own
     results.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as sink:
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)

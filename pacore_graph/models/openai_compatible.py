@@ -51,6 +51,7 @@ from pacore_graph.models.sse import Delta, read_stream, reasoning_of
 from pacore_graph.sync import run_sync
 
 CONVERTED_ROUNDS = 256  # message lists whose OpenAI form is kept: rounds of this many problems in flight
+CONVERTED_CHARS = 64 * 2**20  # ... and their text at most: a few huge conversations must not stay in memory
 ROUTER_HINT = (
     "one server URL per model: put the replicas behind vllm-router (`pacore serve-vllm --replicas N`, or "
     "`vllm-router --worker-urls URL ...`) and pass the router's URL"
@@ -79,9 +80,10 @@ class OpenAICompatibleChatModel(BaseChatModel):
 
     _url: str = PrivateAttr()
     _pool: SessionPool = PrivateAttr()
-    _converted: dict[tuple[int, ...], tuple[list[BaseMessage], list[dict[str, Any]], str]] = PrivateAttr(
+    _converted: dict[tuple[int, ...], tuple[list[BaseMessage], list[dict[str, Any]], str | None, int]] = PrivateAttr(
         default_factory=dict
     )
+    _converted_chars: int = PrivateAttr(default=0)
     _serialized_identity: dict[str, Any] | None = PrivateAttr(default=None)
 
     @field_validator("base_url", mode="before")
@@ -196,9 +198,14 @@ class OpenAICompatibleChatModel(BaseChatModel):
             return cached[1], cached[2]
         converted = convert_to_openai_messages(messages)
         key = prefix_key(converted)
-        if len(self._converted) >= CONVERTED_ROUNDS:
-            self._converted.pop(next(iter(self._converted)))
-        self._converted[ids] = (list(messages), converted, key)  # holding the messages keeps their ids unique
+        chars = _chars(converted)
+        if chars > CONVERTED_CHARS:
+            return converted, key
+        while self._converted and (len(self._converted) >= CONVERTED_ROUNDS or
+                                   self._converted_chars + chars > CONVERTED_CHARS):  # fmt: skip
+            self._converted_chars -= self._converted.pop(next(iter(self._converted)))[3]
+        self._converted[ids] = (list(messages), converted, key, chars)  # holding the messages keeps their ids unique
+        self._converted_chars += chars
         return converted, key
 
     # ---- LangChain interface ---------------------------------------------------------------------
@@ -358,6 +365,20 @@ def _as_messages(input: LanguageModelInput) -> list[BaseMessage]:
     if isinstance(input, str):
         return [HumanMessage(input)]
     return convert_to_messages(input)
+
+
+def _chars(value: Any, depth: int = 5) -> int:
+    """About how much text a converted message list holds: the lengths of its strings (content parts,
+    image URLs and tool-call arguments included), a few levels deep."""
+    if isinstance(value, str):
+        return len(value)
+    if depth == 0:
+        return 0
+    if isinstance(value, dict):
+        return sum(_chars(item, depth - 1) for item in value.values())
+    if isinstance(value, list):
+        return sum(_chars(item, depth - 1) for item in value)
+    return 0
 
 
 def _status_error(status: int, raw: bytes, url: str) -> ModelRequestError:

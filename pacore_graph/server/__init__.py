@@ -12,10 +12,15 @@ by pointing its base URL here. Needs the ``server`` extra (Starlette, uvicorn).
 - One chat model and one concurrency limiter for the upstream, shared by every request (:mod:`.upstream`).
 - A client that disconnects cancels its run: its requests upstream are closed (:mod:`.disconnect`).
 - ``api_key``: clients must send ``Authorization: Bearer <key>`` (401 otherwise). Loopback by default.
-- A bad request gets a 400 in OpenAI's error shape, naming what is wrong, before anything is spent.
+- A bad request gets a 400 in OpenAI's error shape, naming what is wrong, before anything is spent
+  (:mod:`.body`, :mod:`.request`, :mod:`.tools`); every other error has that shape too, short and without
+  upstream URLs (:mod:`.errors`).
+- What one client may hold: body size, request deadline, header/body/keep-alive timeouts, connections
+  (:mod:`.limits`, :mod:`.connections`; docs/serving.md lists every default).
 """
 
 from pacore_graph.server.app import create_app
 from pacore_graph.server.background import BackgroundServer
+from pacore_graph.server.limits import ServerLimits
 
-__all__ = ["BackgroundServer", "create_app"]
+__all__ = ["BackgroundServer", "ServerLimits", "create_app"]

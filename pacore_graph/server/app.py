@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-import json
 from collections.abc import AsyncIterator
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.models import OpenAICompatibleChatModel, check_server
-from pacore_graph.server.disconnect import ClientGone, until_disconnected
-from pacore_graph.server.errors import RequestError, failure_error
+from pacore_graph.server.body import read_json
+from pacore_graph.server.disconnect import ClientGone, DeadlinePassed, until_disconnected
+from pacore_graph.server.errors import RequestError, failure_error, internal_error, log
+from pacore_graph.server.limits import ServerLimits
 from pacore_graph.server.replies import ReplyHeader, completion_body
 from pacore_graph.server.request import plan_call
 from pacore_graph.server.schedule import aliases
@@ -34,7 +34,14 @@ CLIENT_CLOSED_REQUEST = 499  # logged for a reply nobody was left to read (nginx
 
 
 def error_response(error: RequestError) -> JSONResponse:
-    return JSONResponse(error.body(), status_code=error.status)
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+
+def deadline_error(limits: ServerLimits) -> RequestError:
+    return RequestError(
+        504, f"no answer within this server's request timeout ({limits.request_timeout:g} s); its upstream requests "
+        "were closed (pacore serve --request-timeout sets it)", type="server_error", code="request_timeout",
+    )  # fmt: skip
 
 
 def authorize(request: Request, api_key: str | None) -> None:
@@ -49,42 +56,43 @@ def authorize(request: Request, api_key: str | None) -> None:
         raise RequestError(401, "incorrect API key provided", code="invalid_api_key")
 
 
-async def read_json(request: Request) -> Any:
-    raw = await request.body()
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise RequestError(400, f"the request body is not valid JSON ({exc})") from None
-
-
 def create_app(chat: OpenAICompatibleChatModel, defaults: PaCoReConfig | None = None, *,
-               api_key: str | None = None) -> Starlette:  # fmt: skip
+               api_key: str | None = None, limits: ServerLimits | None = None) -> Starlette:  # fmt: skip
     """The endpoint in front of ``chat``'s server (checked now: a clear error if it is down or lacks the
     model). ``chat.model`` answers requests that name no model; ``defaults`` holds the schedule and
     sampling of requests that name none, and ``max_concurrency``, shared by all requests. ``api_key``:
-    the key clients must send. See :mod:`pacore_graph.server` for what a request may ask."""
+    the key clients must send. ``limits``: what one client may hold (sizes, timeouts, connections; kept as
+    ``app.state.limits`` for the server that runs the app). See :mod:`pacore_graph.server` for what a
+    request may ask."""
     check_server(chat)
     defaults = defaults or PaCoReConfig()
+    limits = limits or ServerLimits()
     upstream = Upstream(chat, defaults.max_concurrency)
 
     async def chat_completions(request: Request) -> Response:
         try:
             authorize(request, api_key)
-            call = plan_call(await read_json(request), defaults, upstream.default_model)
+            call = plan_call(await read_json(request, limits), defaults, upstream.default_model)
             await upstream.check_model(call.upstream_model)
             runner = upstream.runner(call)
         except RequestError as exc:
             return error_response(exc)
+        except ClientDisconnect:
+            return Response(status_code=CLIENT_CLOSED_REQUEST)
         header = ReplyHeader(call.label)
         if call.stream:
             return StreamingResponse(
-                sse_stream(runner, call, header), media_type="text/event-stream",
-                headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+                sse_stream(runner, call, header, deadline_error(limits), limits.request_timeout),
+                media_type="text/event-stream", headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
             )  # fmt: skip
         try:
-            result = await until_disconnected(request, runner.arun(call.messages, trace=True))
+            work = runner.arun(call.messages, trace=True)
+            result = await until_disconnected(request, work, timeout=limits.request_timeout)
         except ClientGone:
             return Response(status_code=CLIENT_CLOSED_REQUEST)
+        except DeadlinePassed:
+            log.warning("a request ran past the request timeout (%g s); its run was cancelled", limits.request_timeout)
+            return error_response(deadline_error(limits))
         except Exception as exc:
             return error_response(failure_error(exc))
         return JSONResponse(completion_body(header, result))
@@ -108,6 +116,11 @@ def create_app(chat: OpenAICompatibleChatModel, defaults: PaCoReConfig | None = 
         assert isinstance(exc, HTTPException)
         return error_response(RequestError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}"))
 
+    async def unexpected_error(request: Request, exc: Exception) -> Response:
+        """Anything not answered above: a 500 in OpenAI's shape, never a plain-text page (Starlette then
+        raises the error again, and uvicorn logs its traceback)."""
+        return error_response(internal_error())
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
@@ -120,4 +133,8 @@ def create_app(chat: OpenAICompatibleChatModel, defaults: PaCoReConfig | None = 
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
     ]
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error}, lifespan=lifespan)
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: unexpected_error},
+                    lifespan=lifespan)  # fmt: skip
+    app.state.limits = limits
+    app.state.upstream_slots = defaults.max_concurrency
+    return app

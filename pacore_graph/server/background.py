@@ -10,9 +10,12 @@ import time
 import uvicorn
 from starlette.types import ASGIApp
 
+from pacore_graph.server.connections import uvicorn_config
+
 
 class BackgroundServer:
-    """``with BackgroundServer(app) as server: OpenAI(base_url=server.base_url)``; stopped on exit."""
+    """``with BackgroundServer(app) as server: OpenAI(base_url=server.base_url)``; stopped on exit. Served within
+    the app's limits, as ``pacore serve`` serves it (:func:`~pacore_graph.server.connections.uvicorn_config`)."""
 
     def __init__(self, app: ASGIApp, host: str = "127.0.0.1", port: int = 0, start_timeout: float = 30.0):
         self.host = host
@@ -21,7 +24,7 @@ class BackgroundServer:
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind((host, port))
         self.port: int = self._socket.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+        config = uvicorn_config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._socket]},
                                         name="pacore-endpoint", daemon=True)  # fmt: skip

@@ -1,5 +1,7 @@
 """Stop a request's PaCoRe run when its client goes away, so its trajectories stop spending tokens upstream.
 
+The same happens when a request's deadline passes (``pacore serve --request-timeout``).
+
 A plain (non-streamed) reply is written only at the end, so nothing would notice a client that hung up
 after minutes of rounds. The ASGI server reports it: once the body is read, the next ``receive()``
 returns ``http.disconnect`` when the connection closes. Cancelling the run cancels its model calls,
@@ -22,6 +24,10 @@ class ClientGone(Exception):
     """The client disconnected before the answer was ready; its run was cancelled."""
 
 
+class DeadlinePassed(Exception):
+    """The request's deadline passed before the answer was ready; its run was cancelled."""
+
+
 async def cancel_and_wait(*tasks: asyncio.Future[Any]) -> None:
     """Cancel the tasks and wait until they have ended.
 
@@ -39,15 +45,16 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
-    """``await work``, cancelled (raising :class:`ClientGone`) if the client disconnects first."""
+async def until_disconnected(request: Request, work: Awaitable[T], timeout: float | None = None) -> T:
+    """``await work``, cancelled if the client disconnects first (raising :class:`ClientGone`) or if
+    ``timeout`` seconds pass first (raising :class:`DeadlinePassed`)."""
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(_disconnected(request))
     try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        gone = not task.done()
+        await asyncio.wait({task, watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finished, gone = task.done(), watcher.done()
     finally:
         await cancel_and_wait(watcher, task)
-    if gone:
-        raise ClientGone()
+    if not finished:
+        raise ClientGone() if gone else DeadlinePassed()
     return task.result()

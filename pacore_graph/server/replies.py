@@ -1,7 +1,8 @@
 """A finished PaCoRe run in OpenAI's reply format: ``chat.completion`` and ``chat.completion.chunk`` objects.
 
 - ``message.content``: the final trajectory's conclusion (the answer); ``message.reasoning_content``: its
-  reasoning, when it had any; ``message.tool_calls``: its tool calls.
+  reasoning, when it had any (that of the trajectory a selector chose, when one chose the answer);
+  ``message.tool_calls``: its tool calls.
 - ``finish_reason``: the final trajectory's.
 - ``usage.completion_tokens``: effective TTC, the completion tokens of every trajectory of every round
   (what the upstream generated for this answer); ``usage.prompt_tokens``: their prompt tokens.
@@ -20,6 +21,7 @@ from langchain_core.messages import AIMessage
 
 from pacore_graph.compaction import compact
 from pacore_graph.records import PaCoReResult
+from pacore_graph.run import chosen_trajectory
 
 
 def new_completion_id() -> str:
@@ -40,13 +42,13 @@ class ReplyHeader:
 
 
 def answer_reasoning(result: PaCoReResult) -> str | None:
-    """The final trajectory's reasoning (from the run's trace), or None."""
-    last = result.rounds[-1]
-    if not result.trajectories or not last.reference_order:
+    """The reasoning (from the run's trace) of the trajectory whose conclusion is the answer: the final
+    synthesis, or the one a selector (``final_selector="vote"``, an early stop) chose; None without any."""
+    chosen = chosen_trajectory(result.rounds, result.outcome)
+    if chosen is None or not result.trajectories:
         return None
-    chosen = last.reference_order[0]
     for trajectory in result.trajectories:
-        if trajectory.extra.get("round_index") == last.round_index and trajectory.extra.get("index") == chosen:
+        if trajectory.extra.get("round_index") == chosen.round_index and trajectory.extra.get("index") == chosen.index:
             return compact(trajectory.content, trajectory.reasoning, trajectory.finish_reason).reasoning or None
     return None
 

@@ -16,18 +16,17 @@ import re
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from pacore_graph.config import PRESETS
+from pacore_graph.config import PRESETS, check_schedule_size
+from pacore_graph.inputs import one_line
 from pacore_graph.server.errors import RequestError
 
-MAX_ROUNDS = 8
-MAX_TRAJECTORIES_PER_ROUND = 1024
 _ALIAS = re.compile(r"^pacore(?:-(?P<preset>[a-z]+)|-rounds-(?P<rounds>[^/]*))?$")
 
 
 class ScheduleField(BaseModel):
-    """The ``pacore`` body field: one of ``rounds`` or ``preset``."""
+    """The ``pacore`` body field: one of ``rounds`` or ``preset``. Strict: ``["2"]`` and ``[true]`` are not rounds."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     rounds: list[int] | None = None
     preset: str | None = None
@@ -41,8 +40,8 @@ class ScheduleField(BaseModel):
     def schedule(self) -> list[int] | None:
         if self.preset is not None:
             if self.preset not in PRESETS:
-                raise RequestError(400, f"unknown PaCoRe preset {self.preset!r}: choose one of {', '.join(PRESETS)}",
-                                   param="pacore.preset")
+                raise RequestError(400, f"unknown PaCoRe preset {one_line(repr(self.preset), 40)}: choose one of "
+                                   f"{', '.join(PRESETS)}", param="pacore.preset")  # fmt: skip
             return list(PRESETS[self.preset])
         return None if self.rounds is None else checked_rounds(self.rounds, "pacore.rounds")
 
@@ -66,25 +65,20 @@ def parse_alias_rounds(text: str) -> list[int]:
     """'32x4' -> [32, 4]; '0' -> [] (one plain call)."""
     if text == "0":
         return []
-    if not re.fullmatch(r"[0-9]+(x[0-9]+)*", text):
+    if not re.fullmatch(r"[0-9]{1,9}(x[0-9]{1,9}){0,15}", text):
         raise RequestError(
-            400, f"model prefix pacore-rounds-{text} is not a schedule: write trajectories per round joined by x, "
-            "e.g. pacore-rounds-32x4/NAME (pacore-rounds-0/NAME: one plain call)", param="model",
+            400, f"model prefix pacore-rounds-{one_line(text, 40)} is not a schedule: write trajectories per round "
+            "joined by x, e.g. pacore-rounds-32x4/NAME (pacore-rounds-0/NAME: one plain call)", param="model",
         )  # fmt: skip
     return checked_rounds([int(k) for k in text.split("x")], "model")
 
 
 def checked_rounds(rounds: list[int], param: str) -> list[int]:
     """Refused before anything is spent: a round of no trajectory, or more than any server is meant to run."""
-    if len(rounds) > MAX_ROUNDS:
-        raise RequestError(400, f"{len(rounds)} rounds requested; at most {MAX_ROUNDS}", param=param)
-    for position, k in enumerate(rounds):
-        if not 1 <= k <= MAX_TRAJECTORIES_PER_ROUND:
-            raise RequestError(
-                400, f"round {position + 1} asks for {k} trajectories; each round takes 1 to "
-                f"{MAX_TRAJECTORIES_PER_ROUND}", param=param,
-            )  # fmt: skip
-    return rounds
+    try:
+        return check_schedule_size(rounds, param)
+    except ValueError as exc:
+        raise RequestError(400, str(exc), param=param) from None
 
 
 def aliases(model: str) -> list[str]:

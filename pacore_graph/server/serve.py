@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 import sys
 
 import uvicorn
@@ -10,6 +11,10 @@ import uvicorn
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.models import serving
 from pacore_graph.server.app import create_app
+from pacore_graph.server.connections import uvicorn_config
+from pacore_graph.server.errors import log
+from pacore_graph.server.limits import ServerLimits, connection_limit, raise_open_file_limit
+from pacore_graph.text import redact_credentials
 
 LOOPBACK_NAMES = ("localhost",)
 
@@ -21,6 +26,15 @@ def is_loopback(host: str) -> bool:
         return host in LOOPBACK_NAMES
 
 
+def show_log() -> None:
+    """The endpoint's own log (a failed request's whole story) on stderr, beside uvicorn's lines."""
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s:  pacore: %(message)s"))
+        log.addHandler(handler)
+        log.propagate = False
+
+
 def serve(
     defaults: PaCoReConfig,
     *,
@@ -30,20 +44,31 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8100,
     api_key: str | None = None,
+    limits: ServerLimits | None = None,
 ) -> int:
     """Run the endpoint until Ctrl-C (exit status 0); without ``base_url`` (and ``$OPENAI_BASE_URL``) in front of the
-    embedded model, started and stopped here."""
+    embedded model, started and stopped here. The process's open-file limit is raised to its hard limit first
+    (thousands of client and upstream sockets), and the connection limit kept within it."""
+    limits = limits or ServerLimits()
     if not is_loopback(host) and api_key is None:
         print(f"pacore serve: warning: listening on {host} without --api-key: anyone who reaches this port "
               "spends your upstream's tokens", file=sys.stderr)  # fmt: skip
+    show_log()
+    raise_open_file_limit()
+    connections = connection_limit(limits, defaults.max_concurrency)
+    if connections < limits.max_connections:
+        print(f"pacore serve: warning: the open-file limit allows {connections} client connections, not "
+              f"{limits.max_connections} (raise it with ulimit -n)", file=sys.stderr)  # fmt: skip
     with serving(base_url, model, upstream_api_key) as chat:
-        app = create_app(chat, defaults, api_key=api_key)
+        app = create_app(chat, defaults, api_key=api_key, limits=limits)
         schedule = ", ".join(map(str, defaults.rounds)) or "one plain call"
-        print(f"pacore serve: http://{host}:{port}/v1 in front of {chat.base_url} (model {chat.model}, "
-              f"default rounds [{schedule}]; pick per call with model pacore-high/{chat.model} or a "
-              '"pacore" body field)', file=sys.stderr, flush=True)  # fmt: skip
+        timeout = f"{limits.request_timeout:g} s" if limits.request_timeout else "none"
+        print(f"pacore serve: http://{host}:{port}/v1 in front of {redact_credentials(chat.base_url)} (model "
+              f"{chat.model}, default rounds [{schedule}]; pick per call with model pacore-high/{chat.model} or a "
+              f'"pacore" body field; request timeout {timeout}, bodies up to {limits.max_request_bytes} bytes, '
+              f"{connections} connections)", file=sys.stderr, flush=True)  # fmt: skip
         try:
-            uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).run()
+            uvicorn.Server(uvicorn_config(app, host=host, port=port, log_level="info")).run()
         except KeyboardInterrupt:  # uvicorn shuts down cleanly on Ctrl-C, then passes the signal on
             pass
     return 0

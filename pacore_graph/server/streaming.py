@@ -33,7 +33,7 @@ from pacore_graph.prompt import message_text
 from pacore_graph.records import PaCoReResult
 from pacore_graph.run import START_INPUT, PaCoReRunner, build_result
 from pacore_graph.server.disconnect import cancel_and_wait
-from pacore_graph.server.errors import RequestError, failure_error
+from pacore_graph.server.errors import RequestError, failure_error, log
 from pacore_graph.server.replies import (
     ReplyHeader,
     chunk_body,
@@ -109,20 +109,28 @@ class _FinalText:
         return delta
 
 
-async def sse_stream(runner: PaCoReRunner, call: PlannedCall, header: ReplyHeader) -> AsyncIterator[bytes]:
+async def sse_stream(
+    runner: PaCoReRunner, call: PlannedCall, header: ReplyHeader, late: RequestError, timeout: float | None = None
+) -> AsyncIterator[bytes]:
     """The response body of a streamed request. Closing it (the client went away) cancels the run, and so
-    closes its requests upstream."""
+    closes its requests upstream; so does ``timeout`` passing, after which the stream ends with ``late``."""
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
     async def produce() -> None:
+        deadline = asyncio.timeout(timeout)
         try:
-            result = await run_streaming(
-                runner, call.messages, lambda chunk: queue.put_nowait(("token", chunk)),
-                lambda event: queue.put_nowait(("progress", event)),
-            )  # fmt: skip
+            async with deadline:
+                result = await run_streaming(
+                    runner, call.messages, lambda chunk: queue.put_nowait(("token", chunk)),
+                    lambda event: queue.put_nowait(("progress", event)),
+                )  # fmt: skip
             queue.put_nowait(("done", result))
         except Exception as exc:
-            queue.put_nowait(("error", exc))
+            if isinstance(exc, TimeoutError) and deadline.expired():
+                log.warning("a streamed request ran past the request timeout (%g s); its run was cancelled", timeout)
+                queue.put_nowait(("late", late))
+            else:
+                queue.put_nowait(("error", exc))
 
     async def keep_alive() -> None:
         while True:
@@ -149,6 +157,9 @@ async def sse_stream(runner: PaCoReRunner, call: PlannedCall, header: ReplyHeade
                 yield sse_comment("keep-alive")
             elif kind == "error":
                 yield sse_data(failure_error(item).body())
+                return
+            elif kind == "late":
+                yield sse_data(item.body())
                 return
             else:
                 for part in closing_chunks(header, item, call.include_usage, text_sent=final.content_sent):

@@ -5,7 +5,9 @@ many requests arrive at once, at most ``max_concurrency`` trajectories are in fl
 vLLM replicas go behind vllm-router (``pacore serve-vllm --replicas N``), whose URL is the upstream here.
 
 Each distinct request shape (upstream model, schedule, sampling, tools) gets its own compiled PaCoRe
-graph, built once and kept in a small LRU: an agent sends the same tools and settings every step.
+graph, built once and kept in a small LRU: an agent sends the same tools and settings every step. The LRU
+is bounded by count and by the bytes of the shapes it keeps (tools can be large), so that what requests
+leave behind stays bounded however large they were.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from langchain_core.runnables import Runnable
 
 from pacore_graph.errors import PaCoReError
+from pacore_graph.inputs import one_line
 from pacore_graph.limits import ConcurrencyLimiter
 from pacore_graph.models import OpenAICompatibleChatModel, served_models
 from pacore_graph.run import PaCoReRunner
@@ -24,6 +27,7 @@ from pacore_graph.server.errors import RequestError
 from pacore_graph.server.request import PlannedCall
 
 CACHED_RUNNERS = 64
+CACHED_SHAPE_BYTES = 8 * 2**20  # the request shapes (tools and fields as JSON) the LRU keeps, at most
 
 
 class Upstream:
@@ -32,6 +36,7 @@ class Upstream:
         self.limiter = ConcurrencyLimiter(max_concurrency)
         self.models: list[str] = [chat.model]  # what the upstream listed when last asked
         self._runners: OrderedDict[str, PaCoReRunner] = OrderedDict()
+        self._cached_bytes = 0
 
     @property
     def default_model(self) -> str:
@@ -41,13 +46,18 @@ class Upstream:
         """The compiled PaCoRe graph for this request's shape, sharing the upstream's limiter."""
         key = call.runner_key()
         runner = self._runners.get(key)
-        if runner is None:
-            runner = PaCoReRunner(self.bound_model(call), call.config, limiter=self.limiter)
-            if len(self._runners) >= CACHED_RUNNERS:
-                self._runners.popitem(last=False)
-            self._runners[key] = runner
-        else:
+        if runner is not None:
             self._runners.move_to_end(key)
+            return runner
+        runner = PaCoReRunner(self.bound_model(call), call.config, limiter=self.limiter)
+        if len(key) > CACHED_SHAPE_BYTES // 4:
+            return runner  # a shape this large is not kept: one request's tools must not crowd out the others
+        while self._runners and (len(self._runners) >= CACHED_RUNNERS or
+                                 self._cached_bytes + len(key) > CACHED_SHAPE_BYTES):  # fmt: skip
+            evicted, _ = self._runners.popitem(last=False)
+            self._cached_bytes -= len(evicted)
+        self._runners[key] = runner
+        self._cached_bytes += len(key)
         return runner
 
     def bound_model(self, call: PlannedCall) -> Runnable:
@@ -67,7 +77,8 @@ class Upstream:
         self.models = listed
         if name not in listed:
             raise RequestError(
-                404, f"the upstream does not serve model {name!r}; it serves {', '.join(listed) or 'nothing'} "
+                404, f"the upstream does not serve model {one_line(repr(name), 80)}; it serves "
+                f"{one_line(', '.join(listed), 200) or 'nothing'} "
                 "(name one, optionally behind a schedule prefix such as pacore-high/NAME)",
                 param="model", code="model_not_found",
             )  # fmt: skip
