@@ -74,6 +74,7 @@ class RepairEpisode:
                 await self._close_sandbox(sandbox)
         record = episode_record(state, row, time.monotonic() - started)
         record["sandbox"] = _sandbox_identity(sandbox, self.settings.runtime)
+        record["sandbox_notes"] = list(getattr(sandbox, "notes", None) or [])  # what it stopped or removed
         return {**state, "record": record}
 
     async def _open_sandbox(self, row: dict):
