@@ -51,6 +51,7 @@ DISK_POLL_S = 0.5
 KILL_GRACE_S = 5
 END_ATTEMPTS = 40  # rounds of ending processes (0.1 s apart) before the container is restarted instead
 PIDS_HEADROOM = 16  # process slots added for a moment when the cap leaves none to end processes with
+QUOTA_MARGIN = 16 * 2**20  # with a quota, a layer this close to the cap counts as full
 SCRATCH = "/run/pacore"  # a tmpfs: pacore's own files (the diff's index) never touch the container's disk
 SCRATCH_MOUNT = "size=64m,mode=700"
 # SWE-bench images keep their Python in a conda env that only interactive shells activate (images built
@@ -356,7 +357,7 @@ class DockerSandbox(BaseSandbox):
 
     def _disk_full(self, used: int) -> bool:
         """Over the cap; with a quota, at it (the daemon stops writes there, so the layer never goes over)."""
-        return used > self.disk_cap or (self.quota and used >= self.disk_cap - 16 * 2**20)
+        return used > self.disk_cap or (self.quota and used >= self.disk_cap - QUOTA_MARGIN)
 
     def _remove_written_since(self, since: float, used: int, *, stopped: bool) -> str:
         """Remove what the command wrote, largest first, until the layer is back under the cap; say what."""
@@ -367,10 +368,10 @@ class DockerSandbox(BaseSandbox):
             if size.isdigit() and path:
                 written.append((int(size), path))
         written.sort(reverse=True)
-        target = self.disk_cap - (16 * 2**20 if self.quota else 0)
+        target = self.disk_cap - (QUOTA_MARGIN * 2 if self.quota else 0)  # with a quota: below where it trips
         chosen, freed = [], 0
         for size, path in written:
-            if used - freed <= target and chosen:
+            if used - freed <= target:
                 break
             chosen.append(path)
             freed += size
