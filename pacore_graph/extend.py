@@ -28,7 +28,8 @@ Records (results as data)
 The run engine's parts (see ``pacore_graph.RunFolder``)
     ``ProblemOutcome`` what ``row(outcome)`` receives; ``RunSummary``; ``RunProgress`` the one progress display
     (rich, stderr); ``ResultsFile`` append-only JSONL rows; ``write_json_atomically``; the folder's errors
-    ``FolderInUse`` (``.pid``) and ``SettingsMismatch`` (``.differing``); ``open_checkpointer(folder)`` and
+    ``FolderInUse`` (``.pid``) and ``SettingsMismatch`` (``.differing``), ``FolderLock`` (the folder lock alone,
+    for a command that writes into a folder without the engine); ``open_checkpointer(folder)`` and
     ``thread_id(...)`` for reading a folder's checkpoints.
 Messages and text
     ``message_text(message)``; ``compact(content, reasoning, finish_reason)`` (a message's conclusion);
@@ -60,7 +61,7 @@ from pacore_graph.engine import ProblemOutcome, RunSummary
 from pacore_graph.errors import BudgetExhaustedError, ModelRequestError, is_transient
 from pacore_graph.explorer import ChatExplorer, Explorer
 from pacore_graph.fingerprint import SettingsMismatch
-from pacore_graph.folder_lock import FolderInUse
+from pacore_graph.folder_lock import FolderInUse, FolderLock
 from pacore_graph.models import (
     EmbeddedServer,
     OpenAICompatibleChatModel,
@@ -100,6 +101,7 @@ __all__ = [
     "EmbeddedServer",
     "Explorer",
     "FolderInUse",
+    "FolderLock",
     "ModelRequestError",
     "OneTrajectory",
     "OpenAICompatibleChatModel",

@@ -46,6 +46,9 @@ class FakeSandbox:
             raise RuntimeError("the sandbox fell over")
         if command == "flood":
             return CommandResult(exit_code=0, output="H" * 5000 + "M" * 50000 + "T" * 5000, timed_out=False)
+        if command == "torrent":  # what a sandbox hands back of 9 MB of output: its head and tail, and the size
+            return CommandResult(exit_code=0, output="H" * 5000 + "[... cut ...]" + "T" * 5000, timed_out=False,
+                                 output_bytes=9_000_000)
         if command == "fix":
             self.fixed = True
             return CommandResult(exit_code=0, output="", timed_out=False)
@@ -204,6 +207,17 @@ def test_long_outputs_reach_the_model_cut_to_head_and_tail():
     state, _, _ = run_episode(PromptFunctionChatModel(reply=floods), RepairSettings(output_head=300, output_tail=200))
     shown = message_text(state["messages"][3])
     assert "[... 59500 characters cut ...]" in shown and len(shown) < 700
+
+
+def test_the_cut_marker_counts_what_the_command_really_printed():
+    """The sandbox already cut a 9 MB output to its head and tail: the model is told 9 MB, not the remainder."""
+
+    def torrents(messages):
+        return block("torrent") if not observations(messages) else block("submit", "ok")
+
+    state, _, _ = run_episode(PromptFunctionChatModel(reply=torrents), RepairSettings(output_head=300, output_tail=200))
+    shown = message_text(state["messages"][3])
+    assert "[... 9513 characters cut here; the command printed 9000000 bytes in all ...]" in shown
 
 
 def test_cancelling_an_episode_closes_its_sandbox():

@@ -188,3 +188,23 @@ def test_the_package_pip_lacks_a_wheel_for_is_read_from_its_report():
     )
     assert missing_requirement(conflict) == "wrapt<1.13,>=1.11"
     assert missing_requirement("ERROR: Could not install packages due to an OSError") is None
+
+
+def test_pypi_before_checks_pip_first_and_says_in_one_line_what_to_do(tmp_path, monkeypatch, capsys):
+    """A fresh venv's pip (23.x: ensurepip's own wheel, no index needed) has no --uploaded-prior-to: the build
+    says so in one line, before any image or container, instead of failing in pip after the base images."""
+    from pacore_agents.swe.wheelhouse import WheelhouseError, check_pip_date_filter
+    from pacore_graph.cli import main
+
+    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "old")], check=True)
+    old_python = str(tmp_path / "old" / "bin" / "python")
+    with pytest.raises(WheelhouseError, match=r"pip 26.0 or newer; this Python's pip is 2[0-5]\."):
+        check_pip_date_filter(old_python)
+    check_pip_date_filter()  # the pip this project installs (constraints.txt) knows it
+
+    monkeypatch.setattr(sys, "executable", old_python)  # the CLI downloads wheels with sys.executable's pip
+    code = main(["swe", "images", "build", "--dataset", str(ROWS), "--instances", IDS[0], "--repos", str(REPOS),
+                 "--pypi-before", "2024-08-01"])
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and line.startswith("pacore: error: --pypi-before needs a pip that knows --uploaded-prior-to")
+    assert f"run `{old_python} -m pip install -U 'pip>=26'`, or pass --pypi-before now" in line

@@ -25,7 +25,8 @@ def register_eval(subparsers: argparse._SubParsersAction) -> None:
                         help="predictions .jsonl/.json; 'gold' (the rows' patches); 'no-patch' (tests on the "
                         "unchanged repository: FAIL_TO_PASS should fail)")
     parser.add_argument("--run-id", required=True, help="names the log folder OUTPUT/RUN_ID")
-    parser.add_argument("--output", default="logs/run_evaluation", help="log and report folder")
+    parser.add_argument("--output", default="logs/run_evaluation",
+                        help="log and report folder (one evaluation at a time: a second one into it is refused)")
     parser.add_argument("--instances", nargs="+", metavar="ID", help="only these instances (commas or spaces)")
     parser.add_argument("--harness", choices=["offline", "swebench"], default="offline")
     parser.add_argument("--workers", type=int, default=2, help="instances graded in parallel")
@@ -51,6 +52,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from pacore_agents.swe.output_paths import inside
     from pacore_agents.swe.owners import sweep_orphans
     from pacore_agents.swe.tasks import TaskLoadError, load_tasks, parse_instances
+    from pacore_graph.extend import FolderLock
 
     console = Console(stderr=True)
     output = Path(args.output)
@@ -61,27 +63,41 @@ def run_eval(args: argparse.Namespace) -> int:
         wanted = parse_instances(args.instances)
         rows = load_tasks(args.dataset, instances=wanted, split=args.split) if wanted else every_row
         predictions = load_predictions(args.predictions, rows if args.predictions in ("gold", NO_PATCH) else every_row)
-        if args.harness == "swebench":
-            chosen = [row for row in rows if row["instance_id"] in predictions]
-            report = run_swebench_harness(args.dataset, chosen, args.predictions, run_id=args.run_id,
-                                          output_dir=output, workers=args.workers, timeout=args.timeout)
-            console.print(f"swebench report: {report}")
-            return 0
-        sweep_orphans(log=lambda line: print(f"pacore: {line}", file=sys.stderr))
-        summary = evaluate(rows, predictions, run_id=args.run_id, output_dir=output, timeout=args.timeout,
-                           workers=args.workers, memory=args.memory, skip_patch=args.predictions == NO_PATCH)
+        output.mkdir(parents=True, exist_ok=True)
+        # One evaluation at a time into a folder, locked before anything is spent (images, containers): a
+        # second one is refused in one line, as a second `swe run` into a run's folder is.
+        with FolderLock(output):
+            if args.harness == "swebench":
+                chosen = [row for row in rows if row["instance_id"] in predictions]
+                report = run_swebench_harness(args.dataset, chosen, args.predictions, run_id=args.run_id,
+                                              output_dir=output, workers=args.workers, timeout=args.timeout)
+                console.print(f"swebench report: {report}")
+                return 0
+            sweep_orphans(log=lambda line: print(f"pacore: {line}", file=sys.stderr))
+            summary = evaluate(rows, predictions, run_id=args.run_id, output_dir=output, timeout=args.timeout,
+                               workers=args.workers, memory=args.memory, skip_patch=args.predictions == NO_PATCH)
     except (TaskLoadError, PredictionError, ImageBuildError, ValueError) as exc:
         console.print(f"error: {exc}", markup=False)
         return 2
     console.print(
         f"run {summary.run_id}: {summary.resolved_instances}/{summary.submitted_instances} resolved "
         f"(dataset {summary.total_instances}, completed {summary.completed_instances}, empty patches "
-        f"{summary.empty_patch_instances}, errors {summary.error_instances}); summary: "
+        f"{summary.empty_patch_instances}, errors {summary.error_instances}); {_reuse(summary)}; summary: "
         f"{inside(output, args.run_id) / 'summary.json'}",
         markup=False,
     )
     for instance_id, error in summary.errors.items():
         console.print(f"{instance_id}: {error}"[:2000], markup=False)
-    print(summary.model_dump_json(include={"resolved_ids", "unresolved_ids", "error_ids", "empty_patch_ids"}),
-          file=sys.stdout)
+    print(summary.model_dump_json(include={"resolved_ids", "unresolved_ids", "error_ids", "empty_patch_ids",
+                                           "reused_ids", "regraded_ids"}), file=sys.stdout)
     return 1 if summary.error_instances else 0
+
+
+def _reuse(summary) -> str:
+    """Which results come from stored reports, and which stored reports were graded again."""
+    reused, regraded = len(summary.reused_ids), len(summary.regraded_ids)
+    graded = summary.completed_instances + summary.error_instances - reused
+    text = f"graded now {graded}, stored reports reused {reused} (same patch, test spec and harness)"
+    if regraded:
+        text += f", of them {regraded} graded again over a stored report of another patch, test spec or harness"
+    return text

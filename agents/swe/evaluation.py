@@ -6,8 +6,11 @@ itself, so hidden tests only ever enter the evaluation container), and the log g
 ``get_eval_report``. Counts follow swebench's ``make_run_report`` (see ``EvalSummary``). The folder
 layout follows swebench's harness: ``OUTPUT/RUN_ID/MODEL/INSTANCE/{patch.diff, eval.sh,
 test_output.txt (whole), run_instance.log, report.json}`` plus ``OUTPUT/RUN_ID/summary.json``, each
-name made safe by ``output_paths.folder_name`` (ids and model names cannot leave OUTPUT). A finished
-instance (report.json present) is not run again.
+name made safe by ``output_paths.folder_name`` (ids and model names cannot leave OUTPUT). A stored
+report is reused only when ``grading.json`` beside it shows the same patch, test spec and harness (the
+summary lists it under ``reused_ids``); any other stored report is graded again (``regraded_ids``). One
+evaluation at a time writes into an OUTPUT folder: ``pacore swe eval`` holds its lock (``OUTPUT/.lock``,
+the same lock as ``pacore swe run``'s folders).
 
 For real SWE-bench images on a Docker host with internet use ``run_swebench_harness`` (``pacore swe
 eval --harness swebench``), which hands the same predictions to ``swebench.harness.run_evaluation``.
@@ -15,6 +18,7 @@ eval --harness swebench``), which hands the same predictions to ``swebench.harne
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
 import time
@@ -29,6 +33,8 @@ from pacore_agents.swe.output_paths import inside
 from pacore_agents.swe.tasks import TaskLoadError
 
 CONTAINER_PATCH_FILE = "/tmp/patch.diff"
+GRADING_FILE = "grading.json"  # what a stored report was graded from: patch, test spec, harness
+HARNESS = "pacore-offline/2"  # bump when the way an instance is run or graded changes
 CONTAINER_EVAL_FILE = "/eval.sh"
 NO_PATCH = "no-patch"  # predictions source: run every instance's tests with no patch (swebench's skip_patch)
 
@@ -46,6 +52,8 @@ class InstanceResult(BaseModel):
     error: str | None = None
     log_dir: str | None = None
     seconds: float = 0.0
+    reused: bool = False  # a stored report of the same patch, test spec and harness
+    regraded: bool = False  # a stored report was found, made from another patch, test spec or harness
 
 
 class EvalSummary(BaseModel):
@@ -67,6 +75,10 @@ class EvalSummary(BaseModel):
     unresolved_ids: list[str] = Field(default_factory=list)
     empty_patch_ids: list[str] = Field(default_factory=list)
     error_ids: list[str] = Field(default_factory=list)
+    reused_ids: list[str] = Field(default_factory=list,
+                                  description="stored reports reused: same patch, tests and harness")
+    regraded_ids: list[str] = Field(default_factory=list,
+                                    description="stored reports graded again: their patch, tests or harness differed")
     errors: dict[str, str] = Field(default_factory=dict)
     harness: str = "pacore-offline"
 
@@ -161,18 +173,24 @@ def evaluate_instance(
     if patch in ("", None) and not skip_patch:
         result.status = "empty"
         return result
-    report_path = log_dir / "report.json"
-    if report_path.exists():
-        return _result_from_report(result, json.loads(report_path.read_text()))
+    report_path, grading_path = log_dir / "report.json", log_dir / GRADING_FILE
     started = time.monotonic()
-    log_dir.mkdir(parents=True, exist_ok=True)
     try:
         test_spec = make_test_spec(row)
+        grading = grading_key(row, test_spec, None if skip_patch else patch)
+        if report_path.exists():
+            if _read_json(grading_path) == grading:
+                result.reused = True
+                return _result_from_report(result, json.loads(report_path.read_text()))
+            result.regraded = True
+            grading_path.unlink(missing_ok=True)  # the report left beside it is not this patch's
+        log_dir.mkdir(parents=True, exist_ok=True)
         test_output = _run_in_container(row, None if skip_patch else patch, test_spec.eval_script, log_dir,
                                         timeout, memory, client)
         report = get_eval_report(test_spec=test_spec, prediction={**prediction, "model_patch": patch or ""},
                                  test_log_path=str(test_output), include_tests_status=True)
         report_path.write_text(json.dumps(report, indent=4))
+        grading_path.write_text(json.dumps(grading, indent=2))
         result = _result_from_report(result, report)
     except Exception as exc:  # one broken instance must not stop the run
         result.error = f"{type(exc).__name__}: {exc}"
@@ -180,6 +198,26 @@ def evaluate_instance(
             handle.write(result.error + "\n")
     result.seconds = round(time.monotonic() - started, 2)
     return result
+
+
+def grading_key(row: dict, test_spec, patch: str | None) -> dict[str, str]:
+    """What a report depends on: the patch (None: the tests on the unchanged repository), the test spec (eval
+    script, the tests that must pass, the image) and this harness with its swebench version."""
+    import swebench
+
+    spec = json.dumps([test_spec.eval_script, test_spec.FAIL_TO_PASS, test_spec.PASS_TO_PASS, row.get("image")])
+    return {
+        "patch_sha256": "skip-patch" if patch is None else hashlib.sha256(patch.encode()).hexdigest(),
+        "test_spec_sha256": hashlib.sha256(spec.encode()).hexdigest(),
+        "harness": f"{HARNESS} swebench/{swebench.__version__}",
+    }
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _result_from_report(result: InstanceResult, report: dict) -> InstanceResult:
@@ -327,6 +365,8 @@ def summarize(run_id: str, rows: list[dict], predictions: dict, results: list[In
         unresolved_ids=unresolved,
         empty_patch_ids=empty,
         error_ids=errors,
+        reused_ids=sorted(r.instance_id for r in results if r.reused),
+        regraded_ids=sorted(r.instance_id for r in results if r.regraded),
         errors={r.instance_id: r.error or "" for r in results if r.status == "error"},
     )
 

@@ -35,23 +35,26 @@ def run_build(args: argparse.Namespace) -> int:
     from pacore_agents.swe.images import ImageBuildError, docker_client
     from pacore_agents.swe.offline_images import PYPI_BEFORE, ensure_offline_image
     from pacore_agents.swe.tasks import TaskLoadError, load_tasks, parse_instances
+    from pacore_agents.swe.wheelhouse import WheelhouseError, check_pip_date_filter
 
     def say(line: str) -> None:
         print(f"pacore: {line}", file=sys.stderr)
 
     repos = Path(args.repos)
+    before = None if args.pypi_before == "now" else args.pypi_before or PYPI_BEFORE
     try:
         if not repos.is_dir():
             raise TaskLoadError(f"--repos {repos}: not a folder")
         rows = load_tasks(args.dataset, instances=parse_instances(args.instances), split=args.split)
+        if before is not None:
+            check_pip_date_filter()  # before any image is built
         client = docker_client()
-    except (TaskLoadError, ImageBuildError) as exc:
+    except (TaskLoadError, ImageBuildError, WheelhouseError) as exc:
         say(f"error: {exc}")
         return 2
     failed = 0
     for row in rows:
         try:
-            before = None if args.pypi_before == "now" else args.pypi_before or PYPI_BEFORE
             name = ensure_offline_image(row, repos, client, pypi_before=before, log=say, rebuild=args.rebuild)
         except ImageBuildError as exc:
             failed += 1

@@ -1,19 +1,29 @@
 """UNSAFE: episodes as plain subprocesses in a temporary copy of the repository, for trusted development.
 
-Model commands run on this host with your user's rights and network; only use it with models and
-tasks you trust. It exists because Docker is not always at hand while developing an agent. The copy
-comes from a local task's folder, or for SWE-bench rows from a clone found under
-``$PACORE_SWE_REPOS`` (``owner__name`` folders), checked out at the base commit.
+Model commands run on this host as your user, with your network: they can read whatever you can, your
+files and your other processes' environments included (``/proc/PID/environ``; pacore's own, API keys
+and all). Only use it with models and tasks you trust; use the docker runtime otherwise. It exists
+because Docker is not always at hand while developing an agent. The copy comes from a local task's
+folder, or for SWE-bench rows from a clone found under ``$PACORE_SWE_REPOS`` (``owner__name`` folders),
+checked out at the base commit.
 
-What it does hold: commands see a scrubbed environment (a short allow-list of this process's
-variables such as ``PATH``, ``HOME`` and the locale; no API keys or other secrets) in a non-login
-``bash -c``, so no profile script puts them back; and each command runs under a small supervisor
-that adopts every process it leaves (Linux's child subreaper), so jobs started with ``setsid``,
-``nohup`` or ``&`` end with their command instead of outliving the run.
+Why not hide pacore's environment: a command running as you can read it through ``/proc`` whatever the
+command's own environment holds, and it can read the files the keys came from (``.env``, shell profiles)
+just as well; hiding one copy would suggest a safety the runtime does not have. What it does hold:
+
+* commands get a short allow-list of variables (``PATH``, ``HOME``, the locale; no API keys) in a
+  non-login ``bash -c``, so a command that prints its environment into a log does not leak them;
+* nothing a command starts outlives it: each command runs under a small supervisor that adopts every
+  process it leaves (Linux's child subreaper), so jobs started with ``setsid``, ``nohup`` or ``&`` end
+  with their command; the supervisor ends them all if pacore dies (a parent-death signal), and every
+  process carries its sandbox's mark (``PACORE_SANDBOX``) in its environment, by which the sandbox,
+  or the next run's sweep after a SIGKILL (:func:`sweep_local_orphans`), ends what escaped;
+* the temporary copy is removed when the sandbox closes, or by the next run's sweep.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -22,23 +32,24 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from pacore_agents.swe.images import commit_repo, copy_repo
-from pacore_agents.swe.sandbox import BaseSandbox, CommandResult, SandboxError
+from pacore_agents.swe.owners import owner_is_dead, owner_labels
+from pacore_agents.swe.sandbox import BaseSandbox, BoundedOutput, CommandResult, SandboxError, SystemResult
 
-MAX_OUTPUT_CHARS = 4_000_000
 KEPT_VARIABLES = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "VIRTUAL_ENV",
                   "PYENV_ROOT", "PYENV_VERSION")
 KEPT_PREFIXES = ("LC_",)
+PREFIX = "pacore-local-"
+OWNER_FILE = "owner.json"
+MARK = "PACORE_SANDBOX"
 # Runs the command, then kills everything it left behind. As a child subreaper it inherits every orphan of
 # the command, so a process that left the command's session (setsid) is still found among its children.
+# pacore's death sends it SIGTERM (PR_SET_PDEATHSIG), on which it ends everything too.
 SUPERVISOR = r"""
 import ctypes, os, signal, subprocess, sys, time
-try:
-    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-except (AttributeError, OSError):
-    pass  # not Linux: the process group is still killed
 def children():
     me = str(os.getpid())
     found = []
@@ -68,7 +79,15 @@ def end_all(*_):
             pass
         time.sleep(0.01)
 signal.signal(signal.SIGTERM, lambda *_: (end_all(), os._exit(143)))
-code = subprocess.call(sys.argv[1:])
+try:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG: SIGTERM when pacore dies
+except (AttributeError, OSError):
+    pass  # not Linux: the process group is still killed, and the sandbox's mark still found
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(143)  # pacore died before the parent-death signal was set
+code = subprocess.call(sys.argv[2:])
 end_all()
 sys.exit(code)
 """
@@ -80,19 +99,22 @@ class UnsafeRuntimeWarning(UserWarning):
 
 class LocalSandbox(BaseSandbox):
     def __init__(self, row: dict):
+        super().__init__()
         warnings.warn(
-            "runtime 'local' runs model commands directly on this host (no isolation, network on): "
-            "use it only for trusted development; use the docker runtime otherwise",
+            "runtime 'local' runs model commands directly on this host as your user (no isolation, network on; "
+            "they can read your files and pacore's environment): use it only for trusted development; use the "
+            "docker runtime otherwise",
             UnsafeRuntimeWarning,
             stacklevel=3,
         )
         self.instance_id = row["instance_id"]
-        self._tmp = tempfile.mkdtemp(prefix=f"pacore-local-{self.instance_id[:40].replace('/', '_')}-")
+        self._tmp = tempfile.mkdtemp(prefix=f"{PREFIX}{self.instance_id[:40].replace('/', '_')}-")
         self._closed = False
         self.workdir = os.path.join(self._tmp, "repo")
         self.scratch = os.path.join(self._tmp, "scratch")
-        os.mkdir(self.scratch)
         try:
+            Path(self._tmp, OWNER_FILE).write_text(json.dumps(owner_labels()))  # for the next run's sweep
+            os.mkdir(self.scratch)
             self.base_commit = self._materialise(row, Path(self.workdir))
         except BaseException:
             self.close()
@@ -121,19 +143,22 @@ class LocalSandbox(BaseSandbox):
         return row["base_commit"]
 
     def environment(self) -> dict[str, str]:
-        """What a command sees: the allow-listed variables of this process, temporary files in the sandbox."""
+        """What a command sees: the allow-listed variables of this process, temporary files in the sandbox,
+        and the sandbox's mark."""
         kept = {key: value for key, value in os.environ.items()
                 if key in KEPT_VARIABLES or key.startswith(KEPT_PREFIXES)}
-        return {"PATH": os.defpath, **kept, "TMPDIR": self.scratch, "PYTHONDONTWRITEBYTECODE": "1"}
+        return {"PATH": os.defpath, **kept, "TMPDIR": self.scratch, "PYTHONDONTWRITEBYTECODE": "1", MARK: self._tmp}
 
     def run(self, command: str, timeout: float = 120) -> CommandResult:
-        """`bash -c` in the copy, stdout and stderr merged; everything it started is killed when it ends."""
-        if self._closed:
-            raise SandboxError(f"sandbox for {self.instance_id} is closed")
+        """`bash -c` in the copy, stdout and stderr merged, output capped (head and tail kept); everything it
+        started is killed when it ends."""
+        self._check_open()
+        collected = BoundedOutput()
         with tempfile.TemporaryFile() as sink:
             process = subprocess.Popen(
-                [sys.executable, "-c", SUPERVISOR, "bash", "-c", command], cwd=self.workdir, stdout=sink,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=self.environment(),
+                [sys.executable, "-c", SUPERVISOR, str(os.getpid()), "bash", "-c", command], cwd=self.workdir,
+                stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                env=self.environment(),
             )
             timed_out = False
             try:
@@ -141,10 +166,24 @@ class LocalSandbox(BaseSandbox):
             except subprocess.TimeoutExpired:
                 timed_out = True
                 _stop(process)
+            escaped = end_marked(self._tmp)  # what got away from the supervisor (it was killed itself)
             sink.seek(0)
-            data = sink.read(MAX_OUTPUT_CHARS)
-        exit_code = 124 if timed_out else process.returncode
-        return CommandResult(exit_code=exit_code, output=data.decode("utf-8", errors="replace"), timed_out=timed_out)
+            while chunk := sink.read(1 << 20):
+                collected.add(chunk)
+        notes = [f"{escaped} process(es) the command left running were stopped: nothing a command starts "
+                 "outlives it"] if escaped else []
+        self.notes += notes
+        return collected.result(124 if timed_out else process.returncode, timed_out, notes)
+
+    def system(self, script: str, *, stdin: bytes | None = None, timeout: float = 600) -> SystemResult:
+        self._check_open()
+        done = subprocess.run(["bash", "-c", script], cwd=self.workdir, input=stdin or b"", capture_output=True,
+                              env={**self.environment(), "PACORE_SCRATCH": self.scratch}, timeout=timeout)
+        return SystemResult(exit_code=done.returncode, stdout=done.stdout, stderr=done.stderr)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxError(f"sandbox for {self.instance_id} is closed")
 
     def read_file(self, path: str) -> bytes:
         return Path(path).read_bytes()
@@ -156,6 +195,7 @@ class LocalSandbox(BaseSandbox):
         if self._closed:
             return
         self._closed = True
+        end_marked(self._tmp)
         shutil.rmtree(self._tmp, ignore_errors=True)
 
 
@@ -174,3 +214,51 @@ def _stop(process: subprocess.Popen) -> None:
     while process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     process.wait()
+
+
+def end_marked(sandbox_dir: str) -> int:
+    """SIGKILL every process (that this user may signal) whose environment carries the sandbox's mark,
+    until none is left; returns how many there were."""
+    mark = f"\0{MARK}={sandbox_dir}\0".encode()
+    first = None
+    for _ in range(50):
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            try:
+                environ = Path(f"/proc/{entry}/environ").read_bytes()
+            except OSError:  # gone, or another user's
+                continue
+            if mark in b"\0" + environ:
+                found.append(int(entry))
+        if first is None:
+            first = len(found)
+        if not found:
+            break
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.02)
+    return first or 0
+
+
+def sweep_local_orphans(*, log: Callable[[str], None] = print) -> int:
+    """End the processes and remove the copies of local sandboxes whose pacore certainly died (a SIGKILL
+    leaves both); say and return how many. Sandboxes of live runs, or of other machines, are left alone."""
+    removed = 0
+    for folder in Path(tempfile.gettempdir()).glob(f"{PREFIX}*"):
+        try:
+            labels = json.loads((folder / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # not ours, or still being made
+        if not owner_is_dead(labels):
+            continue
+        end_marked(str(folder))
+        shutil.rmtree(folder, ignore_errors=True)
+        removed += 1
+    if removed:
+        log(f"removed {removed} local sandbox(es) left by a killed run, and ended their processes")
+    return removed

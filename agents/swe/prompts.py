@@ -10,13 +10,22 @@ from typing import Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
-Protocol = Literal["episodes", "per-call"]
+from pacore_agents.swe.images import CONTAINER_WORKDIR
 
-_RULES = """You are fixing an issue in a software repository checked out at {workdir}.
+Protocol = Literal["episodes", "per-call"]
+Runtime = Literal["docker", "local"]
+
+_RULES = """You are fixing an issue in a software repository {place}.
 Work like a careful engineer: read the relevant code, reproduce the problem, edit the source files, and
-check your fix. Each command runs in a fresh `bash -lc` in {workdir} (no interactive programs, no network;
-edit files with sed, python or a here-document). Do not change or add tests unless the issue asks you to;
+check your fix. {commands} Do not change or add tests unless the issue asks you to;
 the fix belongs in the source code. {references}"""
+
+# Where the repository is and how each command runs, by runtime: what the sandbox really does.
+_DOCKER_COMMANDS = ("Each command runs in a fresh `bash -lc` in {workdir} (no interactive programs, no network; "
+                    "edit files with sed, python or a here-document).")
+_LOCAL_COMMANDS = ("Each command runs in a fresh `bash -c` (not a login shell), starting in the repository's root "
+                   "folder, a temporary copy whose path `pwd` prints: use paths relative to it (no interactive "
+                   "programs; edit files with sed, python or a here-document).")
 
 # What the Reference Responses of a synthesis are, by protocol: whole attempts, or proposals for one step.
 _REFERENCES: dict[str, str] = {
@@ -44,8 +53,19 @@ submit
 ```"""
 
 
-def system_prompt(workdir: str, tool_calling: bool, protocol: Protocol = "episodes") -> str:
-    rules = _RULES.format(workdir=workdir, references=_REFERENCES[protocol])
+def system_prompt(
+    workdir: str = CONTAINER_WORKDIR,
+    tool_calling: bool = True,
+    protocol: Protocol = "episodes",
+    runtime: Runtime = "docker",
+) -> str:
+    """The rules, saying truthfully where the repository is and which shell runs each command: docker runs
+    ``bash -lc`` in ``workdir``; the local runtime ``bash -c`` in a temporary copy whose path differs per episode."""
+    if runtime == "local":
+        place, commands = "checked out in a temporary folder", _LOCAL_COMMANDS
+    else:
+        place, commands = f"checked out at {workdir}", _DOCKER_COMMANDS.format(workdir=workdir)
+    rules = _RULES.format(place=place, commands=commands, references=_REFERENCES[protocol])
     return rules + (_TOOL_RULES if tool_calling else _BLOCK_RULES)
 
 
@@ -59,7 +79,8 @@ def task_prompt(row: dict) -> str:
 
 
 def task_messages(
-    row: dict, *, tool_calling: bool = True, workdir: str = "/testbed", protocol: Protocol = "episodes"
+    row: dict, *, tool_calling: bool = True, protocol: Protocol = "episodes", runtime: Runtime = "docker"
 ) -> list[BaseMessage]:
     """System rules plus the task: what round 1 sends; later rounds replace only the user message."""
-    return [SystemMessage(system_prompt(workdir, tool_calling, protocol)), HumanMessage(task_prompt(row))]
+    workdir = row.get("workdir") or CONTAINER_WORKDIR  # where a docker sandbox opens the row's repository
+    return [SystemMessage(system_prompt(workdir, tool_calling, protocol, runtime)), HumanMessage(task_prompt(row))]

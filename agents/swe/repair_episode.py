@@ -53,7 +53,8 @@ class RepairEpisode:
         return open_sandbox(row, self.settings.runtime)
 
     def messages_for(self, row: dict) -> list[BaseMessage]:
-        return task_messages(row, tool_calling=self.tool_calling, protocol=self.protocol)
+        return task_messages(row, tool_calling=self.tool_calling, protocol=self.protocol,
+                             runtime=self.settings.runtime)
 
     async def ainvoke(self, graph_input: dict, config: RunnableConfig | None = None) -> dict[str, Any]:
         row = graph_input.get("task")
@@ -74,6 +75,7 @@ class RepairEpisode:
                 await self._close_sandbox(sandbox)
         record = episode_record(state, row, time.monotonic() - started)
         record["sandbox"] = _sandbox_identity(sandbox, self.settings.runtime)
+        record["sandbox_notes"] = list(getattr(sandbox, "notes", None) or [])  # what it stopped or removed
         return {**state, "record": record}
 
     async def _open_sandbox(self, row: dict):

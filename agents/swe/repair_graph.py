@@ -36,6 +36,7 @@ from pacore_agents.swe.actions import (
     prose,
 )
 from pacore_agents.swe.repair_settings import RepairSettings
+from pacore_agents.swe.sandbox import CommandResult
 from pacore_graph.extend import ModelRequestError, cut_middle, with_retries
 
 
@@ -120,7 +121,8 @@ def build_repair_graph(
                 text = "Not run: the episode was already submitted."
             else:
                 result = await blocking(sandbox.run, action.command, settings.command_timeout)
-                output = cut_middle(result.output, settings.output_head, settings.output_tail)
+                output = cut_middle(result.output, settings.output_head, settings.output_tail,
+                                    _cut_marker(result, settings.output_head + settings.output_tail))
                 text = format_observation(result.exit_code, output, result.timed_out, settings.command_timeout)
             replies.append(ToolMessage(text, tool_call_id=action.call_id) if action.call_id else HumanMessage(text))
         update["messages"] = replies
@@ -166,6 +168,15 @@ def _bound_model(model: BaseChatModel, settings: RepairSettings):
     if uses_tool_calling(model, settings):
         return model.bind_tools([BASH_TOOL, SUBMIT_TOOL]).bind(**settings.sampling)
     return model.bind(**settings.sampling) if settings.sampling else model
+
+
+def _cut_marker(result: CommandResult, kept: int) -> str | None:
+    """What the model reads where a long output was cut: the command's real output size, when the sandbox
+    had already cut it (None: ``cut_middle``'s own count, which is then the whole truth)."""
+    if result.output_bytes is None or len(result.output) <= kept:
+        return None
+    return (f"{len(result.output) - kept} characters cut here; the command printed {result.output_bytes} bytes "
+            "in all")
 
 
 def _last_words(messages: list[BaseMessage], limit: int) -> str:

@@ -130,4 +130,7 @@ def _status_line(instance: InstanceOutcome) -> str:
     else:  # every episode ran to its end without a patch: say how they ended, not the operator's round error
         endings = Counter(e["stop_reason"] for e in instance.episodes)
         status = "no patch (episodes ended: " + ", ".join(f"{n} by {reason}" for reason, n in endings.items()) + ")"
+    noted = sum(bool(e.get("sandbox_notes")) for e in instance.episodes)
+    if noted:  # a command stopped at a cap, a file left out of the patch: the trajectory says what
+        status += f"; sandbox notes in {noted} episode(s)"
     return f"{instance.instance_id}: {status}"[:300]

@@ -32,7 +32,8 @@ def register_run(subparsers: argparse._SubParsersAction) -> None:
         "--runtime",
         choices=["docker", "local"],
         default="docker",
-        help="docker (isolated, default) or local (UNSAFE: commands run on this host)",
+        help="docker (isolated, default) or local (UNSAFE: commands run on this host as you, and can read your "
+        "files and pacore's environment, API keys included, through /proc)",
     )
     run.add_argument("--workers", type=int, default=1, help="instances solved at the same time (default 1)")
     run.add_argument(
@@ -101,13 +102,15 @@ def run_command(args: argparse.Namespace) -> int:
         if args.runtime == "local":
             import warnings
 
-            from pacore_agents.swe.local_sandbox import UnsafeRuntimeWarning
+            from pacore_agents.swe.local_sandbox import UnsafeRuntimeWarning, sweep_local_orphans
 
             print(
-                "pacore: WARNING: --runtime local runs the model's commands on this host, without isolation",
+                "pacore: WARNING: --runtime local runs the model's commands on this host as you, without isolation: "
+                "they can read your files and this process's environment (API keys included)",
                 file=sys.stderr,
             )
             warnings.simplefilter("ignore", UnsafeRuntimeWarning)  # said once above, not once per episode
+            sweep_local_orphans(log=lambda line: print(f"pacore: {line}", file=sys.stderr))
         if args.runtime == "docker":
             problem = check_images(rows)
             if problem:

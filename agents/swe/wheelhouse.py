@@ -47,6 +47,21 @@ class WheelhouseError(RuntimeError):
     """pip could not provide every wheel; the message carries pip's own explanation."""
 
 
+def check_pip_date_filter(python: str | None = None) -> None:
+    """Raise WheelhouseError, saying what to do, unless ``python``'s pip (the one wheels are downloaded with)
+    knows ``--uploaded-prior-to``: pip 26.0 added it, a new venv ships an older pip, and its "no such option"
+    would come only after the base images are built. ``python``: this one by default."""
+    python = python or sys.executable
+    done = _pip([python, "-m", "pip", "download", "--help"], None)
+    if "--uploaded-prior-to" in done.stdout:
+        return
+    version = _pip([python, "-m", "pip", "--version"], None).stdout.split()[1:2] or ["(none)"]
+    raise WheelhouseError(
+        f"--pypi-before needs a pip that knows --uploaded-prior-to (pip 26.0 or newer; this Python's pip is "
+        f"{version[0]}): run `{python} -m pip install -U 'pip>=26'`, or pass --pypi-before now"
+    )
+
+
 def canonical_name(requirement: str) -> str | None:
     match = _NAME.match(requirement)
     return re.sub(r"[-_.]+", "-", match.group(1)).lower() if match else None
