@@ -108,6 +108,7 @@ def build_pacore_graph(
     def begin(state: PaCoReState, config: RunnableConfig) -> dict[str, Any]:
         """A new input starts at round 1, also on a thread that already ran (checkpointer, next turn)."""
         run = current_context()
+        run.begin()
         if not run.messages:
             raise ValueError("the message list is empty: PaCoRe needs at least one user message")
         if len(schedule) > 1:
