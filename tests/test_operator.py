@@ -23,7 +23,7 @@ from pacore_graph import (
 )
 from pacore_graph.compaction import compact
 from pacore_graph.config import parse_rounds
-from pacore_graph.extend import RetryPolicy, Trajectory, synthesis_messages
+from pacore_graph.extend import RetryPolicy, RoundRecord, Trajectory, synthesis_messages
 from pacore_graph.fit import cap_text, fit_references
 from pacore_graph.prompt import order_references
 
@@ -176,6 +176,24 @@ async def test_empty_conclusions_never_reach_the_template():
     with pytest.raises(RoundFailedError, match="empty conclusion"):
         await asolve(model, "q", PaCoReConfig(rounds=[2]))
     assert len(model.seen) == 2  # no synthesis call with an empty template
+
+
+def test_a_failed_round_says_which_trajectories_were_cut_and_why():
+    trajectories = [
+        {"round_index": 0, "index": 0, "completion_tokens": 40},
+        {"round_index": 0, "index": 1, "cut": "early_stop"},
+        {"round_index": 0, "index": 2, "cut": "budget_tokens"},
+        {"round_index": 0, "index": 3, "cut": "deadline"},
+        {"round_index": 0, "index": 4, "error": "HTTP 400", "attempts": 1},
+    ]
+    error = RoundFailedError(RoundRecord(round_index=0, k=5, trajectories=trajectories))
+    assert str(error).split("nothing to pass on: ", 1)[1].split("; ") == [
+        "#0 returned an empty conclusion",
+        "#1 was cut before it finished (early stop: its round's answers agreed)",
+        "#2 was cut before it finished (the token budget ran out)",
+        "#3 was cut before it finished (the deadline passed)",
+        "#4 failed after 1 attempt(s): HTTP 400",
+    ]
 
 
 def test_tokens_are_counted_when_usage_is_missing():
