@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 from langchain_core.callbacks import BaseCallbackHandler
 from mock_openai import MockOpenAIServer
 from test_swe_pacore import pacore, sandbox_containers, tool_call
@@ -321,3 +322,27 @@ def test_per_call_max_concurrency_bounds_the_whole_run_and_a_step_may_use_all_of
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(server.requests) == 2 * (4 + 1)  # per instance: one step of 4 proposals and its synthesis
     assert server.peak == 4, f"{server.peak} model calls were in flight at once under --max-concurrency 4"
+
+
+class KeyedServer(MockOpenAIServer):
+    """Lists its models only to a client that sends its API key, as a hosted OpenAI-compatible API does."""
+
+    KEY = "sk-test-key"
+
+    async def _models(self, request):
+        if request.headers.get("Authorization") != f"Bearer {self.KEY}":
+            return web.json_response({"error": {"message": "missing or wrong API key"}}, status=401)
+        return await super()._models(request)
+
+
+def test_swe_run_without_model_discovers_it_with_the_key_from_the_environment(tmp_path):
+    def submits(body: dict, attempt: int) -> dict:
+        return {"content": "", "tool_calls": [tool_call("submit", {"note": "cannot fix"}, "c0")]}
+
+    with KeyedServer(submits) as server:
+        done = pacore("swe", "run", "--dataset", "local", "--instances", ROMAN, "--base-url", server.base_url,
+                      "--rounds", "0", "--runtime", "local", "--output", str(tmp_path / "run"),
+                      env={"OPENAI_API_KEY": KeyedServer.KEY})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert server.requests and {body["model"] for body in server.requests} == {server.model}
+    assert set(server.keys) == {KeyedServer.KEY}
