@@ -140,7 +140,8 @@ class PaCoReContext:
         if messages is None:
             messages = list(self.messages)
             if round_index > 0:
-                messages = synthesis_messages(messages, fit_references(references, messages, settings), template)
+                fitted = fit_references(references, messages, settings, template)
+                messages = synthesis_messages(messages, fitted, template)
             by_references[key] = messages
         return messages, barrier
 

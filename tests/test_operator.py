@@ -23,9 +23,9 @@ from pacore_graph import (
 )
 from pacore_graph.compaction import compact
 from pacore_graph.config import parse_rounds
-from pacore_graph.extend import RetryPolicy, RoundRecord, Trajectory, synthesis_messages
+from pacore_graph.extend import RetryPolicy, RoundRecord, Trajectory, count_tokens, synthesis_messages
 from pacore_graph.fit import cap_text, fit_references
-from pacore_graph.prompt import order_references
+from pacore_graph.prompt import message_text, order_references
 
 # ---- config ---------------------------------------------------------------------------------------
 
@@ -122,6 +122,28 @@ def test_reference_caps_keep_head_and_tail():
     fitted = fit_references([long_text] * 8, [HumanMessage("q")], config)
     total_chars = sum(len(ref) for ref in fitted)
     assert 1 <= len(fitted) <= 8 and total_chars < (2048 - 512) * 4
+
+
+def test_the_verifier_prompt_is_fitted_to_the_context_with_its_own_template():
+    """The verifier round renders ``verifier_template``: its references are capped to fit that prompt, which is
+    much longer here than the synthesis template (whose measure would let the references through whole)."""
+    rules = "Check every step of every candidate with care. " * 150  # about 1500 tokens of instructions
+    candidates = "{% for r in ref_responses %}Candidate {{ loop.index }}:\n{{ r }}\n{% endfor %}"
+    verifier_template = f"{rules}\n{{{{ original_prompt }}}}\n{candidates}"
+
+    def reply(messages):
+        if message_text(messages[-1]).startswith(rules):
+            return "\\boxed{1}"
+        return f"candidate {digest(message_text(messages[-1]))} " + "step " * 900 + "\\boxed{4}"
+
+    model = PromptFunctionChatModel(reply=reply, seen=[])
+    config = PaCoReConfig(rounds=[3], final_selector="verifier", verifier_template=verifier_template,
+                          context_window=4096, max_tokens=512)  # fmt: skip
+    result = solve(model, "What is 2+2?", config)
+    assert result.outcome.selector == "verifier"
+    verifier_prompt = message_text(model.seen[-1][-1])
+    assert verifier_prompt.startswith(rules)
+    assert count_tokens(verifier_prompt)[0] <= 4096 - 512, "the verifier prompt overflows the context window"
 
 
 # ---- graph ----------------------------------------------------------------------------------------
