@@ -44,3 +44,15 @@ def client():
         return docker_client()
     except ImageBuildError as exc:
         pytest.fail(f"{exc} (deselect with -m 'not docker' on machines without Docker)")
+
+
+@pytest.fixture
+def own_sandboxes_removed(client):
+    """The test fails if it leaves one of its sandbox containers on the daemon. Only this process's containers
+    are looked at (by label), and only those the test made: the daemon is shared with other runs."""
+    from pacore_agents.swe.docker_sandbox import leftover_sandboxes
+
+    before = {container.id for container in leftover_sandboxes(client)}
+    yield
+    left = [container.name for container in leftover_sandboxes(client) if container.id not in before]
+    assert not left, f"sandbox containers left behind: {left}"
