@@ -20,6 +20,15 @@ def pytest_configure(config):
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_collection_modifyitems(items):
+    """A docker test builds the images it needs when the daemon lacks them: the base from a Debian mirror
+    (debootstrap), SWE-bench rows' images with wheels from PyPI. So it is a network test too (``-m 'not
+    network'`` deselects it on a machine without those indexes); tests that download wheels say so themselves."""
+    for item in items:
+        if item.get_closest_marker("docker") and not item.get_closest_marker("network"):
+            item.add_marker(pytest.mark.network)
+
+
 @pytest.fixture
 def mock_server():
     """Factory: ``with mock_server(handler) as server: ...``."""
