@@ -71,12 +71,22 @@ class ModelRequestError(PaCoReError):
         self.retryable = retryable
 
 
+CUT_REASONS = {
+    "early_stop": "early stop: its round's answers agreed",
+    "budget_tokens": "the token budget ran out",
+    "deadline": "the deadline passed",
+}
+
+
 def describe_failed_round(round: RoundRecord) -> str:
     """One line: which round, and why each of (at most five of) its trajectories gave nothing."""
     reasons = []
     for record in round.trajectories:
         if record.failed:
             reasons.append(f"#{record.index} failed after {record.attempts} attempt(s): {record.error}")
+        elif record.cut:
+            why = CUT_REASONS.get(record.cut, record.cut)
+            reasons.append(f"#{record.index} was cut before it finished ({why})")
         elif record.truncated:
             reasons.append(f"#{record.index} was cut off by the length limit before any conclusion")
         else:

@@ -10,7 +10,9 @@ Explorers (what produces one trajectory)
     config)``: one trajectory as the operator runs it (``await .explore(slot=...)`` with its retries and
     timeout, ``.record(outcome)`` with its token accounting), for single calls outside a PaCoRe run (a pool
     of first-round trajectories); ``passed_on(trajectory, config)``: the text the operator's next round
-    would see of it (None: dropped).
+    would see of it (None: dropped). ``PaCoReRunner(model_or_explorer, config)``: the compiled operator that
+    ``asolve`` builds for one run, kept to run many (``await .arun(messages, runnable_config, ...)``) under one
+    bound on the trajectories in flight (``config.max_concurrency``), e.g. a PaCoRe run per agent step.
 Retries and transient errors
     ``RetryPolicy``, ``with_retries(attempt, policy, timeout, slot=...)``, ``is_transient(exc)`` (decided
     by the error's class), ``ModelRequestError`` (``.status``, ``.retryable``); ``run_sync(coroutine)``
@@ -81,6 +83,7 @@ from pacore_graph.records import RoundRecord, Trajectory, TrajectoryRecord
 from pacore_graph.results_file import ResultsFile, write_json_atomically
 from pacore_graph.resume import open_checkpointer, thread_id
 from pacore_graph.retry import with_retries
+from pacore_graph.run import PaCoReRunner
 from pacore_graph.sync import run_sync
 from pacore_graph.text import cut_middle
 from pacore_graph.trajectory import OneTrajectory, passed_on
@@ -105,6 +108,7 @@ __all__ = [
     "ModelRequestError",
     "OneTrajectory",
     "OpenAICompatibleChatModel",
+    "PaCoReRunner",
     "ProblemOutcome",
     "ResultsFile",
     "RetryPolicy",

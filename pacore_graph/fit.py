@@ -35,7 +35,10 @@ def cap_text(text: str, max_tokens: int) -> str:
     return cut_middle(text, keep_chars // 3, keep_chars - keep_chars // 3, what)
 
 
-def fit_references(references: Sequence[str], messages: Sequence[BaseMessage], config: PaCoReConfig) -> list[str]:
+def fit_references(
+    references: Sequence[str], messages: Sequence[BaseMessage], config: PaCoReConfig, template: str | None = None
+) -> list[str]:
+    """The references, capped so that the prompt ``template`` renders (default ``config.template``) fits."""
     references = list(references)
     if config.reference_token_cap:
         references = [cap_text(reference, config.reference_token_cap) for reference in references]
@@ -45,7 +48,8 @@ def fit_references(references: Sequence[str], messages: Sequence[BaseMessage], c
     budget = config.context_window - reserve
     position = last_user_index(messages)
     others = sum(count_tokens(message_text(m))[0] + MESSAGE_OVERHEAD for i, m in enumerate(messages) if i != position)
-    base = others + count_tokens(render_synthesis_prompt(message_text(messages[position]), [], config.template))[0]
+    empty = render_synthesis_prompt(message_text(messages[position]), [], template or config.template)
+    base = others + count_tokens(empty)[0]
     available = budget - base
     sizes = [count_tokens(reference)[0] + MESSAGE_OVERHEAD for reference in references]
     if sum(sizes) <= available:

@@ -26,6 +26,7 @@ from typing import Annotated, Any, NotRequired, TypedDict
 
 from langchain_core.messages import AIMessage
 from langchain_core.runnables import Runnable, RunnableConfig
+from langgraph.errors import GraphBubbleUp
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Overwrite, Send
 
@@ -108,6 +109,7 @@ def build_pacore_graph(
     def begin(state: PaCoReState, config: RunnableConfig) -> dict[str, Any]:
         """A new input starts at round 1, also on a thread that already ran (checkpointer, next turn)."""
         run = current_context()
+        run.begin()
         if not run.messages:
             raise ValueError("the message list is empty: PaCoRe needs at least one user message")
         if len(schedule) > 1:
@@ -156,7 +158,7 @@ def build_pacore_graph(
         barrier.start()
         try:
             outcome = await control.guard(index, one.explore(slot=limiter.semaphore()))
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, GraphBubbleUp):  # an agent's interrupt goes to the caller, as is
             barrier.leave()
             raise
         except TrajectoryCut as cut:

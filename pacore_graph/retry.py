@@ -9,6 +9,8 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
+from langgraph.errors import GraphBubbleUp
+
 from pacore_graph.config import RetryPolicy
 from pacore_graph.errors import is_transient
 
@@ -34,7 +36,8 @@ async def with_retries(
     ``slot`` (a semaphore, say) is held around each attempt but not during backoff sleeps, and the
     ``timeout`` starts once the slot is held: time queued behind other requests is not generation time.
     Returns the result and the number of attempts; raises the last error otherwise, unchanged (a caller
-    that needs the count of failed attempts counts the calls of ``attempt``).
+    that needs the count of failed attempts counts the calls of ``attempt``). LangGraph's interrupts
+    (``GraphBubbleUp``) are raised at once, whatever ``retryable`` says.
     """
     gate = slot if slot is not None else contextlib.nullcontext()
     for number in range(1, policy.max_attempts + 1):
@@ -45,7 +48,7 @@ async def with_retries(
                 async with asyncio.timeout(timeout):
                     return await attempt(), number
         except Exception as exc:
-            if number == policy.max_attempts or not retryable(exc):
-                raise
+            if isinstance(exc, GraphBubbleUp) or number == policy.max_attempts or not retryable(exc):
+                raise  # an interrupt (or a Command for the parent graph) is LangGraph's, never a failure
             await asyncio.sleep(backoff_delay(policy, number))
     raise AssertionError("unreachable")

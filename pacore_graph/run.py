@@ -10,6 +10,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
 from langchain_core.runnables import RunnableConfig, ensure_config
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.errors import GraphInterrupt
 from langgraph.types import Durability
 
 from pacore_graph.config import PaCoReConfig
@@ -139,7 +140,12 @@ class PaCoReRunner:
 
 
 def build_result(state: dict[str, Any], trace: list[Trajectory] | None = None) -> PaCoReResult:
-    """The result of a finished graph state; its message is the answer with every round's account."""
+    """The result of a finished graph state; its message is the answer with every round's account.
+
+    A run an explorer interrupted (LangGraph's ``interrupt()`` in an agent) has no result: its interrupts are
+    raised to the caller as ``GraphInterrupt``, as a graph running it as a subgraph raises them."""
+    if state.get("__interrupt__"):
+        raise GraphInterrupt(state["__interrupt__"])
     rounds = [RoundRecord.model_validate(data) for data in state["rounds"]]
     answer: AIMessage = state["answer"]
     outcome = Outcome.model_validate(state.get("outcome") or {})

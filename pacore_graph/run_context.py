@@ -98,6 +98,16 @@ class PaCoReContext:
             elif not loop.is_closed():
                 loop.call_soon_threadsafe(task.cancel)
 
+    def begin(self) -> None:
+        """A new input starts a run on this context: what an earlier run left on it (its rounds' barriers and
+        message lists, its early-stop and budget state) is dropped, so a context may be reused; its budget's
+        deadline then counts from now. A resume does not begin: it keeps what the interrupted run left."""
+        if self._rounds or self._control is not None or self._fanned_out:
+            self.started = time.monotonic()
+        self._rounds.clear()
+        self._control = None
+        self._fanned_out.clear()
+
     def fanned_out(self, round_index: int) -> None:
         """This process sends the round's K tasks: all of them will run here (see RoundBarrier)."""
         self._fanned_out.add(round_index)
@@ -130,7 +140,8 @@ class PaCoReContext:
         if messages is None:
             messages = list(self.messages)
             if round_index > 0:
-                messages = synthesis_messages(messages, fit_references(references, messages, settings), template)
+                fitted = fit_references(references, messages, settings, template)
+                messages = synthesis_messages(messages, fitted, template)
             by_references[key] = messages
         return messages, barrier
 

@@ -20,6 +20,15 @@ def pytest_configure(config):
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_collection_modifyitems(items):
+    """A docker test builds the images it needs when the daemon lacks them: the base from a Debian mirror
+    (debootstrap), SWE-bench rows' images with wheels from PyPI. So it is a network test too (``-m 'not
+    network'`` deselects it on a machine without those indexes); tests that download wheels say so themselves."""
+    for item in items:
+        if item.get_closest_marker("docker") and not item.get_closest_marker("network"):
+            item.add_marker(pytest.mark.network)
+
+
 @pytest.fixture
 def mock_server():
     """Factory: ``with mock_server(handler) as server: ...``."""
@@ -44,3 +53,15 @@ def client():
         return docker_client()
     except ImageBuildError as exc:
         pytest.fail(f"{exc} (deselect with -m 'not docker' on machines without Docker)")
+
+
+@pytest.fixture
+def own_sandboxes_removed(client):
+    """The test fails if it leaves one of its sandbox containers on the daemon. Only this process's containers
+    are looked at (by label), and only those the test made: the daemon is shared with other runs."""
+    from pacore_agents.swe.docker_sandbox import leftover_sandboxes
+
+    before = {container.id for container in leftover_sandboxes(client)}
+    yield
+    left = [container.name for container in leftover_sandboxes(client) if container.id not in before]
+    assert not left, f"sandbox containers left behind: {left}"

@@ -15,11 +15,16 @@ import random
 from collections import Counter
 
 import pytest
+from langchain_core.messages import AIMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.errors import GraphInterrupt
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.types import interrupt
 from test_conformance import table_6
 
-from pacore_graph import PaCoReConfig, RoundFailedError, asolve, chat_model
+from pacore_graph import AgentExplorer, PaCoReConfig, PaCoReNode, RoundFailedError, asolve, chat_model
 from pacore_graph.coordination import EarlyStop
-from pacore_graph.extend import RetryPolicy
+from pacore_graph.extend import RetryPolicy, message_text
 
 NO_WAIT = RetryPolicy(max_attempts=5, initial_delay=0, max_delay=0)
 TOO_LONG = (
@@ -154,3 +159,31 @@ def test_options_the_reference_has_not_are_refused_with_compat():
         PaCoReConfig(compat="reference", answer_extractor="boxed", early_stop=EarlyStop(agree=2))
     with pytest.raises(ValueError, match="reference_order='index'"):
         PaCoReConfig(compat="reference", reference_order="index")
+
+
+@pytest.mark.parametrize("compat", [None, "reference"])
+async def test_an_agents_interrupt_reaches_the_caller_and_is_never_retried(compat):
+    """Every error is retried under compat='reference', but a LangGraph interrupt is not an error: it stops the
+    run where it is (for a human to answer), so it propagates out of the PaCoRe run untouched, in either mode."""
+    asked: list[str] = []
+
+    def ask(state: MessagesState) -> dict:
+        asked.append(message_text(state["messages"][-1]))
+        return {"messages": [AIMessage(interrupt("may I run `rm -rf build`?"))]}
+
+    agent = StateGraph(MessagesState)
+    agent.add_node("ask", ask)
+    agent.add_edge(START, "ask")
+    explorer = AgentExplorer(agent.compile(), output=lambda state: state["messages"][-1])
+    config = PaCoReConfig(rounds=[2], compat=compat, retry=RetryPolicy(max_attempts=3, initial_delay=0))
+    user = StateGraph(MessagesState)
+    user.add_node("pacore", PaCoReNode(explorer, config))
+    user.add_edge(START, "pacore")
+    graph = user.compile(checkpointer=InMemorySaver())
+    state = await graph.ainvoke({"messages": [("user", "clean the build")]}, {"configurable": {"thread_id": "t"}})
+    assert [i.value for i in state["__interrupt__"]] == ["may I run `rm -rf build`?"] * 2  # round 1's two episodes
+    assert asked == ["clean the build"] * 2, "each episode ran once: the interrupt was not retried"
+    with pytest.raises(GraphInterrupt) as raised:  # run on its own, the PaCoRe run raises it
+        await asolve(explorer, "clean the build", config)
+    assert [i.value for i in raised.value.args[0]] == ["may I run `rm -rf build`?"] * 2
+    assert len(asked) == 4

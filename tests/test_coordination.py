@@ -14,11 +14,12 @@ import time
 
 import pytest
 
-from pacore_graph import PaCoReConfig, asolve, chat_model, solve
+from pacore_graph import PaCoReConfig, PaCoReContext, asolve, build_pacore_graph, chat_model, solve
 from pacore_graph.coordination import RSA_TEMPLATE, Budget, EarlyStop, boxed_answer
 from pacore_graph.coordination.rsa import rsa_config
 from pacore_graph.errors import BudgetExhaustedError
 from pacore_graph.prompt import render_synthesis_prompt
+from pacore_graph.records import RoundRecord
 from pacore_graph.resume import open_checkpointer, solve_resumable, thread_id
 from pacore_graph.run import PaCoReRunner, to_messages
 
@@ -93,6 +94,26 @@ async def test_early_stop_cancels_the_rest_of_the_round_and_the_server_sees_the_
     assert result.answer == "So the answer is \\boxed{7}." and result.outcome.selector == "synthesis"
     assert [c["reason"] for c in result.message.response_metadata["pacore"]["cut"]] == ["early_stop"] * 5
     assert {"event": "round_cut", "round": 0, "reason": "early_stop", "running": 5} in events
+
+
+async def test_a_context_reused_for_a_second_run_after_an_early_stop_runs_it_afresh(mock_server):
+    """What a run keeps on its PaCoReContext (the round's early-stop state, barriers, message lists) is its own:
+    a second input on the same context runs its rounds again instead of finding them already cut."""
+    first = FAST_SEVENS + [reply(n, tokens=5000, delay=SLOW) for n in range(2)]
+    with mock_server(scripted(first, synthesis=reply(7))) as server:
+        model = chat_model(server.base_url)
+        config = PaCoReConfig(rounds=[5], answer_extractor="boxed", early_stop=EarlyStop(agree=3))
+        graph = build_pacore_graph(model, config).compile()
+        context = PaCoReContext(messages=to_messages("What is 3+4?"))
+        try:
+            states = [await graph.ainvoke({}, context=context) for _ in range(2)]
+        finally:
+            await model.aclose()
+    for state in states:
+        (round_1, _) = [RoundRecord.model_validate(data) for data in state["rounds"]]
+        assert [t.cut for t in round_1.trajectories].count("early_stop") == 2
+        assert state["answer"].content == "So the answer is \\boxed{7}."
+    assert [kind(body) for body in server.requests].count("synthesis") == 2
 
 
 async def test_early_stop_when_the_leader_cannot_be_caught(mock_server):

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from pacore_benchmarks.perf import coordination_cli
 from pacore_benchmarks.perf.coordination import CoordinationSettings, bench_emulator, problems, run_benchmark
 from pacore_benchmarks.perf.emulator_replies import majority_answer
 from pacore_graph.cli import main as pacore
@@ -36,12 +39,19 @@ async def test_every_method_runs_the_same_problems_side_by_side():
     assert set(summary["methods"]) == set(runs)
 
 
-def test_the_command_prints_a_table_then_one_json_line(capsys):
+@pytest.mark.parametrize("met", [True, False])
+def test_the_command_prints_a_table_then_one_json_line_and_exits_1_when_a_target_is_missed(capsys, monkeypatch, met):
+    # Three problems may meet the real targets or not: targets every run meets, or none can, decide here.
+    targets = dict.fromkeys(coordination_cli.TARGETS, 0.0 if met else 1.01)
+    monkeypatch.setattr(coordination_cli, "TARGETS", targets)
     code = pacore(["bench", "coordination", "--problems", "3", "--schedule", "4", "--methods", "paper,early_stop",
                    "--token-delay", "0.0005", "--output-tokens", "40-300", "--lead", "2"])  # fmt: skip
-    out = capsys.readouterr().out.strip().splitlines()
+    captured = capsys.readouterr()
+    out = captured.out.strip().splitlines()
     summary = json.loads(out[-1])
-    assert code in (0, 1)  # 1 when a target is missed, as it may be on three problems
+    assert code == (0 if met else 1)
+    assert ("missed target: tokens_saved_early_stop" in captured.err) != met
+    assert ("missed target: agreement_kept_early_stop" in captured.err) != met
     assert {"tokens_saved_early_stop", "agreement_kept_early_stop", "methods"} <= set(summary)
     assert set(summary["methods"]) == {"paper", "early_stop"} and summary["problems"] == 3
     assert "pacore bench coordination" in "\n".join(out[:-1])

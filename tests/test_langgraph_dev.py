@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -42,6 +43,7 @@ def test_langgraph_dev_serves_the_pacore_graph_on_a_thread_for_two_turns(tmp_pat
         [cli, "dev", "--config", str(tmp_path / "langgraph.json"), "--no-browser", "--no-reload",
          "--host", "127.0.0.1", "--port", str(port)],
         cwd=tmp_path, env=env, stdout=(tmp_path / "server.log").open("w"), stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group: a kill reaches whatever it started
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 180
@@ -61,7 +63,12 @@ def test_langgraph_dev_serves_the_pacore_graph_on_a_thread_for_two_turns(tmp_pat
         state = json.load(urllib.request.urlopen(f"{base}/threads/{thread}/state", timeout=30))
     finally:
         process.terminate()
-        process.wait(timeout=30)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # SIGTERM did not stop it: fail, leaving no server behind
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            raise
     log = (tmp_path / "server.log").read_text()[-3000:]
     for out in turns:
         assert "__error__" not in out, (out, log)

@@ -20,6 +20,7 @@ import pytest
 
 from pacore_benchmarks.math.data import load_problems
 from pacore_benchmarks.math.runner import MathBenchmark, MathRunSettings
+from pacore_benchmarks.perf.faults import saved_trajectories
 from pacore_graph.extend import ModelRequestError, SettingsMismatch, Trajectory, message_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -219,6 +220,12 @@ def _calls(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def saved_all(output: Path, calls: list[dict]) -> bool:
+    """Every trajectory the explorer finished is in the checkpoint (pool trajectories included: round 1 of
+    the PaCoRe run is made of them)."""
+    return asyncio.run(saved_trajectories(output, set())) >= sum(c["event"] == "finish" for c in calls)
+
+
 def test_sigkill_mid_round_resumes_without_redoing_finished_trajectories(tmp_path: Path) -> None:
     """Kill -9 while round 2 has one trajectory done and one in flight; the restart redoes only the latter."""
     script = tmp_path / "run.py"
@@ -228,15 +235,15 @@ def test_sigkill_mid_round_resumes_without_redoing_finished_trajectories(tmp_pat
     process = subprocess.Popen([sys.executable, str(script)], env=env, cwd=ROOT)
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            events = {(c["event"], c["round"], c["index"]) for c in _calls(first_calls)}
-            if {("finish", 1, 0), ("start", 1, 1)} <= events:
+        while time.monotonic() < deadline:  # round 2's first trajectory finished and saved, the second blocked
+            calls = _calls(first_calls)
+            events = {(c["event"], c["round"], c["index"]) for c in calls}
+            if {("finish", 1, 0), ("start", 1, 1)} <= events and saved_all(output, calls):
                 break
             assert process.poll() is None, "the run ended before it could be killed"
             time.sleep(0.1)
         else:
-            pytest.fail("round 2 never reached the blocked trajectory")
-        time.sleep(1.5)  # let the checkpointer store the finished trajectory's write
+            pytest.fail("round 2 never reached the blocked trajectory with the finished one saved")
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
     finally:

@@ -97,3 +97,35 @@ def test_resuming_into_a_folder_of_another_run_is_refused_and_keeps_its_rows(cap
         assert code == 0 and len(server.calls) == calls + 2
     ids = [json.loads(line)["question_id"] for line in (out / "results.jsonl").read_text().splitlines()]
     assert ids == ["q0", "q1", "q2"]
+
+
+@pytest.mark.parametrize("failure", ["the judge's model is unknown", "the run raises"])
+def test_the_clients_are_closed_however_the_run_ends(capsys, tmp_path, monkeypatch, failure):
+    from pacore_benchmarks.multichallenge.runner import MultiChallengeRunner
+    from pacore_graph.extend import OpenAICompatibleChatModel
+
+    closed: list[str] = []
+    close = OpenAICompatibleChatModel.aclose
+
+    async def recording_close(self):
+        closed.append(self.model)
+        await close(self)
+
+    monkeypatch.setattr(OpenAICompatibleChatModel, "aclose", recording_close)
+    data = tmp_path / "data.jsonl"
+    write_data(data, 1)
+    with MockServer() as server:
+        args = ["--data", str(data), "--base-url", server.url, "--model", "mock", "--output", str(tmp_path / "o")]
+        if failure == "the run raises":
+
+            async def crash(self, *args, **kwargs):
+                raise RuntimeError("the run crashed")
+
+            monkeypatch.setattr(MultiChallengeRunner, "arun", crash)
+            with pytest.raises(RuntimeError, match="the run crashed"):
+                cli(args)
+            assert closed == ["mock", "mock"]  # the responder and the judge's own client
+        else:
+            code, text = run(capsys, *args, "--judge-base-url", server.url, "--judge-model", "nope")
+            assert code == 2 and "does not serve model 'nope'" in " ".join(text.split())
+            assert sorted(closed) == ["mock", "nope"]

@@ -2,7 +2,7 @@
 
 The CLI runs in a subprocess against a loopback OpenAI-compatible mock that counts every request and
 can hold one trajectory forever, so the kill lands at a known point: three conversations written, the
-fourth in its first round with three of four trajectories finished.
+fourth in its first round with three of four trajectories finished and saved in its checkpoint.
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+
+from pacore_benchmarks.multichallenge.runner import problem_id
+from pacore_benchmarks.perf.faults import saved_trajectories
 
 REPO = Path(__file__).resolve().parents[1]
 JUDGE_MARK = "<MODEL_RESPONSE>"  # the official judge prompt
@@ -140,6 +143,12 @@ def result_rows(output: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def saved_trajectories_of(output: Path) -> int:
+    """Trajectories the checkpoints hold of the conversations without a row (LangGraph's saved writes)."""
+    written = {problem_id(row["question_id"], row["sample"]) for row in result_rows(output)}
+    return asyncio.run(saved_trajectories(output, written))
+
+
 def wait_for(condition, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -160,7 +169,8 @@ def test_sigkill_then_rerun_redoes_nothing_finished(tmp_path):
         proc = subprocess.Popen(cli_command(data, output, server.url), cwd=REPO, env=env, stdout=log, stderr=log)
         try:
             wait_for(lambda: server.held.is_set() and len(result_rows(output)) == 3, 120, "3 rows and a held call")
-            time.sleep(1.5)  # let the three finished trajectories of c3 reach the checkpoint
+            # the kill lands once the three finished trajectories of c3 are in its checkpoint
+            wait_for(lambda: saved_trajectories_of(output) == 3, 60, "c3's three finished trajectories saved")
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait()

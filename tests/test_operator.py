@@ -23,9 +23,9 @@ from pacore_graph import (
 )
 from pacore_graph.compaction import compact
 from pacore_graph.config import parse_rounds
-from pacore_graph.extend import RetryPolicy, Trajectory, synthesis_messages
+from pacore_graph.extend import RetryPolicy, RoundRecord, Trajectory, count_tokens, synthesis_messages
 from pacore_graph.fit import cap_text, fit_references
-from pacore_graph.prompt import order_references
+from pacore_graph.prompt import message_text, order_references
 
 # ---- config ---------------------------------------------------------------------------------------
 
@@ -124,6 +124,28 @@ def test_reference_caps_keep_head_and_tail():
     assert 1 <= len(fitted) <= 8 and total_chars < (2048 - 512) * 4
 
 
+def test_the_verifier_prompt_is_fitted_to_the_context_with_its_own_template():
+    """The verifier round renders ``verifier_template``: its references are capped to fit that prompt, which is
+    much longer here than the synthesis template (whose measure would let the references through whole)."""
+    rules = "Check every step of every candidate with care. " * 150  # about 1500 tokens of instructions
+    candidates = "{% for r in ref_responses %}Candidate {{ loop.index }}:\n{{ r }}\n{% endfor %}"
+    verifier_template = f"{rules}\n{{{{ original_prompt }}}}\n{candidates}"
+
+    def reply(messages):
+        if message_text(messages[-1]).startswith(rules):
+            return "\\boxed{1}"
+        return f"candidate {digest(message_text(messages[-1]))} " + "step " * 900 + "\\boxed{4}"
+
+    model = PromptFunctionChatModel(reply=reply, seen=[])
+    config = PaCoReConfig(rounds=[3], final_selector="verifier", verifier_template=verifier_template,
+                          context_window=4096, max_tokens=512)  # fmt: skip
+    result = solve(model, "What is 2+2?", config)
+    assert result.outcome.selector == "verifier"
+    verifier_prompt = message_text(model.seen[-1][-1])
+    assert verifier_prompt.startswith(rules)
+    assert count_tokens(verifier_prompt)[0] <= 4096 - 512, "the verifier prompt overflows the context window"
+
+
 # ---- graph ----------------------------------------------------------------------------------------
 
 
@@ -176,6 +198,24 @@ async def test_empty_conclusions_never_reach_the_template():
     with pytest.raises(RoundFailedError, match="empty conclusion"):
         await asolve(model, "q", PaCoReConfig(rounds=[2]))
     assert len(model.seen) == 2  # no synthesis call with an empty template
+
+
+def test_a_failed_round_says_which_trajectories_were_cut_and_why():
+    trajectories = [
+        {"round_index": 0, "index": 0, "completion_tokens": 40},
+        {"round_index": 0, "index": 1, "cut": "early_stop"},
+        {"round_index": 0, "index": 2, "cut": "budget_tokens"},
+        {"round_index": 0, "index": 3, "cut": "deadline"},
+        {"round_index": 0, "index": 4, "error": "HTTP 400", "attempts": 1},
+    ]
+    error = RoundFailedError(RoundRecord(round_index=0, k=5, trajectories=trajectories))
+    assert str(error).split("nothing to pass on: ", 1)[1].split("; ") == [
+        "#0 returned an empty conclusion",
+        "#1 was cut before it finished (early stop: its round's answers agreed)",
+        "#2 was cut before it finished (the token budget ran out)",
+        "#3 was cut before it finished (the deadline passed)",
+        "#4 failed after 1 attempt(s): HTTP 400",
+    ]
 
 
 def test_tokens_are_counted_when_usage_is_missing():

@@ -18,7 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from pacore_benchmarks.perf.faults import FaultSettings, run_resume_scenario
+from pacore_benchmarks.perf.faults import (
+    FaultSettings,
+    run_resume_scenario,
+    saved_trajectories,
+    trajectories_on_disk,
+)
 from pacore_graph import PaCoReConfig, Problem, RoundFailedError, RunFolder
 from pacore_graph.extend import ResultsFile, RetryPolicy, Trajectory, open_checkpointer, thread_id
 from pacore_graph.resume import solve_resumable
@@ -186,10 +191,13 @@ def test_pacore_node_in_a_checkpointed_user_graph_resumes_after_sigkill(tmp_path
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen([sys.executable, str(script), str(tmp_path), str(first_log)], cwd=ROOT, env=env)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (not first_log.exists() or len(first_log.read_text().splitlines()) < 3):
+    while True:  # killed once three trajectories finished and every finished one is in the checkpoint
         assert process.poll() is None, "the run ended before it could be killed"
+        assert time.monotonic() < deadline, "three trajectories did not finish and reach the checkpoint in 60 s"
+        logged = _lines(first_log)
+        if logged >= 3 and asyncio.run(saved_trajectories(tmp_path, set())) >= logged == _lines(first_log):
+            break
         time.sleep(0.02)
-    time.sleep(0.05)  # the third write reaches the checkpoint well before the fourth trajectory ends
     process.send_signal(signal.SIGKILL)
     process.wait()
     finished = {tuple(json.loads(line)) for line in first_log.read_text().splitlines()}
@@ -256,8 +264,6 @@ def _lines(path: Path) -> int:
 @pytest.mark.embedded
 def test_embedded_model_run_killed_mid_problem_resumes_without_redoing_work(embedded_server, tmp_path):
     """The same kill-and-resume on the real embedded model; calls are counted by the worker itself."""
-    from pacore_benchmarks.perf.faults import saved_trajectories
-
     out, calls = tmp_path / "run", tmp_path / "calls.jsonl"
     command = [sys.executable, "-m", "pacore_benchmarks.perf.faults_worker", "--base-url", embedded_server.base_url,
                "--model", embedded_server.model, "--output", str(out), "--problems", "2", "--rounds", "3",
@@ -265,15 +271,18 @@ def test_embedded_model_run_killed_mid_problem_resumes_without_redoing_work(embe
     per_problem = 3 + 1
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not (_lines(out / "results.jsonl") == 1 and _lines(calls) > per_problem):
+    while True:  # killed once a problem is written, the next partly done, and every finished call is on disk
         assert process.poll() is None, "the run ended before it could be killed"
+        assert time.monotonic() < deadline, "no problem was written and another partly done in 300 s"
+        answered = _lines(calls)
+        if _lines(out / "results.jsonl") == 1 and answered > per_problem:
+            if trajectories_on_disk(out, per_problem) >= answered == _lines(calls):  # none finished meanwhile
+                break
         time.sleep(0.01)
-    time.sleep(0.1)  # the embedded server answers one request at a time: the next one is far off
     process.send_signal(signal.SIGKILL)
     process.wait()
     finished_before = _lines(calls)
-    written = {json.loads(line)["id"] for line in (out / "results.jsonl").read_text().splitlines()}
-    saved = len(written) * per_problem + asyncio.run(saved_trajectories(out, written))
+    saved = trajectories_on_disk(out, per_problem)
     assert saved == finished_before, "every finished call was on disk at the kill"
     assert finished_before > per_problem
 

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from pacore_agents.swe.docker_sandbox import leftover_sandboxes
 from pacore_agents.swe.eval_cli import register_eval
 from pacore_agents.swe.evaluation import PredictionError, evaluate, load_predictions, run_swebench_harness
 from pacore_agents.swe.images import ensure_images
 from pacore_agents.swe.sandbox import open_sandbox
 from pacore_agents.swe.tasks import listed_tests, load_tasks
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("own_sandboxes_removed")]
 VERIFIED_ROWS = Path(__file__).parent / "fixtures" / "swe" / "verified_rows.jsonl"
 
 
@@ -152,12 +152,10 @@ def test_swebench_own_harness_resolves_a_local_task(rows, client, tmp_path, monk
     """swebench.harness.run_evaluation itself accepts the local rows and images (format compatibility)."""
     monkeypatch.chdir(tmp_path)  # swebench writes logs/ under the working directory
     row = next(r for r in rows if r["instance_id"] == "pacore__roman-1")
-    report_file = run_swebench_harness("local", [row], "gold", run_id="harness", output_dir=tmp_path / "out")
+    run_id = f"harness-{os.getpid()}"  # its containers' names end with it: another run's are not looked at
+    report_file = run_swebench_harness("local", [row], "gold", run_id=run_id, output_dir=tmp_path / "out")
     report = json.loads(Path(report_file).read_text())
     assert report["resolved_ids"] == [row["instance_id"]]
-    names = [c.name for c in client.containers.list(all=True)]
-    assert not [name for name in names if name.startswith("sweb.eval.") and name.endswith(".harness")]
+    names = [c.name for c in client.containers.list(all=True, filters={"name": run_id})]
+    assert not [name for name in names if name.startswith("sweb.eval.") and name.endswith(f".{run_id}")]
 
-
-def test_no_containers_are_left_behind(client):
-    assert leftover_sandboxes(client) == []  # this process's sandboxes (other runs may share the daemon)

@@ -155,6 +155,7 @@ def test_requirement_files_are_read_with_includes_and_pins_win(tmp_path):
     assert merge_requirements(lines, ["Click==8.1.3"]) == ["pytest==7.2.2", "tox", "Click==8.1.3"]
 
 
+@pytest.mark.network  # pip downloads from PyPI
 def test_wheels_are_chosen_for_the_images_python_markers_included(tmp_path):
     """pip runs with the image's marker environment: `python_version < "3.11"` holds for bullseye's 3.9."""
     wanted = ['tomli==2.0.1; python_version < "3.11"', "six==1.16.0"]
@@ -164,6 +165,7 @@ def test_wheels_are_chosen_for_the_images_python_markers_included(tmp_path):
     assert [p.name for p in new] == ["six-1.16.0-py2.py3-none-any.whl"]
 
 
+@pytest.mark.network  # pip downloads from PyPI
 def test_a_stand_in_lets_pip_resolve_a_project_it_cannot_build_here(tmp_path):
     """The repository is resolved from its metadata alone: its requirements, its extras, its own version."""
     metadata = {"name": "demo-project", "version": "1.0.dev3", "provides_extra": ["test"],

@@ -11,6 +11,7 @@ both on a real SWE-bench Verified row (tests/fixtures/swe) and grades the predic
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import subprocess
@@ -18,7 +19,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 from langchain_core.callbacks import BaseCallbackHandler
+from mock_openai import MockOpenAIServer
 from test_swe_pacore import pacore, sandbox_containers, tool_call
 
 from pacore_agents.swe.per_call import per_call_solver
@@ -269,3 +272,77 @@ def test_an_instance_without_a_patch_says_how_its_episodes_ended(mock_server, tm
         assert f"{ROMAN}: no patch (episodes ended: {endings})" in done.stderr
         (prediction,) = [json.loads(line) for line in (tmp_path / protocol / PREDICTIONS_FILE).read_text().splitlines()]
         assert prediction["model_patch"] == ""
+
+
+class InFlightServer(MockOpenAIServer):
+    """Counts the requests in flight and holds every proposal (a request without references) until all
+    ``expected`` proposals of the run have arrived or ``patience`` seconds passed: so every proposal the client
+    lets overlap does overlap, however slowly each instance starts."""
+
+    def __init__(self, handler, expected: int, patience: float = 3.0):
+        super().__init__(handler)
+        self.expected, self.patience = expected, patience
+        self.in_flight = self.peak = self.proposals = 0
+        self.arrived = asyncio.Event()
+
+    async def _chat(self, request):
+        body = await request.json()  # aiohttp caches the body: the parent reads it again
+        self.in_flight += 1  # every handler runs on the server's one loop: no lock needed
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            if "Reference Responses" not in body["messages"][1]["content"]:
+                self.proposals += 1
+                self.arrived.set()
+                self.arrived = asyncio.Event()
+                deadline = asyncio.get_running_loop().time() + self.patience
+                while self.proposals < self.expected:
+                    left = deadline - asyncio.get_running_loop().time()
+                    if left <= 0:
+                        break
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.arrived.wait(), left)
+            return await super()._chat(request)
+        finally:
+            self.in_flight -= 1
+
+
+def test_per_call_max_concurrency_bounds_the_whole_run_and_a_step_may_use_all_of_it(tmp_path):
+    """Two instances at once, each step K=4 proposals, --max-concurrency 4: one limiter for the run, so at
+    most 4 model calls are in flight however many instances run, and one step alone fills the bound."""
+
+    def submits(body: dict, attempt: int) -> dict:
+        return {"content": "", "tool_calls": [tool_call("submit", {"note": "cannot fix"}, "c0")]}
+
+    instances = [ROMAN, "pacore__intervals-1"]
+    with InFlightServer(submits, expected=4 * len(instances)) as server:
+        done = pacore("swe", "run", "--dataset", "local", "--instances", ",".join(instances), "--base-url",
+                      server.base_url, "--model", "scripted", "--rounds", "4", "--max-concurrency", "4",
+                      "--workers", "2", "--runtime", "local", "--protocol", "per-call",
+                      "--output", str(tmp_path / "run"))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(server.requests) == 2 * (4 + 1)  # per instance: one step of 4 proposals and its synthesis
+    assert server.peak == 4, f"{server.peak} model calls were in flight at once under --max-concurrency 4"
+
+
+class KeyedServer(MockOpenAIServer):
+    """Lists its models only to a client that sends its API key, as a hosted OpenAI-compatible API does."""
+
+    KEY = "sk-test-key"
+
+    async def _models(self, request):
+        if request.headers.get("Authorization") != f"Bearer {self.KEY}":
+            return web.json_response({"error": {"message": "missing or wrong API key"}}, status=401)
+        return await super()._models(request)
+
+
+def test_swe_run_without_model_discovers_it_with_the_key_from_the_environment(tmp_path):
+    def submits(body: dict, attempt: int) -> dict:
+        return {"content": "", "tool_calls": [tool_call("submit", {"note": "cannot fix"}, "c0")]}
+
+    with KeyedServer(submits) as server:
+        done = pacore("swe", "run", "--dataset", "local", "--instances", ROMAN, "--base-url", server.base_url,
+                      "--rounds", "0", "--runtime", "local", "--output", str(tmp_path / "run"),
+                      env={"OPENAI_API_KEY": KeyedServer.KEY})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert server.requests and {body["model"] for body in server.requests} == {server.model}
+    assert set(server.keys) == {KeyedServer.KEY}

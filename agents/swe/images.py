@@ -78,14 +78,32 @@ def image_exists(client, name: str) -> bool:
 
 @contextlib.contextmanager
 def build_lock(name: str) -> Iterator[None]:
-    """One build of ``name`` at a time across threads and processes (parallel episodes build it once)."""
+    """One build of ``name`` at a time across threads and processes (parallel episodes build it once).
+
+    The lock file is removed when the build is done. A waiter may then hold the lock of a file no longer
+    there while a newcomer locks a new one, so the lock counts only once its file is still the one at the path.
+    """
     digest = hashlib.sha256(name.encode()).hexdigest()[:16]
-    with open(LOCK_DIR / f"pacore-swe-image-{digest}.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    path = LOCK_DIR / f"pacore-swe-image-{digest}.lock"
+    while True:
+        with open(path, "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                if _same_file(handle, path):
+                    try:
+                        yield
+                    finally:
+                        path.unlink(missing_ok=True)  # before unlocking: waiters on it see it gone and retry
+                    return
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _same_file(handle, path: Path) -> bool:
+    try:
+        return os.path.samestat(os.fstat(handle.fileno()), os.stat(path))
+    except FileNotFoundError:
+        return False
 
 
 # ---------------------------------------------------------------------------------------------- base

@@ -9,6 +9,9 @@ one episode, in one sandbox. Its record's messages each carry their step's round
 
 Token accounting: the step's message counts every proposal and synthesis in its ``usage_metadata``,
 which the episode record adds up. A killed run starts an unfinished instance's episode over.
+
+Concurrency: every step of every instance runs on one runner, so ``config.max_concurrency``
+(``--max-concurrency``) bounds the model calls in flight over the whole run, and one step may use all of it.
 """
 
 from __future__ import annotations
@@ -22,8 +25,8 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 
 from pacore_agents.swe.episodes import DEFAULT_PATCH_CAP, SweSolver
 from pacore_agents.swe.repair_settings import RepairSettings
-from pacore_graph import PaCoReConfig, asolve, solve
-from pacore_graph.extend import RunProgress
+from pacore_graph import PaCoReConfig
+from pacore_graph.extend import PaCoReRunner, RunProgress, run_sync
 
 MODEL_CALLS = "model calls"
 
@@ -35,14 +38,16 @@ def pacore_model_call(
 
     The reply's ``response_metadata["pacore"]`` holds the rounds (per-proposal tokens) and its
     ``usage_metadata`` every token of every proposal. Callbacks see one ``pacore_model_call`` run per step with
-    its proposals and syntheses under it; ``on_event`` gets the operator's progress events.
+    its proposals and syntheses under it; ``on_event`` gets the operator's progress events. Every call runs
+    on one runner: its limiter bounds the proposals in flight over all calls (all steps, all episodes).
     """
+    runner = PaCoReRunner(model, pacore_config)
 
     async def acall(messages: Sequence[BaseMessage], config: RunnableConfig) -> AIMessage:
-        return (await asolve(model, messages, pacore_config, runnable_config=config, on_event=on_event)).message
+        return (await runner.arun(messages, config, on_event=on_event)).message
 
     def call(messages: Sequence[BaseMessage], config: RunnableConfig) -> AIMessage:
-        return solve(model, messages, pacore_config, runnable_config=config, on_event=on_event).message
+        return run_sync(acall(messages, config))
 
     return RunnableLambda(call, acall, name="pacore_model_call")
 

@@ -40,7 +40,8 @@ def register_run(subparsers: argparse._SubParsersAction) -> None:
         "--max-concurrency",
         type=int,
         default=8,
-        help="episodes (sandboxes) running at once over the whole run (default 8)",
+        help="episodes (sandboxes) running at once over the whole run; with --protocol per-call, model calls in "
+        "flight over the whole run, which one step may use all of (default 8)",
     )
     run.add_argument("--step-limit", type=int, default=30, help="model calls per episode (default 30)")
     run.add_argument("--command-timeout", type=float, default=120.0, help="seconds per shell command (default 120)")

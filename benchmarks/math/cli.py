@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -267,7 +266,7 @@ def run_command(args: argparse.Namespace) -> int:
         budget_tokens=args.budget_tokens,
     )
     _load(args)  # bad data fails before any server starts
-    api_key = args.api_key or os.environ.get("OPENAI_API_KEY")
+    api_key = args.api_key  # None: the server query and the client send $OPENAI_API_KEY
     model_name = args.model or (EMBEDDED_MODEL if embedded else discover_model(url, api_key))
     # The folder is locked and its settings checked now: a run already writing there, or one made with other
     # settings, is refused before a server starts or anything is spent.

@@ -260,36 +260,44 @@ async def _respond_and_judge(settings, conversations, folder, console, keys: Key
     from pacore_graph import PaCoReError, chat_model
     from pacore_graph.extend import check_server, serving
 
+    clients: list[Any] = []  # closed however the run ends
     with ExitStack() as stack:
         try:
-            if not settings.base_url:
-                console.print("starting the embedded SmolLM2 server ...")
-            responder = stack.enter_context(serving(settings.base_url, settings.model, keys.responder))
-            check_server(responder)  # one clear line instead of hundreds of rows of connection errors
-            # The judge has a client of its own, sending what the official one sends, even on the same server.
-            judge_args = (settings.judge_model, keys.judge)
-            judge_client = {"extra_body": OFFICIAL_EXTRA_BODY}
-            if settings.judge_base_url == settings.base_url:  # the embedded server included
-                judge = chat_model(responder.base_url, *judge_args, **judge_client)
-            else:
-                judge = stack.enter_context(serving(settings.judge_base_url, *judge_args, **judge_client))
-            check_server(judge)
-        except PaCoReError as exc:
-            raise _Fatal(str(exc)) from None
-        async with folder:
-            runner = MultiChallengeRunner(
-                settings, responder=responder, judge_model=judge, folder=folder, context_window=settings.context_window
-            )
-            passed = 0
+            try:
+                if not settings.base_url:
+                    console.print("starting the embedded SmolLM2 server ...")
+                responder = stack.enter_context(serving(settings.base_url, settings.model, keys.responder))
+                clients.append(responder)
+                check_server(responder)  # one clear line instead of hundreds of rows of connection errors
+                # The judge has a client of its own, sending what the official one sends, even on the same server.
+                judge_args = (settings.judge_model, keys.judge)
+                judge_client = {"extra_body": OFFICIAL_EXTRA_BODY}
+                if settings.judge_base_url == settings.base_url:  # the embedded server included
+                    judge = chat_model(responder.base_url, *judge_args, **judge_client)
+                else:
+                    judge = stack.enter_context(serving(settings.judge_base_url, *judge_args, **judge_client))
+                clients.append(judge)
+                check_server(judge)
+            except PaCoReError as exc:
+                raise _Fatal(str(exc)) from None
+            async with folder:
+                runner = MultiChallengeRunner(
+                    settings,
+                    responder=responder,
+                    judge_model=judge,
+                    folder=folder,
+                    context_window=settings.context_window,
+                )
+                passed = 0
 
-            def on_done(row: dict[str, Any] | None) -> None:
-                nonlocal passed
-                passed += bool(row and row.get("passed"))
-                folder.progress.advance("conversations", 0, note=f"passed {passed}")
+                def on_done(row: dict[str, Any] | None) -> None:
+                    nonlocal passed
+                    passed += bool(row and row.get("passed"))
+                    folder.progress.advance("conversations", 0, note=f"passed {passed}")
 
-            outcome = await runner.arun(conversations, on_done=on_done)
-        await _close(responder, judge)
-        return outcome
+                return await runner.arun(conversations, on_done=on_done)
+        finally:
+            await _close(*clients)
 
 
 async def _close(*models: Any) -> None:

@@ -92,7 +92,15 @@ def main(args: argparse.Namespace) -> int:
             "machine?): cuts came late, so early stop and budgets look worse than they are"
         )
     summary = report.summary()
+    missed = missed_targets(summary)
+    for name in missed:
+        console.print(f"[red]missed target: {name} {summary[name]} < {TARGETS[name]}[/]", highlight=False)
     print(json.dumps(summary), flush=True)
+    return 1 if missed else 0
+
+
+def missed_targets(summary: dict) -> list[str]:
+    """The targets (:data:`TARGETS`) the run fell short of; none when early stop did not run."""
     if "tokens_saved_early_stop" not in summary:
-        return 0
-    return 0 if all(summary[name] >= target for name, target in TARGETS.items()) else 1
+        return []
+    return [name for name, target in TARGETS.items() if summary[name] < target]

@@ -194,33 +194,30 @@ def _complete_lines(path: Path) -> int:
 
 
 def _kill_mid_problem(
-    command: list[str], emulator: Emulator, results: Path, per_problem: int, timeout: float
+    command: list[str], emulator: Emulator, folder: Path, per_problem: int, timeout: float
 ) -> dict[str, Any]:
-    """Start the worker and SIGKILL it once a problem is written and another is partly done.
-
-    It waits for a quiet moment (no answer for about 60 ms) so every answered trajectory has had time to
-    reach the checkpoint; requests still in flight are cut by the kill and must be sent again.
-    """
-    log = results.parent.with_name(f"{results.parent.name}.worker.log")  # beside the run folder: not a file of its own
-    results.parent.mkdir(parents=True, exist_ok=True)
+    """Start the worker and SIGKILL it once a problem is written, another is partly done, and every trajectory
+    the emulator has answered is on disk (in a row or in the checkpoints): the moment is read from the folder,
+    not guessed from a pause. Requests still in flight are cut by the kill and must be sent again."""
+    log = folder.with_name(f"{folder.name}.worker.log")  # beside the run folder: not a file of its own
+    folder.mkdir(parents=True, exist_ok=True)
     with log.open("w") as sink:
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + timeout
-    last_completed, quiet = -1, 0
     try:
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 raise RuntimeError(f"the worker ended before it could be killed; see {log}")
-            rows = _complete_lines(results)
-            stats = emulator.stats()
-            completed = stats["completed"]
-            quiet = quiet + 1 if completed == last_completed else 0
-            last_completed = completed
-            partly_done = completed - rows * per_problem
-            if rows >= 1 and partly_done >= 3 and stats["active"] > 0 and quiet >= 3:
-                process.send_signal(signal.SIGKILL)
-                process.wait()
-                return {"rows": rows, "stats": stats}
+            rows = _complete_lines(folder / RESULTS_FILE)
+            stats = emulator.stats()  # read before the folder: what it counts, the folder must hold
+            partly_done = stats["completed"] - rows * per_problem
+            if rows >= 1 and partly_done >= 3 and stats["active"] > 0:
+                on_disk = trajectories_on_disk(folder, per_problem)
+                # no answer came while the folder was read: the kill cuts only requests still unanswered
+                if on_disk >= stats["completed"] == emulator.stats()["completed"]:
+                    process.send_signal(signal.SIGKILL)
+                    process.wait()
+                    return {"rows": rows, "stats": stats}
             time.sleep(0.02)
         raise RuntimeError("no moment to kill the worker came before the timeout")
     finally:
@@ -229,16 +226,27 @@ def _kill_mid_problem(
             process.wait()
 
 
+def trajectories_on_disk(folder: Path, per_problem: int) -> int:
+    """Trajectories a run of the worker's folder would not send again: ``per_problem`` for every problem with a
+    row, plus what the checkpoints hold of the others (:func:`saved_trajectories`)."""
+    written = {row["id"] for row in _read_rows(folder / RESULTS_FILE)}
+    return len(written) * per_problem + asyncio.run(saved_trajectories(folder, written))
+
+
 async def saved_trajectories(folder: Path, written: set[str]) -> int:
     """Trajectories of unwritten problems that the checkpoints hold: finished rounds, plus trajectories of the
-    round in flight whose writes were saved as they finished (LangGraph's pending writes)."""
+    round in flight whose writes were saved as they finished (LangGraph's pending writes). Every checkpoint
+    namespace counts: a PaCoRe graph run as a subgraph (``PaCoReNode``) checkpoints under its node's."""
     saved = 0
     async with open_checkpointer(folder) as saver:
-        threads = {item.config["configurable"]["thread_id"] async for item in saver.alist(None)}
-        for thread in threads:
+        places = {
+            (item.config["configurable"]["thread_id"], item.config["configurable"]["checkpoint_ns"])
+            async for item in saver.alist(None)
+        }
+        for thread, namespace in places:
             if thread.split(":", 1)[0] in written:
                 continue
-            latest = await saver.aget_tuple({"configurable": {"thread_id": thread, "checkpoint_ns": ""}})
+            latest = await saver.aget_tuple({"configurable": {"thread_id": thread, "checkpoint_ns": namespace}})
             rounds = latest.checkpoint["channel_values"].get("rounds") or []
             saved += sum(len(record["trajectories"]) for record in rounds)
             # a finished trajectory's write is its one record; `begin` and `collect` reset the channel instead
@@ -261,11 +269,11 @@ def run_resume_scenario(settings: FaultSettings, folder: Path) -> ResumeReport:
 
         emulator.reset()
         command = _worker_command(emulator, killed_folder, settings)
-        _kill_mid_problem(command, emulator, killed_folder / RESULTS_FILE, per_problem, timeout)
+        _kill_mid_problem(command, emulator, killed_folder, per_problem, timeout)
         before = emulator.stats()
         written = {row["id"] for row in _read_rows(killed_folder / RESULTS_FILE)}
-        in_flight = asyncio.run(saved_trajectories(killed_folder, written))
-        saved = len(written) * per_problem + in_flight
+        saved = trajectories_on_disk(killed_folder, per_problem)
+        in_flight = saved - len(written) * per_problem
 
         emulator.reset()
         summary = _run_worker(command, timeout)

@@ -7,6 +7,7 @@ would fail every problem with the same HTTP 404; both are one line here, before 
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.request
 from typing import Any
@@ -16,7 +17,10 @@ from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
 
 
 def served_models(base_url: str, api_key: str | None = None, timeout: float = 10.0) -> list[str]:
-    """The model ids ``base_url/models`` lists; a PaCoReError naming the URL when it cannot be asked."""
+    """The model ids ``base_url/models`` lists; a PaCoReError naming the URL when it cannot be asked.
+
+    Without ``api_key`` it sends ``$OPENAI_API_KEY``, as :func:`~pacore_graph.models.chat_model` does."""
+    api_key = api_key or os.environ.get("OPENAI_API_KEY")
     request = urllib.request.Request(f"{base_url.rstrip('/')}/models")
     if api_key:
         request.add_header("Authorization", f"Bearer {api_key}")
