@@ -1,8 +1,8 @@
 """``pacore bench math``: the scaling curve; ``pacore bench math grade``: grade a predictions file.
 
-pacore bench math --data PATH [--limit N] [--base-url URL] [--model M] [--methods single,vote,pacore,pacore+early_stop]
-                  [--preset low,medium,high | --rounds 32,4 ...] [--samples N] [--pool N] --output DIR
-pacore bench math grade --data PATH --predictions FILE [--verdicts FILE]
+pacore bench math [--data PATH] [--limit N] [--base-url URL] [--model M] [--methods single,vote,pacore,...]
+                  [--preset low,medium,high | --rounds 32,4 ...] [--samples N] [--pool N] [--output DIR]
+pacore bench math grade [--data PATH] --predictions FILE [--verdicts FILE]
 
 A predictions file is JSON lines (or one JSON list) of {"id": ..., "response": ...}: the id of a problem in
 --data and the model's whole response (reasoning before </think> is ignored; a null response counts as
@@ -20,10 +20,6 @@ from typing import Any
 
 DEFAULT_LOCAL_DATA = Path("../shared/data/math/aime_2025.jsonl")
 DEFAULT_HUB_DATA = "MathArena/aime_2025"
-# The embedded SmolLM2 runs at about 110 tokens/s on two cores: without this (and its context window as
-# the reference budget) a --limit 3 run of the paper's presets would take hours. Passing
-# --preset/--rounds/--max-tokens overrides them.
-EMBEDDED_MAX_TOKENS = 512
 
 
 def _csv(text: str) -> list[str]:
@@ -31,7 +27,7 @@ def _csv(text: str) -> list[str]:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from pacore_graph.extend import add_model_arguments  # noqa: PLC0415
+    from pacore_graph.extend import EMBEDDED_MAX_TOKENS, add_model_arguments  # noqa: PLC0415
 
     parser = subparsers.add_parser(
         "math",
@@ -73,7 +69,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="pooled first-round trajectories per problem (default: the largest first round / vote size)",
     )
     parser.add_argument("--pool-file", help="pool JSONL to create or reuse across runs (default: OUTPUT/pool.jsonl)")
-    parser.add_argument("--max-tokens", type=int, help="cap per generated message (default: none; embedded: 512)")
+    parser.add_argument(
+        "--max-tokens", type=int,
+        help=f"cap per generated message (default: none; on the embedded model {EMBEDDED_MAX_TOKENS})",
+    )  # fmt: skip
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--context-window", type=int, help="model context in tokens (references are capped to fit)")
@@ -185,8 +184,12 @@ def run_command(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415
 
     from pacore_benchmarks.math.runner import MathBenchmark, MathRunSettings, math_folder  # noqa: PLC0415
+
+    # The embedded SmolLM2 runs at about 110 tokens/s on two cores: without its reply cap (and its context window
+    # as the reference budget) a --limit 3 run of the paper's presets would take hours. --max-tokens overrides it.
     from pacore_graph.extend import (  # noqa: PLC0415
         EMBEDDED_CONTEXT,
+        EMBEDDED_MAX_TOKENS,
         EMBEDDED_MODEL,
         ChatExplorer,
         RunProgress,

@@ -17,8 +17,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, NamedTuple
 
-EMBEDDED_MAX_TOKENS = 512
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -32,6 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from pacore_graph.extend import EMBEDDED_MAX_TOKENS
+
     parser.add_argument(
         "--data",
         help="benchmark_questions.jsonl path or hub dataset name "
@@ -133,7 +133,7 @@ def main(args: argparse.Namespace) -> int:
     from pacore_benchmarks.multichallenge.runner import run_folder
     from pacore_benchmarks.multichallenge.settings import RunSettings
     from pacore_graph import PaCoReConfig, PaCoReError
-    from pacore_graph.extend import EMBEDDED_CONTEXT, RunProgress, configured_url
+    from pacore_graph.extend import EMBEDDED_CONTEXT, EMBEDDED_MAX_TOKENS, RunProgress, configured_url
 
     try:
         rounds, preset = _schedule(args)
