@@ -119,8 +119,8 @@ def main(args: argparse.Namespace) -> int:
             return grade_command(args)
         return run_command(args)
     except RuntimeError as exc:  # math-verify missing, grading off the main thread, a server that died
-        print(f"pacore bench math: {exc}", file=sys.stderr)
-        return 2
+        print(f"pacore: {exc}", file=sys.stderr)  # the form of every pacore command's errors
+        return 1
 
 
 # -- grade -------------------------------------------------------------------------------------------------

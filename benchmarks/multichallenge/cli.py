@@ -99,10 +99,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _fail(message: str) -> int:
-    from rich.console import Console
-
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    return 2
+    """One line on stderr and exit status 1, the form of every ``pacore`` command's errors (``bench math``'s too)."""
+    print(f"pacore: {message}", file=sys.stderr)
+    return 1
 
 
 def _schedule(args: argparse.Namespace) -> tuple[list[int], str | None]:
@@ -237,9 +236,8 @@ async def _run(settings, dataset, conversations, keys: Keys, folder) -> int:
         try:
             outcome = await _respond_and_judge(settings, conversations, folder, console, keys)
         except _Fatal as exc:
-            _fail(str(exc))
             _write_reports(settings, dataset, conversations, results, console)
-            return 2
+            return _fail(str(exc))
     unfinished = len(wanted - results.done())
     for line in outcome.unfinished[:20]:
         console.print(f"[yellow]unfinished {line}[/]", highlight=False)
