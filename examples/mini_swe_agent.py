@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm would fetch its price list at import
+os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")  # mini-swe-agent prints a banner on stdout at import
 
 import yaml  # noqa: E402  (after the environment above: litellm reads it at import)
 from minisweagent.agents.default import DefaultAgent  # noqa: E402

@@ -57,7 +57,8 @@ def scripted_agent(body: dict, attempt: int) -> dict:
 
 def run_example(base_url: str, model: str, tmp_path: Path, *options: str) -> subprocess.CompletedProcess:
     """examples/mini_swe_agent.py in a process of its own, with mini-swe-agent's config folder in tmp_path."""
-    environment = {**os.environ, "MSWEA_GLOBAL_CONFIG_DIR": str(tmp_path / "mswea"), "MSWEA_SILENT_STARTUP": "1"}
+    environment = {k: v for k, v in os.environ.items() if k != "MSWEA_SILENT_STARTUP"}  # as a user runs it
+    environment["MSWEA_GLOBAL_CONFIG_DIR"] = str(tmp_path / "mswea")
     return subprocess.run(
         [sys.executable, str(ROOT / "examples" / "mini_swe_agent.py"), "--endpoint", base_url, "--model", model,
          *options],
