@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 demo: $(STAMP)
+	@echo "PaCoRe (preset low: 4 trajectories, then a synthesis) on the embedded SmolLM2-135M: a tiny CPU model that exercises the plumbing, not one that answers well (pass --base-url for a real model)"
 	$(VENV)/bin/pacore solve "What is 17*23?"
 
 lint: $(STAMP)

@@ -1,7 +1,8 @@
 """A chat graph whose model call is PaCoRe: what ``langgraph dev`` serves (see langgraph.json).
 
-Point it at vLLM with OPENAI_BASE_URL (and optionally PACORE_MODEL, PACORE_ROUNDS=32,4, PACORE_MAX_TOKENS);
-without OPENAI_BASE_URL the embedded SmolLM2 server is started.
+Point it at vLLM with OPENAI_BASE_URL (and optionally PACORE_MODEL, PACORE_ROUNDS=32,4, PACORE_MAX_TOKENS): in the
+environment, or for ``langgraph dev`` in ``.env`` (template: ``.env.example``); without OPENAI_BASE_URL the embedded
+SmolLM2 server is started.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@
     python examples/mini_swe_agent.py --endpoint http://127.0.0.1:8100/v1 \\
         --model pacore-low/stepfun-ai/PaCoRe-8B --task pacore__roman-1
 
+    pacore serve                                                         # in front of the embedded model
+    python examples/mini_swe_agent.py --model pacore-low/smollm2-135m-instruct --step-limit 3
+
 mini-swe-agent (PyPI ``mini-swe-agent``) talks to models through litellm: ``openai/<model>`` with an
 ``api_base`` makes litellm a plain OpenAI client of the endpoint, and the model name picks the PaCoRe
 schedule (``pacore-low/NAME``, ``pacore-rounds-32x4/NAME``). Nothing in the agent knows about PaCoRe:
@@ -12,7 +15,9 @@ each of its steps is one chat completion, answered by K trajectories plus a synt
 The agent uses mini-swe-agent's tool-calling SWE-bench prompts and its *local* environment: its commands
 run on this host, in a temporary git copy of one of this project's local SWE tasks (no Docker). Use it
 only with models you trust. Prints a JSON summary: exit status, the submitted patch, and each model call's
-usage (``completion_tokens`` is PaCoRe's effective TTC; ``usage.pacore.rounds`` its per-round breakdown).
+usage (``completion_tokens`` is PaCoRe's effective TTC; ``usage.pacore.rounds`` its per-round breakdown), and
+``error``: why the episode stopped early, in one line (e.g. the conversation outgrew the model's context), also
+printed on stderr.
 The summary is stdout's only content (what the libraries print goes to stderr), so it can be piped to ``jq``.
 """
 
@@ -27,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm would fetch its price list at import
+os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")  # mini-swe-agent prints a banner on stdout at import
 
 import yaml  # noqa: E402  (after the environment above: litellm reads it at import)
 from minisweagent.agents.default import DefaultAgent  # noqa: E402
@@ -59,7 +65,13 @@ def run_agent(endpoint: str, model: str, task: dict, *, api_key: str, step_limit
             LocalEnvironment(cwd=sandbox.workdir, timeout=60, env=environment),
             **agent_config,
         )
-        outcome = agent.run(task["problem_statement"])
+        error = None
+        try:
+            outcome = agent.run(task["problem_statement"])
+        except Exception as exc:  # noqa: BLE001 - e.g. the conversation outgrew the model's context (HTTP 400)
+            # mini-swe-agent recorded it as the episode's exit (exit_status, exception_str); one line is enough
+            outcome = agent.messages[-1].get("extra", {}) if agent.messages else {"exit_status": type(exc).__name__}
+            error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:1000]}"
     finally:
         sandbox.close()
     # every model call left its response on a message: the assistant's, or the format error that replaced it
@@ -72,6 +84,7 @@ def run_agent(endpoint: str, model: str, task: dict, *, api_key: str, step_limit
         "model_calls": len(calls),
         "completion_tokens": sum(usage["completion_tokens"] for usage in calls),
         "usage": calls,
+        "error": error,
     }
 
 
@@ -91,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         summary = run_agent(args.endpoint, args.model, task, api_key=args.api_key, step_limit=args.step_limit,
                             trajectory=args.trajectory)  # fmt: skip
     print(json.dumps(summary, indent=2))
+    if summary["error"]:
+        print(f"mini_swe_agent: the episode stopped: {summary['error']}", file=sys.stderr)
     return 0 if summary["exit_status"] == "Submitted" else 1
 
 

@@ -12,13 +12,14 @@ from typing import Any
 
 from pacore_graph.config import PRESETS, PaCoReConfig, parse_rounds
 from pacore_graph.errors import PaCoReError
+from pacore_graph.models.embedded import EMBEDDED_MAX_TOKENS
 from pacore_graph.text import redact_credentials
 
 
 def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
     """--preset / --rounds, shared by every command that runs PaCoRe."""
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--preset", choices=list(PRESETS), help="low [4], medium [16], high [32,4]")
+    group.add_argument("--preset", choices=list(PRESETS), help="low [4] (the default), medium [16], high [32,4]")
     group.add_argument("--rounds", help="trajectories per round, e.g. 32,4 (0: one plain call)")
 
 
@@ -29,7 +30,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "--base-url",
         action="append",
         metavar="URL",
-        help="OpenAI-compatible server, e.g. http://localhost:8000/v1 (replicas: vllm-router's URL, see serve-vllm)",
+        help="OpenAI-compatible server, e.g. http://localhost:8000/v1 (replicas: vllm-router's URL, see serve-vllm); "
+        "default: $OPENAI_BASE_URL, else the embedded SmolLM2-135M, started here (a tiny CPU model that exercises "
+        "the plumbing, not one that answers well)",
     )
     parser.add_argument("--model", help="model name (default: the server's first model)")
     parser.add_argument("--api-key", help="API key (default: $OPENAI_API_KEY)")
@@ -235,13 +238,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pacore", description="PaCoRe: parallel coordinated reasoning")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    solve = commands.add_parser("solve", help="answer one problem with PaCoRe")
+    solve = commands.add_parser(
+        "solve", help="answer one problem with PaCoRe",
+        description="Answer one problem with PaCoRe: preset low ([4]: 4 trajectories, then one synthesis) unless "
+        "--preset/--rounds say otherwise, on the server --base-url names, else on the embedded SmolLM2-135M model "
+        f"(replies capped at {EMBEDDED_MAX_TOKENS} tokens unless --max-tokens says otherwise).",
+    )  # fmt: skip
     solve.add_argument("problem", nargs="?", help="the problem (a user message)")
     solve.add_argument("--messages-file", help="JSON list of OpenAI-style messages (a conversation)")
     add_schedule_arguments(solve)
     add_model_arguments(solve)
     solve.add_argument("--max-concurrency", type=int, help="in-flight trajectories at most")
-    solve.add_argument("--max-tokens", type=int, help="cap on each generated message (default: none)")
+    solve.add_argument("--max-tokens", type=int,
+                       help=f"cap on each generated message (default: none; embedded model: {EMBEDDED_MAX_TOKENS})")
     solve.add_argument(
         "--output", metavar="DIR",
         help="a folder for the run: its row (answer, rounds, usage, TTC, failures) in results.jsonl and its "
@@ -249,9 +258,15 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     solve.set_defaults(func=_solve)
 
-    local = commands.add_parser("serve-local", help="run the embedded SmolLM2 server alone")
-    local.add_argument("--port", type=int, default=8080)
-    local.add_argument("--n-ctx", type=int, default=8192)
+    local = commands.add_parser(
+        "serve-local", help="run the embedded SmolLM2 server alone",
+        description="Run the embedded SmolLM2-135M-Instruct model behind llama-cpp-python's OpenAI-compatible server "
+        "on loopback, until Ctrl-C; other commands use it with --base-url http://127.0.0.1:PORT/v1 (model name "
+        "smollm2-135m-instruct).",
+    )  # fmt: skip
+    local.add_argument("--port", type=int, default=8080, help="port on 127.0.0.1 to listen on (default: 8080)")
+    local.add_argument("--n-ctx", type=int, default=8192,
+                       help="context size in tokens (default: 8192, SmolLM2's own); clients read it from the server")
     local.set_defaults(func=_serve_local)
 
     from pacore_graph.models.vllm_server import ROUTER_POLICIES, ROUTER_POLICY
@@ -267,7 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help=f"vllm-router's routing policy (default {ROUTER_POLICY}: measured by pacore bench replicas)")
     vllm.add_argument("--emulate", action="store_true", help="emulated GPU replicas instead of vLLM (no GPU needed)")
     vllm.add_argument("--router-args", default="", help="further flags for vllm-router, as one quoted string")
-    vllm.add_argument("--log-dir", help="where each server's log goes (default: a new temporary folder)")
+    vllm.add_argument("--log-dir", help="where each server's log goes (default: a new temporary folder, which "
+                      "--emulate removes when the cluster stops)")
     vllm.add_argument("vllm_args", nargs=argparse.REMAINDER, help="further flags passed to vllm serve")
     vllm.set_defaults(func=_serve_vllm)
 

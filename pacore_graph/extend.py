@@ -45,7 +45,8 @@ Model servers
     given), ``configured_url`` (the URL given, else ``OPENAI_BASE_URL``; several are refused),
     ``check_server(model)`` (the server answers and serves the model), ``served_models(url)`` and
     ``discover_model(url)`` (its first), ``OpenAICompatibleChatModel`` (the client class),
-    ``EmbeddedServer``, ``EMBEDDED_MODEL`` / ``EMBEDDED_CONTEXT``, ``free_port()``; for vllm-router:
+    ``EmbeddedServer``, ``EMBEDDED_MODEL`` / ``EMBEDDED_CONTEXT`` / ``EMBEDDED_MAX_TOKENS`` (its default reply
+    cap), ``free_port()``; for vllm-router:
     ``ServerProcess``, ``router_command``, ``ROUTER_POLICY``.
 The OpenAI-compatible endpoint (``pacore serve``; needs the ``server`` extra, so imported when asked for)
     ``create_app``, ``BackgroundServer``.
@@ -74,8 +75,8 @@ from pacore_graph.models import (
     serving,
 )
 from pacore_graph.models.embedded import DEFAULT_CONTEXT as EMBEDDED_CONTEXT
+from pacore_graph.models.embedded import EMBEDDED_MAX_TOKENS, free_port
 from pacore_graph.models.embedded import MODEL_ALIAS as EMBEDDED_MODEL
-from pacore_graph.models.embedded import free_port
 from pacore_graph.models.vllm_server import ROUTER_POLICY, ServerProcess, router_command
 from pacore_graph.progress import RunProgress
 from pacore_graph.prompt import DEFAULT_TEMPLATE, message_text, render_synthesis_prompt, synthesis_messages
@@ -92,6 +93,7 @@ __all__ = [
     "DEFAULT_TEMPLATE",
     "TEXT_GROUP",
     "EMBEDDED_CONTEXT",
+    "EMBEDDED_MAX_TOKENS",
     "EMBEDDED_MODEL",
     "PRESETS",
     "ROUTER_POLICY",

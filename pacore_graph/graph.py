@@ -38,6 +38,7 @@ from pacore_graph.coordination.references import next_round_references
 from pacore_graph.episode import EpisodeContext
 from pacore_graph.errors import RoundFailedError
 from pacore_graph.explorer import Explorer, as_explorer
+from pacore_graph.fit import with_model_context
 from pacore_graph.limits import ConcurrencyLimiter
 from pacore_graph.prompt import last_user_index, order_references
 from pacore_graph.records import OutcomeData, RoundData, RoundRecord, TrajectoryData, usable
@@ -95,7 +96,8 @@ def build_pacore_graph(
     Run it with ``graph.invoke({}, config, context=PaCoReContext(messages=[...]))``. Output: ``answer``
     (an AIMessage) and ``rounds`` (plain data; :class:`~pacore_graph.records.RoundRecord` reads it).
     """
-    settings = config or PaCoReConfig()  # `config` is LangGraph's name for the RunnableConfig below
+    # `config` is LangGraph's name for the RunnableConfig below; a server-reported context fits the prompts
+    settings = with_model_context(config or PaCoReConfig(), model_or_explorer)
     explorer: Explorer = as_explorer(model_or_explorer, settings)
     reference_mode = settings.compat == "reference"
     passes = passes_on if reference_mode else usable  # which trajectories become references

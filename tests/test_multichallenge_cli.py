@@ -41,7 +41,7 @@ def test_register_adds_the_subcommand():
 )
 def test_bad_arguments_get_one_clear_message(capsys, tmp_path, args, message):
     code, text = run(capsys, *args, "--output", str(tmp_path / "out"))
-    assert code == 2 and message in " ".join(text.split())
+    assert code == 1 and message in " ".join(text.split())
     assert not (tmp_path / "out" / "results.jsonl").exists()
 
 
@@ -50,7 +50,7 @@ def test_no_data_and_no_shared_copy_says_what_to_pass(capsys, tmp_path, monkeypa
     monkeypatch.setitem(sys.modules, "datasets", None)
     code, text = run(capsys, "--output", str(tmp_path / "out"))
     text = " ".join(text.split())
-    assert code == 2
+    assert code == 1
     assert "no --data given and ../shared/data/multichallenge/benchmark_questions.jsonl is not here" in text
     assert "--data PATH" in text and not (tmp_path / "out").exists()
 
@@ -61,7 +61,7 @@ def test_unreachable_server_stops_the_run_with_a_clear_message(capsys, tmp_path)
     code, text = run(
         capsys, "--data", str(data), "--base-url", "http://127.0.0.1:9/v1", "--output", str(tmp_path / "o")
     )
-    assert code == 2 and "cannot reach the model server at http://127.0.0.1:9/v1" in " ".join(text.split())
+    assert code == 1 and "cannot reach the model server at http://127.0.0.1:9/v1" in " ".join(text.split())
 
 
 def test_wrong_model_name_is_named(capsys, tmp_path):
@@ -72,7 +72,7 @@ def test_wrong_model_name_is_named(capsys, tmp_path):
             capsys, "--data", str(data), "--base-url", server.url, "--model", "nope", "--output", str(tmp_path / "o")
         )
         assert server.calls == []
-    assert code == 2 and "does not serve model 'nope'" in " ".join(text.split()) and "mock" in text
+    assert code == 1 and "does not serve model 'nope'" in " ".join(text.split()) and "mock" in text
 
 
 def test_resuming_into_a_folder_of_another_run_is_refused_and_keeps_its_rows(capsys, tmp_path):
@@ -88,7 +88,7 @@ def test_resuming_into_a_folder_of_another_run_is_refused_and_keeps_its_rows(cap
         rows = (out / "results.jsonl").read_bytes()
         code, text = run(capsys, *base, "--rounds", "2")
         text = " ".join(text.split())
-        assert code == 2 and "holds results made with other settings" in text
+        assert code == 1 and "holds results made with other settings" in text
         assert "rounds: folder has [], this run [2]" in text
         assert len(server.calls) == calls and (out / "results.jsonl").read_bytes() == rows
         # More conversations later into the same folder: only the new ones run.

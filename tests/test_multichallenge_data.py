@@ -162,6 +162,7 @@ def test_hub_name_reads_the_hub_release_format(monkeypatch):
         return [row, {**row, "question_id": "hub-2", "axis": "NOPE"}]
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    monkeypatch.setattr("pacore_benchmarks.hub.unreachable_reason", lambda: None)  # the hub answers
     dataset = load_dataset(HUB_NAME)
     assert seen["args"] == (HUB_NAME, "test")
     assert [c.question_id for c in dataset.conversations] == ["hub-1"]
@@ -176,6 +177,7 @@ def test_unreachable_hub_is_one_clear_error(monkeypatch):
         raise ConnectionError("no network\n(a long second line of details)")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
+    monkeypatch.setattr("pacore_benchmarks.hub.unreachable_reason", lambda: None)  # it answers, then fails
     expected = r"cannot load 'someone/dataset' from the hub \(ConnectionError: no network\)"
     with pytest.raises(DataError, match=expected) as err:
         load_dataset("someone/dataset")

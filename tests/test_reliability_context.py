@@ -86,6 +86,22 @@ async def test_overflowing_synthesis_is_capped_to_the_window_on_the_emulator():
     assert final.prompt_tokens + 128 <= 1024
 
 
+async def test_a_context_the_server_reported_fits_the_synthesis_as_a_configured_window_does():
+    """No context_window in the config: the client carries the server's context (as ``chat_model`` sets it for a
+    llama.cpp server, the embedded model's included) and the run fits its synthesis prompt to it."""
+    config = PaCoReConfig(rounds=[8], max_tokens=128, retry=NO_RETRY)
+    with Emulator(LONG_CONCLUSIONS) as emu:
+        model = OpenAICompatibleChatModel(base_url=emu.base_url, model=emu.config.model,
+                                          profile={"max_input_tokens": 1024})  # fmt: skip
+        try:
+            result = await PaCoReRunner(model.bind(top_p=0.9), config).arun("problem one")  # found inside a binding
+        finally:
+            await model.aclose()
+        assert emu.stats()["errors"] == {}
+    assert result.answer.strip() and not result.failures
+    assert result.rounds[-1].trajectories[0].prompt_tokens + 128 <= 1024
+
+
 WORDS = "the answer follows from counting pairs of integers whose sum is fixed then checking small cases".split()
 
 

@@ -25,7 +25,7 @@ from pacore_graph.config import PaCoReConfig
 from pacore_graph.models import chat_model
 from pacore_graph.models.embedded import free_port
 from pacore_graph.models.routing import SHORT_PROMPT_CHARS, prefix_key, session_key
-from pacore_graph.models.vllm_server import ROUTER_POLICY, ServerProcess, router_command
+from pacore_graph.models.vllm_server import ROUTER_POLICY, Cluster, ServerProcess, router_command
 from pacore_graph.run import asolve
 
 # Small and quick replies; prompts long enough (over a thousand tokens) to be kept on one replica.
@@ -263,6 +263,15 @@ def test_serve_vllm_emulate_runs_a_cluster_that_pacore_solve_uses_and_stops_on_c
             serve.wait()
     assert all(_refused(p) for p in (port, port + 1, port + 2))  # router and replicas gone
     assert {p.name for p in tmp_path.iterdir()} == {"router.log", "replica-0.log", "replica-1.log"}
+
+
+def test_an_emulated_cluster_removes_the_temporary_log_folder_it_made():
+    """Without --log-dir, ``serve-vllm --emulate`` logs to a new temporary folder, gone when it stops (a folder
+    the user named stays: the test above)."""
+    with Cluster(None, replicas=1, emulate=True, port=free_port_block(2)) as cluster:
+        folder = cluster.log_dir
+        assert {p.name for p in folder.iterdir()} == {"router.log", "replica-0.log"}
+    assert not folder.exists()
 
 
 def test_serve_vllm_says_what_is_missing_without_vllm_or_gpus():

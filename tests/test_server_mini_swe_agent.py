@@ -57,7 +57,8 @@ def scripted_agent(body: dict, attempt: int) -> dict:
 
 def run_example(base_url: str, model: str, tmp_path: Path, *options: str) -> subprocess.CompletedProcess:
     """examples/mini_swe_agent.py in a process of its own, with mini-swe-agent's config folder in tmp_path."""
-    environment = {**os.environ, "MSWEA_GLOBAL_CONFIG_DIR": str(tmp_path / "mswea"), "MSWEA_SILENT_STARTUP": "1"}
+    environment = {k: v for k, v in os.environ.items() if k != "MSWEA_SILENT_STARTUP"}  # as a user runs it
+    environment["MSWEA_GLOBAL_CONFIG_DIR"] = str(tmp_path / "mswea")
     return subprocess.run(
         [sys.executable, str(ROOT / "examples" / "mini_swe_agent.py"), "--endpoint", base_url, "--model", model,
          *options],
@@ -117,3 +118,19 @@ def test_mini_swe_agent_in_front_of_the_emulator_accounts_every_call(tmp_path):
     assert run.returncode == 1 and summary["exit_status"] == "RepeatedFormatError"
     assert summary["model_calls"] == 3 and stats["requests"] == 3 * (4 + 1)  # pacore-low: [4] per call
     assert summary["completion_tokens"] == stats["tokens_out"]
+
+
+def test_a_conversation_outgrowing_the_context_stops_the_example_in_one_line(tmp_path):
+    """The upstream's context (1024 tokens, vLLM's HTTP 400 beyond it) is smaller than mini-swe-agent's first prompt:
+    the endpoint passes the 400 on, litellm names it a context-window error, and the example ends with its JSON
+    summary and one line on stderr saying why, not a traceback."""
+    with Emulator(EmulatorConfig(ttft=0.01, token_delay=0.0005, output_tokens=20, max_model_len=1024)) as emu:
+        chat = chat_model(base_url=emu.base_url, model=emu.config.model)
+        with BackgroundServer(create_app(chat, PaCoReConfig(rounds=[2]))) as server:
+            run = run_example(server.base_url, f"pacore-low/{emu.config.model}", tmp_path, "--step-limit", "3")
+    assert run.returncode == 1
+    summary = json.loads(run.stdout)
+    assert summary["exit_status"] == "ContextWindowExceededError" and summary["model_calls"] == 0
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]
+    (line,) = [line for line in run.stderr.splitlines() if line.startswith("mini_swe_agent: ")]
+    assert line.startswith("mini_swe_agent: the episode stopped: ContextWindowExceededError") and "context" in line

@@ -1,12 +1,12 @@
 """``pacore bench math``: the scaling curve; ``grade``: grade a predictions file; ``export-train``: PaCoRe
 training data from the model's own pool (docs/training-data.md).
 
-pacore bench math --data PATH [--limit N] [--base-url URL] [--model M] [--methods single,vote,pacore,pacore+early_stop]
-                  [--preset low,medium,high | --rounds 32,4 ...] [--samples N] [--pool N] --output DIR
-pacore bench math grade --data PATH --predictions FILE [--verdicts FILE]
-pacore bench math export-train --data PATH [--pool N | --pool-file FILE] [--base-url URL]
+pacore bench math [--data PATH] [--limit N] [--base-url URL] [--model M] [--methods single,vote,pacore,...]
+                  [--preset low,medium,high | --rounds 32,4 ...] [--samples N] [--pool N] [--output DIR]
+pacore bench math grade [--data PATH] --predictions FILE [--verdicts FILE]
+pacore bench math export-train [--data PATH] [--pool N | --pool-file FILE] [--base-url URL]
                   [--min-message-accuracy 0 --max-message-accuracy 0.375]
-                  [--synthesis-samples N --min-synthesis-accuracy 0 --max-synthesis-accuracy 1] --output DIR
+                  [--synthesis-samples N --min-synthesis-accuracy 0 --max-synthesis-accuracy 1] [--output DIR]
 
 --data also reads PaCoRe-Train rows ({"conversation": [...], "ground_truth": ...}, JSON lines or one JSON
 list): the conversation is asked as it is and graded against the ground truth.
@@ -26,10 +26,6 @@ from typing import Any
 
 DEFAULT_LOCAL_DATA = Path("../shared/data/math/aime_2025.jsonl")
 DEFAULT_HUB_DATA = "MathArena/aime_2025"
-# The embedded SmolLM2 runs at about 110 tokens/s on two cores: without this (and its context window as
-# the reference budget) a --limit 3 run of the paper's presets would take hours. Passing
-# --preset/--rounds/--max-tokens overrides them.
-EMBEDDED_MAX_TOKENS = 512
 
 
 def _csv(text: str) -> list[str]:
@@ -37,7 +33,7 @@ def _csv(text: str) -> list[str]:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from pacore_graph.extend import add_model_arguments  # noqa: PLC0415
+    from pacore_graph.extend import EMBEDDED_MAX_TOKENS, add_model_arguments  # noqa: PLC0415
 
     parser = subparsers.add_parser(
         "math",
@@ -83,7 +79,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--pool-file",
         help="pool JSONL to create or reuse across runs (default: OUTPUT/pool.jsonl); export-train reads a math run's",
     )
-    parser.add_argument("--max-tokens", type=int, help="cap per generated message (default: none; embedded: 512)")
+    parser.add_argument(
+        "--max-tokens", type=int,
+        help=f"cap per generated message (default: none; on the embedded model {EMBEDDED_MAX_TOKENS})",
+    )  # fmt: skip
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--context-window", type=int, help="model context in tokens (references are capped to fit)")
@@ -151,8 +150,8 @@ def main(args: argparse.Namespace) -> int:
             return export_command(args)
         return run_command(args)
     except RuntimeError as exc:  # math-verify missing, grading off the main thread, a server that died
-        print(f"pacore bench math: {exc}", file=sys.stderr)
-        return 2
+        print(f"pacore: {exc}", file=sys.stderr)  # the form of every pacore command's errors
+        return 1
 
 
 # -- grade -------------------------------------------------------------------------------------------------
@@ -223,7 +222,11 @@ def run_command(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415
 
     from pacore_benchmarks.math.runner import MathBenchmark, MathRunSettings, math_folder  # noqa: PLC0415
+
+    # The embedded SmolLM2 runs at about 110 tokens/s on two cores: without its reply cap (and its context window
+    # as the reference budget) a --limit 3 run of the paper's presets would take hours. --max-tokens overrides it.
     from pacore_graph.extend import (  # noqa: PLC0415
+        EMBEDDED_MAX_TOKENS,
         EMBEDDED_MODEL,
         ChatExplorer,
         RunProgress,

@@ -164,22 +164,13 @@ def read_jsonl(path: Path) -> list[Problem]:
 
 
 def read_hub(name: str) -> list[Problem]:
-    """A MathArena dataset from the Hugging Face hub (needs `datasets` and a network)."""
+    """A MathArena dataset from the Hugging Face hub (needs `datasets` and a network; offline it fails at once)."""
+    from pacore_benchmarks.hub import load_from_hub  # noqa: PLC0415
+
     try:
-        import datasets  # noqa: PLC0415 - optional, heavy
-    except ModuleNotFoundError:
-        raise DataError(
-            f"{name!r} is not a local file, and loading it from the hub needs the `datasets` package "
-            f"(pip install datasets); or pass --data PATH.jsonl ({ROW_FIELDS})"
-        ) from None
-    try:
-        rows = datasets.load_dataset(name, split="train").to_list()
-    except Exception as exc:  # the hub raises many types: offline, missing repo, auth
-        reason = (str(exc).strip().splitlines() or [""])[0][:200]
-        raise DataError(
-            f"cannot load {name!r} from the hub ({type(exc).__name__}: {reason}); "
-            f"offline, pass --data PATH.jsonl ({ROW_FIELDS})"
-        ) from exc
+        rows = load_from_hub(name, "train", ROW_FIELDS, "math/aime_2025.jsonl").to_list()
+    except ValueError as exc:
+        raise DataError(str(exc)) from exc.__cause__
     competition = name.rsplit("/", 1)[-1]
     problems = [_problem_from_row(row, f"{name} row {i}", competition, i) for i, row in enumerate(rows)]
     return _check_unique(sorted(problems, key=lambda p: (p.problem_idx is None, p.problem_idx or 0)), name)

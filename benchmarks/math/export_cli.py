@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pacore_benchmarks.math.cli import EMBEDDED_MAX_TOKENS, _data_source, _load, pacore_overrides
+from pacore_benchmarks.math.cli import _data_source, _load, pacore_overrides
 
 
 def _interval(name: str, low: float | None, high: float | None) -> str:
@@ -28,6 +28,7 @@ def export_command(args: argparse.Namespace) -> int:
     from pacore_benchmarks.math.pool import pool_identity  # noqa: PLC0415
     from pacore_benchmarks.math.settings import ExportSettings  # noqa: PLC0415
     from pacore_graph.extend import (  # noqa: PLC0415
+        EMBEDDED_MAX_TOKENS,
         EMBEDDED_MODEL,
         ChatExplorer,
         RunProgress,

@@ -12,7 +12,8 @@ as 448/9), ``0`` equals ``0`` (MathArena divides 0 by 0 and so fails every answe
 ``\\sqrt 10`` is the root of 10, and the last number of an unboxed message keeps its sign and decimals
 (MathArena reads ``-5`` as 5 and ``3.5`` as 5) and brings the math span it stands in (``The answer is
 $\\frac{24}{17}$.``: MathArena reads 17). A conclusion that is nothing but a short expression is its
-own answer.
+own answer, and an answer the message states is that answer (``The answer is 81, found after 3 tries.``:
+MathArena reads 3); with no box and nothing stated, the last number is, as in MathArena.
 
 math-verify bounds its parsing and comparison time with ``signal.alarm``, which Python only allows in the
 main thread. The grader therefore refuses to run elsewhere instead of silently running without a bound:

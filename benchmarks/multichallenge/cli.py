@@ -17,8 +17,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, NamedTuple
 
-EMBEDDED_MAX_TOKENS = 512
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -32,6 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from pacore_graph.extend import EMBEDDED_MAX_TOKENS
+
     parser.add_argument(
         "--data",
         help="benchmark_questions.jsonl path or hub dataset name "
@@ -99,10 +99,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _fail(message: str) -> int:
-    from rich.console import Console
-
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    return 2
+    """One line on stderr and exit status 1, the form of every ``pacore`` command's errors (``bench math``'s too)."""
+    print(f"pacore: {message}", file=sys.stderr)
+    return 1
 
 
 def _schedule(args: argparse.Namespace) -> tuple[list[int], str | None]:
@@ -133,7 +132,7 @@ def main(args: argparse.Namespace) -> int:
     from pacore_benchmarks.multichallenge.runner import run_folder
     from pacore_benchmarks.multichallenge.settings import RunSettings
     from pacore_graph import PaCoReConfig, PaCoReError
-    from pacore_graph.extend import EMBEDDED_CONTEXT, RunProgress, configured_url
+    from pacore_graph.extend import EMBEDDED_CONTEXT, EMBEDDED_MAX_TOKENS, RunProgress, configured_url
 
     try:
         rounds, preset = _schedule(args)
@@ -237,9 +236,8 @@ async def _run(settings, dataset, conversations, keys: Keys, folder) -> int:
         try:
             outcome = await _respond_and_judge(settings, conversations, folder, console, keys)
         except _Fatal as exc:
-            _fail(str(exc))
             _write_reports(settings, dataset, conversations, results, console)
-            return 2
+            return _fail(str(exc))
     unfinished = len(wanted - results.done())
     for line in outcome.unfinished[:20]:
         console.print(f"[yellow]unfinished {line}[/]", highlight=False)

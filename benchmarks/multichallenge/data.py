@@ -146,21 +146,14 @@ def _read_jsonl(path: Path) -> Iterable[tuple[int, Any]]:
 
 
 def _read_hub(name: str) -> Iterable[tuple[int, Any]]:
+    from pacore_benchmarks.hub import load_from_hub
+
     try:
-        import datasets  # optional: only needed when reading from the hub
-    except ImportError as exc:
-        raise DataError(
-            f"{name!r} is not a file; reading it from the hub needs `pip install datasets` "
-            "(or pass --data PATH to a benchmark_questions.jsonl)"
-        ) from exc
-    try:
-        table = datasets.load_dataset(name, split=HUB_SPLIT)
-    except Exception as exc:  # noqa: BLE001 - any hub failure becomes one clear message
-        reason = (str(exc).strip().splitlines() or [""])[0][:200]
-        raise DataError(
-            f"cannot load {name!r} from the hub ({type(exc).__name__}: {reason}); "
-            "offline, pass --data PATH to a benchmark_questions.jsonl"
-        ) from exc
+        table = load_from_hub(
+            name, HUB_SPLIT, "a benchmark_questions.jsonl", "multichallenge/benchmark_questions.jsonl"
+        )
+    except ValueError as exc:
+        raise DataError(str(exc)) from exc.__cause__
     for index, row in enumerate(table, start=1):
         row = dict(row)
         conv = row.get("conversation")

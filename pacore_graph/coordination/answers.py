@@ -7,7 +7,9 @@ list (it has a comma) and several boxes are written, all boxes on the last line 
 commas; when no box is complete, the last integer of the message. Where it is wrong this stays right: the
 last number of an unboxed message keeps its sign and decimals (MathArena reads ``-5`` as 5 and ``3.5`` as
 5) and brings the math span it stands in (``The answer is $\\frac{24}{17}$.``: MathArena reads 17); a
-conclusion that is nothing but a short expression is its own answer.
+conclusion that is nothing but a short expression is its own answer; and an answer the message states
+(``The answer is 81, found after 3 tries.``, ``Final answer: 81``) is that answer, where MathArena reads the
+last integer, 3. With no box and nothing stated, the last number stays the answer, as in MathArena.
 
 Pure text functions: no math-verify here (the operator must not need it). Comparing two answers for
 equality of meaning is the grader's business (``pacore_benchmarks.math.grading``); the operator compares
@@ -35,6 +37,9 @@ _PROSE_WORD = re.compile(r"[A-Za-z]{2,}")
 TEXT_GROUP = re.compile(r"\\(?:text|textbf|textrm|textit|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
 _UNICODE = {"\u2212": "-", "\u221a": "\\sqrt", "\u03c0": "\\pi", "\u00d7": "\\cdot", "\u202f": " "}
 _MAX_BARE_ANSWER = 120
+# "The answer is", "Final answer:", "answer =" ... followed (after bold markers or a colon) by the answer itself.
+_STATED = re.compile(r"\banswer\s*(?:is|:|=)[\s*:=]*", re.IGNORECASE)
+_STATED_NUMBER = re.compile(r"-?\d{1,3}(?:,\d{3})+(?![\d.])|-?\d+(?:\.\d+)?(?!\w)")
 
 
 def _closing_brace(text: str, start: int) -> int | None:
@@ -126,6 +131,22 @@ def last_number(text: str) -> str | None:
     return last.group()
 
 
+def stated_answer(text: str) -> str | None:
+    """The answer the text states last ("The answer is 81, ...", "**Final answer:** $\\frac{1}{2}$"): the number
+    or math span right after the statement; None when no statement is followed by one."""
+    for statement in reversed(list(_STATED.finditer(text))):
+        rest = text[statement.end() :]
+        span = _MATH_SPAN.match(rest)
+        if span:
+            content = next(group for group in span.groups() if group is not None).strip()
+            if content and len(content) <= _MAX_BARE_ANSWER:
+                return content
+        number = _STATED_NUMBER.match(rest)
+        if number:
+            return number.group()
+    return None
+
+
 def extract_answer(response: str, list_answer: bool = False) -> tuple[str | None, Flag | None]:
     """The answer text a response commits to, and a flag when it is missing or not boxed.
 
@@ -141,7 +162,7 @@ def extract_answer(response: str, list_answer: bool = False) -> tuple[str | None
     if found:
         return _boxed_answer(conclusion, found, list_answer), None
     bare = None if _BOX_OPEN.search(conclusion) else _bare_answer(conclusion)
-    answer = bare if bare is not None else last_number(conclusion)
+    answer = next((a for a in (bare, stated_answer(conclusion)) if a is not None), None) or last_number(conclusion)
     return (answer, "unboxed") if answer is not None else (None, "no_boxed")
 
 

@@ -140,6 +140,9 @@ class OpenAICompatibleChatModel(BaseChatModel):
                 body[name] = value
         body.update(self.extra_body)
         body.update({key: value for key, value in overrides.items() if value is not None})
+        cap = (self.profile or {}).get("max_output_tokens")  # a default cap (the embedded model's), not a setting
+        if cap and "max_tokens" not in body and "max_completion_tokens" not in body:
+            body["max_tokens"] = cap
         return body
 
     async def acomplete(

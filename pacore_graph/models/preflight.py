@@ -37,6 +37,23 @@ def served_models(base_url: str, api_key: str | None = None, timeout: float = 10
     return [str(item.get("id")) for item in listed if isinstance(item, dict)]
 
 
+def served_context(base_url: str, api_key: str | None = None, timeout: float = 5.0) -> int | None:
+    """The context size in tokens that a llama.cpp server reports at ``GET /props`` (``llama-server``, and the
+    embedded server, which answers there the same way); None for servers that do not say (vLLM, OpenAI) or
+    cannot be asked. Why only llama.cpp's: its contexts are small (8192 for the embedded model), so a prompt
+    that does not fit is the common failure; vLLM's 131072 are left to the paper's settings."""
+    root = base_url.rstrip("/").removesuffix("/v1")
+    request = urllib.request.Request(f"{root}/props")
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            n_ctx = (json.load(response).get("default_generation_settings") or {}).get("n_ctx")
+    except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError, AttributeError):
+        return None
+    return n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None
+
+
 def discover_model(base_url: str, api_key: str | None = None, timeout: float = 10.0) -> str:
     """The first model a server lists; also proves the server is reachable."""
     listed = served_models(base_url, api_key, timeout)

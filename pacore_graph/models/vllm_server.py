@@ -165,6 +165,8 @@ class Cluster:
         self.policy, self.emulate = policy, emulate
         self.vllm_args, self.router_args = list(vllm_args), list(router_args)
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="pacore-cluster-"))
+        # An emulated cluster's default log folder is scratch: removed when it stops (a real one's logs are kept)
+        self._scratch_logs = log_dir is None and emulate
         self.ready_timeout = ready_timeout
         self.servers: list[ServerProcess] = []
 
@@ -214,6 +216,8 @@ class Cluster:
         for server in reversed(self.servers):  # the router first, so no request reaches a stopping replica
             server.stop()
         self.servers = []
+        if self._scratch_logs:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def __enter__(self) -> Cluster:
         return self.start()

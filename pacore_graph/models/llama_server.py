@@ -1,0 +1,108 @@
+"""The embedded model's server process: llama-cpp-python's OpenAI-compatible app, with three changes.
+
+    python -m pacore_graph.models.llama_server --model FILE.gguf --alias NAME --port N --n-ctx N
+
+Why not ``python -m llama_cpp.server`` as it is:
+
+- It does not say its context size. llama.cpp's own server (``llama-server``) reports it at ``GET /props``
+  (``default_generation_settings.n_ctx``); this one answers there the same way, so a client reads the
+  context of either server from one place (:func:`pacore_graph.models.preflight.served_context`).
+- It generates a non-streamed reply to its end after the client has gone (a cancelled PaCoRe run, an early
+  stop, an abandoned ``pacore serve`` request), and a 135M model asked for thousands of tokens holds the one
+  model for minutes while every other request waits. Here such a reply ends at its next token: a logits
+  processor makes end-of-text the only choice once the connection is closed, so the reply ends normally
+  (with its usage) and nobody reads it. Streamed replies already stop there on their own.
+- By default it ends a streamed reply early whenever another request is waiting (``interrupt_requests``),
+  which would cut PaCoRe's parallel trajectories short once they stream: here it is off, requests queue.
+
+This module runs in the server's own process only (it is never imported by the library). No ``from __future__
+import annotations`` here: FastAPI reads the route's annotations, whose types are imported inside ``build_app``.
+"""
+
+import argparse
+import asyncio
+import contextlib
+import threading
+from typing import Any
+
+LLAMA_CPP_EXCLUDED = {"n", "logit_bias_type", "user", "min_tokens"}  # what llama-cpp-python's route leaves out
+
+
+class EndWhenGone:
+    """A llama.cpp logits processor: once ``gone`` is set, only end-of-text can be sampled."""
+
+    def __init__(self, gone: threading.Event, end_token: int):
+        self.gone = gone
+        self.end_token = end_token
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        if self.gone.is_set():
+            scores[:] = float("-inf")
+            scores[self.end_token] = 0.0
+        return scores
+
+
+async def _until_disconnected(request: Any, gone: threading.Event) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    gone.set()
+
+
+def build_app(model: str, alias: str, n_ctx: int):
+    """llama-cpp-python's FastAPI app for one GGUF, with ``GET /props`` and non-streamed replies that end when
+    their client leaves."""
+    from fastapi import APIRouter, Depends, Request
+    from llama_cpp import LogitsProcessorList
+    from llama_cpp.server.app import create_app, create_chat_completion, get_llama_proxy, prepare_request_resources
+    from llama_cpp.server.errors import RouteErrorHandler
+    from llama_cpp.server.settings import ModelSettings, ServerSettings
+    from llama_cpp.server.types import CreateChatCompletionRequest
+    from starlette.concurrency import run_in_threadpool
+
+    app = create_app(
+        server_settings=ServerSettings(interrupt_requests=False),
+        model_settings=[ModelSettings(model=model, model_alias=alias, n_ctx=n_ctx)],
+    )
+    router = APIRouter(route_class=RouteErrorHandler)  # llama-cpp-python's error bodies (OpenAI's shape)
+
+    @router.post("/v1/chat/completions")
+    async def chat_completions(request: Request, body: CreateChatCompletionRequest) -> Any:
+        if body.stream:
+            return await create_chat_completion(request, body)
+        kwargs = body.model_dump(exclude=LLAMA_CPP_EXCLUDED)
+        gone = threading.Event()
+        async with contextlib.asynccontextmanager(get_llama_proxy)() as llama_proxy:
+            llama = prepare_request_resources(body, llama_proxy, body.model, kwargs)
+            kwargs["logits_processor"] = LogitsProcessorList(
+                [*(kwargs.get("logits_processor") or []), EndWhenGone(gone, llama.token_eos())]
+            )
+            watcher = asyncio.ensure_future(_until_disconnected(request, gone))
+            try:
+                return await run_in_threadpool(llama.create_chat_completion, **kwargs)
+            finally:
+                watcher.cancel()
+
+    @router.get("/props")
+    async def props(llama_proxy=Depends(get_llama_proxy)) -> dict:  # noqa: B008 - FastAPI's dependency form
+        """What llama.cpp's server reports here: the context the model was loaded with."""
+        return {"default_generation_settings": {"n_ctx": llama_proxy(None).n_ctx()}, "model_alias": alias}
+
+    app.router.routes[:0] = router.routes  # matched before llama-cpp-python's own /v1/chat/completions
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="the GGUF file")
+    parser.add_argument("--alias", required=True, help="the model name clients send")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--n-ctx", type=int, required=True, help="context size in tokens")
+    args = parser.parse_args(argv)
+    uvicorn.run(build_app(args.model, args.alias, args.n_ctx), host=args.host, port=args.port)
+
+
+if __name__ == "__main__":
+    main()
