@@ -76,7 +76,7 @@ def test_export_holds_conclusions_exact_accuracy_and_ground_truth_and_resumes(tm
         rows = _rows(out / "train.jsonl")
         assert _export(server, out) == 0  # a resume redoes nothing
         assert len(server.requests) == 3 * POOL
-        assert _export(server, out, "--temperature", "0.6") == 2  # other sampling: not mixed into this folder
+        assert _export(server, out, "--temperature", "0.6") == 1  # other sampling: not mixed into this folder
         assert len(server.requests) == 3 * POOL
     assert _rows(out / "train.jsonl") == rows
     refused = [line for line in capsys.readouterr().err.splitlines() if "other settings" in line]

@@ -127,5 +127,5 @@ def test_the_clients_are_closed_however_the_run_ends(capsys, tmp_path, monkeypat
             assert closed == ["mock", "mock"]  # the responder and the judge's own client
         else:
             code, text = run(capsys, *args, "--judge-base-url", server.url, "--judge-model", "nope")
-            assert code == 2 and "does not serve model 'nope'" in " ".join(text.split())
+            assert code == 1 and "does not serve model 'nope'" in " ".join(text.split())
             assert sorted(closed) == ["mock", "nope"]
