@@ -26,10 +26,14 @@ def scripted_reply(body: dict[str, Any], attempt: int = 1) -> dict[str, Any]:
     choice = body.get("tool_choice")
     fmt = body.get("response_format") or {}
     usage = {"prompt_tokens": 9 * len(messages), "completion_tokens": 7, "total_tokens": 9 * len(messages) + 7}
-    if tools and last.get("role") != "tool" and choice != "none":
-        forced = choice == "required" or isinstance(choice, dict)
+    forced = choice == "required" or isinstance(choice, dict)
+    if tools and (last.get("role") != "tool" or forced) and choice != "none":
         named = choice["function"]["name"] if isinstance(choice, dict) else None
         if forced or _WANTS_TOOL.search(prompt) or any(tool["name"] in prompt for tool in tools):
+            if last.get("role") == "tool":  # forced after a tool result: a tool not called yet (an answer schema)
+                called = {c["function"]["name"] for m in messages for c in m.get("tool_calls") or ()}
+                tools = [t for t in tools if t["name"] not in called] or tools
+                prompt = next(text_of(m.get("content")) for m in reversed(messages) if m["role"] == "user")
             tool = next((t for t in tools if t["name"] == named), None) or pick_tool(tools, prompt)
             arguments = json.dumps(fill(tool.get("parameters") or {}, prompt), ensure_ascii=False)
             call = {"id": f"call_{abs(hash((prompt, tool['name']))) % 10**8}", "type": "function",
@@ -52,8 +56,12 @@ def text_of(content: Any) -> str:
 
 
 def pick_tool(tools: list[dict[str, Any]], prompt: str) -> dict[str, Any]:
-    """The tool the prompt names, else the first."""
-    return next((tool for tool in tools if tool["name"] in prompt), tools[0])
+    """The tool the prompt names, else the one with most words of its name in the prompt, else the first."""
+    named = next((tool for tool in tools if tool["name"] in prompt), None)
+    if named is not None:
+        return named
+    words = set(re.findall(r"[a-z]+", original_problem(prompt).lower()))
+    return max(tools, key=lambda tool: sum(part in words for part in tool["name"].lower().split("_") if len(part) > 2))
 
 
 def original_problem(prompt: str) -> str:
