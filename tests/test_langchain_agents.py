@@ -188,3 +188,31 @@ def test_middleware_position_decides_what_it_wraps(mock_server):
         out = agent.invoke({"messages": [("user", "What is the weather in Paris?")]})
     assert out["messages"][-1].content == "The tool answered: sunny in Paris"
     assert (outer.calls, inner.calls, len(server.requests)) == (2, 2 * CALLS, 2 * CALLS)
+
+
+@pytest.mark.parametrize("entry", ["model", "middleware"])
+async def test_two_turns_on_an_async_sqlite_saver(mock_server, tmp_path, entry):
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    with mock_server(scripted_reply) as server:
+        async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "c.db")) as saver:
+            agent = agents(OpenAICompatibleChatModel(base_url=server.base_url, model="m"), checkpointer=saver)[entry]
+            thread = {"configurable": {"thread_id": "t1"}}
+            await agent.ainvoke({"messages": [("user", "What is the weather in Paris?")]}, thread)
+            out = await agent.ainvoke({"messages": [("user", "hello")]}, thread)
+    assert [m.type for m in out["messages"]] == ["human", "ai", "tool", "ai", "human", "ai"]
+    assert len(server.requests) == 3 * CALLS
+
+
+async def test_astream_events_show_every_trajectory_and_the_answer_streams_as_the_models_run(mock_server):
+    with mock_server(scripted_reply) as server:
+        model = PaCoReChatModel(model=OpenAICompatibleChatModel(base_url=server.base_url, model="m"),
+                                config=PaCoReConfig(rounds=ROUNDS))  # fmt: skip
+        events = [event async for event in model.astream_events("hello", version="v2")]
+    starts = [e for e in events if e["event"] == "on_chat_model_start"]
+    assert len(starts) == 1 + CALLS and sum(e["name"] == "PaCoReChatModel" for e in starts) == 1
+    own = [e for e in events if e["event"] == "on_chat_model_stream" and e["name"] == "PaCoReChatModel"]
+    assert "".join(str(e["data"]["chunk"].content) for e in own) == "Hello! I am a scripted model, and I am doing well."
+    streamed_trajectories = {e["metadata"].get("pacore_round") for e in events
+                             if e["event"] == "on_chat_model_stream" and e["name"] != "PaCoReChatModel"}  # fmt: skip
+    assert streamed_trajectories <= {len(ROUNDS)}  # only the final synthesis streams, never a proposal

@@ -295,9 +295,7 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        runner = self._runner(stop, kwargs)
-        result = run_sync(self._run(messages, runner, run_manager))
-        return ChatResult(generations=[ChatGeneration(message=reply_message(result))])
+        return run_sync(self._agenerate(messages, stop, run_manager, **kwargs))  # type: ignore[arg-type]
 
     async def _astream(
         self,

@@ -157,7 +157,7 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         body: dict[str, Any] = {"model": self.model, "messages": messages}
         for name in ("temperature", "top_p", "max_tokens", "stop"):
             value = overrides.pop(name, getattr(self, name))
-            if value is not None:
+            if value is not None and value != []:
                 body[name] = value
         body.update(self.extra_body)
         body.update({key: value for key, value in overrides.items() if value is not None})
