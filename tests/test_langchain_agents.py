@@ -216,3 +216,11 @@ async def test_astream_events_show_every_trajectory_and_the_answer_streams_as_th
     streamed_trajectories = {e["metadata"].get("pacore_round") for e in events
                              if e["event"] == "on_chat_model_stream" and e["name"] != "PaCoReChatModel"}  # fmt: skip
     assert streamed_trajectories <= {len(ROUNDS)}  # only the final synthesis streams, never a proposal
+
+
+def test_a_tool_choice_naming_no_bound_tool_is_refused_at_bind_time(mock_server):
+    with mock_server(scripted_reply) as server:
+        model = PaCoReChatModel(model=OpenAICompatibleChatModel(base_url=server.base_url, model="m"))
+        with pytest.raises(ValueError, match="'get_wether', which is not among the bound tools"):
+            model.bind_tools([get_weather], tool_choice="get_wether")
+    assert server.requests == []

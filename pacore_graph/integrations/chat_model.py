@@ -185,6 +185,7 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
         formatted = [convert_to_openai_tool(tool) for tool in tools]
         if tool_choice is not None:
             kwargs["tool_choice"] = tool_choice
+        self._base.bind_tools(formatted, **kwargs)  # refuses a bad tool_choice now, before a run is spent
         return self.bind(tools=formatted, **kwargs)
 
     # ---- entry points: as BaseChatModel's, with this run known to streaming calls ---------------------
