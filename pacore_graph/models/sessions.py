@@ -67,7 +67,7 @@ class SessionPool:
         )
         holder = _hold(session)
         self._sessions[loop] = (session, holder)
-        weakref.finalize(loop, _abandon, session)
+        weakref.finalize(loop, _abandon, session).atexit = False  # at exit the loop's own shutdown closes it
         await holder.__anext__()  # registers with the loop: closed by its shutdown_asyncgens()
         return session
 
