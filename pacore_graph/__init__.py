@@ -4,7 +4,9 @@ One way to run it per use:
 - one problem: ``await asolve(model, messages, config)`` / ``solve(...)``;
 - many problems, resumably, into an output folder: ``RunFolder(...).run(model, config, problems)``;
 - inside a LangGraph graph: ``PaCoReNode(model, config)`` in place of a model call, or the uncompiled
-  ``build_pacore_graph(model, config)`` run with ``context=PaCoReContext(messages=...)``.
+  ``build_pacore_graph(model, config)`` run with ``context=PaCoReContext(messages=...)``;
+- wherever LangChain takes a chat model (``create_agent``, LCEL): ``PaCoReChatModel(model=..., config=...)``;
+  as ``create_agent`` middleware: ``PaCoReMiddleware(config=...)`` (needs ``langchain``).
 
 Benchmark and agent authors find the parts these are made of in :mod:`pacore_graph.extend`.
 """
@@ -15,6 +17,7 @@ from pacore_graph.episode import EpisodeContext
 from pacore_graph.errors import PaCoReError, RoundFailedError
 from pacore_graph.explorer import AgentExplorer
 from pacore_graph.graph import build_pacore_graph
+from pacore_graph.integrations import PaCoReChatModel
 from pacore_graph.models import chat_model
 from pacore_graph.node import PaCoReNode
 from pacore_graph.records import PaCoReResult
@@ -24,9 +27,11 @@ from pacore_graph.run_context import PaCoReContext
 __all__ = [
     "AgentExplorer",
     "EpisodeContext",
+    "PaCoReChatModel",
     "PaCoReConfig",
     "PaCoReContext",
     "PaCoReError",
+    "PaCoReMiddleware",
     "PaCoReNode",
     "PaCoReResult",
     "Problem",
@@ -37,3 +42,12 @@ __all__ = [
     "chat_model",
     "solve",
 ]
+
+
+def __getattr__(name: str):
+    """``PaCoReMiddleware`` is imported on first use: it needs the ``langchain`` package."""
+    if name == "PaCoReMiddleware":
+        from pacore_graph import integrations
+
+        return integrations.PaCoReMiddleware
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -65,5 +65,5 @@ def _run_context(trace: bool) -> dict[str, Any]:
     """Progress events to the enclosing graph's custom stream; its runtime context as the payload."""
     try:
         return {"trace": trace, "on_event": get_stream_writer(), "payload": get_runtime().context}
-    except RuntimeError:  # not inside a graph run
+    except (RuntimeError, KeyError):  # not inside a graph run (KeyError: inside a plain chain's run)
         return {"trace": trace}

@@ -41,7 +41,8 @@ def to_messages(messages: MessagesInput) -> list[BaseMessage]:
 class PaCoReRunner:
     """A compiled PaCoRe graph plus its run-wide concurrency limiter; reusable across problems.
 
-    Without a ``checkpointer`` of its own the graph uses the enclosing graph's, when run inside one.
+    Without a ``checkpointer`` of its own the graph uses the enclosing graph's, when run inside one;
+    ``checkpointer=False`` never checkpoints (one chat-model call is one PaCoRe run, not a subgraph).
     Runners given one ``limiter`` share its bound on in-flight trajectories (e.g. one per server).
     """
 
@@ -50,7 +51,7 @@ class PaCoReRunner:
         model_or_explorer: Any,
         config: PaCoReConfig | None = None,
         *,
-        checkpointer: BaseCheckpointSaver | None = None,
+        checkpointer: BaseCheckpointSaver | bool | None = None,
         limiter: ConcurrencyLimiter | None = None,
     ):
         self.config = config or PaCoReConfig()

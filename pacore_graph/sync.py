@@ -15,8 +15,9 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextvars
+import queue
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -84,6 +85,37 @@ def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
             loop.call_soon_threadsafe(lambda: [task.cancel() for task in started])
             concurrent.futures.wait([outcome], timeout=CANCEL_GRACE_SECONDS)
         raise
+
+
+def iterate_sync(items: AsyncIterator[T]) -> Iterator[T]:
+    """Iterate an async iterator from sync code: it runs on the background loop (in a copy of the caller's
+    context) and is cancelled when the caller stops early or is interrupted."""
+    loop = _background_loop()
+    context = contextvars.copy_context()
+    received: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+    started: list[asyncio.Task] = []
+
+    async def pump() -> None:
+        try:
+            async for item in items:
+                received.put((True, item))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, cancellation included
+            received.put((False, exc))
+        else:
+            received.put((False, None))
+
+    loop.call_soon_threadsafe(lambda: started.append(loop.create_task(pump(), context=context)))
+    try:
+        while True:
+            more, value = received.get()
+            if more:
+                yield value
+            elif value is None:
+                return
+            else:
+                raise value
+    finally:
+        loop.call_soon_threadsafe(lambda: [task.cancel() for task in started])
 
 
 def call_interruptibly(function: Callable[[], T], on_interrupt: Callable[[], None]) -> T:

@@ -6,6 +6,12 @@ returns a reply dict (message fields), an ``int`` HTTP status to fail with (or a
 pair: vLLM's error body with that message), or ``bytes`` to send as a (malformed) body with status 200.
 A reply with ``"delay": seconds`` is held that long first; a client that
 hangs up meanwhile is counted in ``disconnected``.
+
+Requests are checked as vLLM checks them before the handler sees them: a ``tool_choice`` other than "auto",
+"none", "required" or a named tool, or naming a tool that is not offered, is a 400. Replies honour ``stop``
+(the text ends before the first stop sequence) and stream as vLLM streams: tool calls with their name once
+and arguments in pieces, usage only when ``stream_options.include_usage`` asks for it. ``llama_cpp=True``
+streams tool calls as llama.cpp does, repeating the id and name in every delta of a call.
 """
 
 from __future__ import annotations
@@ -31,9 +37,10 @@ class MockOpenAIServer:
     """Run in a background thread; ``requests`` lists the JSON bodies in arrival order, ``keys`` their API keys,
     ``sessions`` their session keys (the ``X-Session-ID`` header vllm-router routes by)."""
 
-    def __init__(self, handler: Handler, model: str = "mock-model"):
+    def __init__(self, handler: Handler, model: str = "mock-model", *, llama_cpp: bool = False):
         self.handler = handler
         self.model = model
+        self.llama_cpp = llama_cpp
         self.requests: list[dict[str, Any]] = []
         self.keys: list[str | None] = []  # the bearer token of each request, None without one
         self.sessions: list[str | None] = []
@@ -57,7 +64,8 @@ class MockOpenAIServer:
             same_prompt = prompt_key(body)
             self._attempts[same_prompt] += 1
             attempt = self._attempts[same_prompt]
-        reply = self.handler(body, attempt)
+        refused = refusal(body)
+        reply = (400, refused) if refused else self.handler(body, attempt)
         if isinstance(reply, dict) and reply.get("delay"):
             if await self._client_left(request, reply["delay"]):
                 with self._lock:
@@ -71,13 +79,15 @@ class MockOpenAIServer:
             status, text = reply
             error = {"object": "error", "message": text, "type": "BadRequestError", "param": None, "code": status}
             return web.json_response(error, status=status)
-        message = {"role": "assistant", "content": reply.get("content", "")}
+        message = {"role": "assistant", "content": stopped(reply.get("content", ""), body.get("stop"))}
         for field in ("reasoning_content", "reasoning", "tool_calls"):
             if field in reply:
                 message[field] = reply[field]
         usage = reply.get("usage", {"prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16})
         if body.get("stream"):
-            return await self._stream(request, message, reply.get("finish_reason", "stop"), usage)
+            usage = usage if (body.get("stream_options") or {}).get("include_usage") else None
+            model = body.get("model", self.model)
+            return await self._stream(request, message, reply.get("finish_reason", "stop"), usage, model)
         return web.json_response(
             {
                 "id": "chatcmpl-mock",
@@ -88,13 +98,13 @@ class MockOpenAIServer:
             }
         )
 
-    async def _stream(self, request, message, finish_reason, usage) -> web.StreamResponse:
+    async def _stream(self, request, message, finish_reason, usage, model) -> web.StreamResponse:
         """SSE as vLLM sends it: reasoning deltas, content deltas a few characters at a time, usage last."""
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
 
         async def send(delta: dict, finish: str | None = None, **extra) -> None:
-            chunk = {"id": "c", "object": "chat.completion.chunk", "model": self.model,
+            chunk = {"id": "c", "object": "chat.completion.chunk", "model": model,
                      "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}  # fmt: skip
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
 
@@ -104,14 +114,19 @@ class MockOpenAIServer:
             for start in range(0, len(text), 3):
                 await send({field: text[start : start + 3]})
         for position, call in enumerate(message.get("tool_calls") or ()):
-            function = call["function"]
-            await send({"tool_calls": [{"index": position, "id": call.get("id"), "type": "function",
-                                        "function": {"name": function["name"], "arguments": ""}}]})  # fmt: skip
-            await send({"tool_calls": [{"index": position, "function": {"arguments": function["arguments"]}}]})
+            function, arguments = call["function"], call["function"]["arguments"]
+            head = {"index": position, "id": call.get("id"), "type": "function"}
+            await send({"tool_calls": [{**head, "function": {"name": function["name"], "arguments": ""}}]})
+            for start in range(0, len(arguments), 4):
+                piece = {"arguments": arguments[start : start + 4]}
+                if self.llama_cpp:  # llama.cpp repeats the id and the whole name in every delta
+                    await send({"tool_calls": [{**head, "function": {"name": function["name"], **piece}}]})
+                else:
+                    await send({"tool_calls": [{"index": position, "function": piece}]})
         await send({}, finish_reason)
-        await response.write(
-            f"data: {json.dumps({'id': 'c', 'choices': [], 'usage': usage})}\n\ndata: [DONE]\n\n".encode()
-        )
+        if usage is not None:
+            await response.write(f"data: {json.dumps({'id': 'c', 'choices': [], 'usage': usage})}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
 
@@ -151,3 +166,29 @@ class MockOpenAIServer:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
         self._loop.close()
+
+
+def refusal(body: dict[str, Any]) -> str | None:
+    """vLLM's 400 for a request it refuses before generating (its tool_choice checks), else None."""
+    choice = body.get("tool_choice")
+    if choice is None:
+        return None
+    offered = [tool.get("function", {}).get("name") for tool in body.get("tools") or ()]
+    if isinstance(choice, str):
+        if choice not in ("auto", "none", "required"):
+            return f"Invalid value for `tool_choice`: {choice!r}"
+        if choice == "required" and not offered:
+            return "When using `tool_choice`, `tools` must be set."
+        return None
+    name = (choice.get("function") or {}).get("name") if isinstance(choice, dict) else None
+    if name not in offered:
+        return f"The tool specified in `tool_choice` does not match any of the specified `tools`: {name!r}"
+    return None
+
+
+def stopped(text: str, stop: list[str] | str | None) -> str:
+    """The text up to its first stop sequence (excluded), as vLLM returns it."""
+    for sequence in [stop] if isinstance(stop, str) else stop or ():
+        if sequence and sequence in text:
+            text = text[: text.index(sequence)]
+    return text

@@ -5,7 +5,9 @@ vLLM's ``reasoning`` field. This model posts JSON over one pooled aiohttp sessio
 (:mod:`~pacore_graph.models.sessions`), keeps the reasoning in ``additional_kwargs["reasoning_content"]``
 and reports usage. One model talks to one server: several replicas belong behind vllm-router, which
 each request's session key (:mod:`~pacore_graph.models.routing`) lets keep a shared prompt on one replica.
-It does not retry: the PaCoRe explorer retries transient failures, once, for every kind of model.
+It does not retry unless asked (``max_retries``): the PaCoRe explorer retries transient failures, once,
+for every kind of model. LangChain's standard constructor arguments (``timeout``, ``stop``, ``max_retries``,
+``temperature``, ...) are honoured, and an argument the class does not know is refused, never dropped.
 
 Streaming has two meanings here. ``streaming=True`` (or the per-call ``sse=True``) asks the server for
 server-sent events and assembles the message client-side: a transport, cheap at any scale. LangChain's
@@ -18,8 +20,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManager, AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -42,12 +46,16 @@ from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_core.utils.utils import LC_ID_PREFIX
-from pydantic import Field, PrivateAttr, field_validator
+from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
+from pacore_graph.config import RetryPolicy
 from pacore_graph.errors import ModelRequestError, PaCoReError, status_is_retryable
 from pacore_graph.models.routing import SESSION_HEADER, fresh_key, prefix_key, session_key
 from pacore_graph.models.sessions import SessionPool
 from pacore_graph.models.sse import Delta, read_stream, reasoning_of
+from pacore_graph.models.structured import StructuredOutputMixin
+from pacore_graph.models.tool_choice import openai_tool_choice
+from pacore_graph.retry import with_retries
 from pacore_graph.sync import run_sync
 
 CONVERTED_ROUNDS = 256  # message lists whose OpenAI form is kept: rounds of this many problems in flight
@@ -65,30 +73,45 @@ def _normalise_base_url(url: str) -> str:
     return url
 
 
-class OpenAICompatibleChatModel(BaseChatModel):
-    """Chat completions against one OpenAI-compatible server (or vllm-router), with vLLM's reasoning kept."""
+class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
+    """Chat completions against one OpenAI-compatible server (or vllm-router), with vLLM's reasoning kept.
 
-    base_url: str = Field(description="the server's URL, ending in /v1")
+    ``base_url`` and ``api_key`` default to ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``, as the openai SDK's do.
+    """
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    base_url: str = Field(
+        default_factory=lambda: os.environ.get("OPENAI_BASE_URL"),  # type: ignore[arg-type,return-value]
+        validate_default=True,
+        description="the server's URL, ending in /v1 (default: OPENAI_BASE_URL)",
+    )
     model: str = Field(description="model name the server knows")
-    api_key: str | None = Field(None, repr=False)
+    api_key: str | None = Field(
+        default_factory=lambda: os.environ.get("OPENAI_API_KEY"), repr=False, description="default: OPENAI_API_KEY"
+    )
     temperature: float | None = None
     top_p: float | None = None
     max_tokens: int | None = None
-    request_timeout: float | None = Field(None, description="seconds for a whole request; None: no limit")
+    stop: list[str] | None = Field(None, description="stop sequences sent with every request")
+    request_timeout: float | None = Field(
+        None, alias="timeout", description="seconds for a whole request; None: no limit"
+    )
+    max_retries: int = Field(0, ge=0, description="retries of a transient failure (PaCoRe runs retry on their own)")
     streaming: bool = Field(False, description="request SSE streaming and assemble the message client-side")
     extra_body: dict[str, Any] = Field(default_factory=dict, description="extra request fields")
 
     _url: str = PrivateAttr()
     _pool: SessionPool = PrivateAttr()
-    _converted: dict[tuple[int, ...], tuple[list[BaseMessage], list[dict[str, Any]], str | None, int]] = PrivateAttr(
-        default_factory=dict
-    )
+    _converted: dict[tuple[Any, ...], tuple[list[dict[str, Any]], str | None, int]] = PrivateAttr(default_factory=dict)
     _converted_chars: int = PrivateAttr(default=0)
     _serialized_identity: dict[str, Any] | None = PrivateAttr(default=None)
 
     @field_validator("base_url", mode="before")
     @classmethod
     def _url(cls, url: Any) -> Any:
+        if url is None:
+            raise ValueError("no base_url given and OPENAI_BASE_URL is not set")
         if isinstance(url, (list, tuple)):
             raise PaCoReError(f"{len(url)} base URLs given; {ROUTER_HINT}")
         if isinstance(url, str) and not url.startswith(("http://", "https://")):
@@ -121,8 +144,8 @@ class OpenAICompatibleChatModel(BaseChatModel):
             chosen = kwargs.get(value, getattr(self, value))
             if chosen is not None:
                 params[name] = chosen  # type: ignore[literal-required]
-        if stop:
-            params["ls_stop"] = stop
+        if stop or self.stop:
+            params["ls_stop"] = stop or self.stop
         return params
 
     # ---- transport -------------------------------------------------------------------------------
@@ -134,9 +157,9 @@ class OpenAICompatibleChatModel(BaseChatModel):
     def payload(self, messages: list[dict[str, Any]], **overrides: Any) -> dict[str, Any]:
         """The request body: only the fields that are set, as the PaCoRe reference pipeline sends."""
         body: dict[str, Any] = {"model": self.model, "messages": messages}
-        for name in ("temperature", "top_p", "max_tokens"):
+        for name in ("temperature", "top_p", "max_tokens", "stop"):
             value = overrides.pop(name, getattr(self, name))
-            if value is not None:
+            if value is not None and value != []:
                 body[name] = value
         body.update(self.extra_body)
         body.update({key: value for key, value in overrides.items() if value is not None})
@@ -161,8 +184,14 @@ class OpenAICompatibleChatModel(BaseChatModel):
         if stream:
             body["stream"] = True
             body.setdefault("stream_options", {"include_usage": True})
-            return await self._post_stream(body, headers, on_delta)
-        return await self._post(body, headers)
+            send = partial(self._post_stream, body, headers, on_delta)
+        else:
+            send = partial(self._post, body, headers)
+        if not self.max_retries:
+            return await send()
+        # A streamed reply retried after some deltas went out would show them twice: only whole replies retry.
+        policy = RetryPolicy(max_attempts=self.max_retries + 1 if on_delta is None else 1)
+        return (await with_retries(send, policy, None))[0]
 
     async def _post(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
         session, url = await self._pool.get(), self._url
@@ -194,22 +223,23 @@ class OpenAICompatibleChatModel(BaseChatModel):
 
     def _openai_messages(self, messages: list[BaseMessage]) -> tuple[list[dict[str, Any]], str | None]:
         """The messages in OpenAI form and their prefix key (None: short, each request its own key), made once
-        per message list: the K trajectories of a round send the same message objects."""
-        ids = tuple(map(id, messages))
-        cached = self._converted.get(ids)
+        per conversation: the K trajectories of a round send the same messages. Keyed by what the messages
+        say, not by the objects: a message edited in place is converted again."""
+        key = tuple(map(_message_key, messages))
+        cached = self._converted.get(key)
         if cached is not None:
-            return cached[1], cached[2]
+            return cached[0], cached[1]
         converted = convert_to_openai_messages(messages)
-        key = prefix_key(converted)
+        session = prefix_key(converted)
         chars = _chars(converted)
         if chars > CONVERTED_CHARS:
-            return converted, key
+            return converted, session
         while self._converted and (len(self._converted) >= CONVERTED_ROUNDS or
                                    self._converted_chars + chars > CONVERTED_CHARS):  # fmt: skip
-            self._converted_chars -= self._converted.pop(next(iter(self._converted)))[3]
-        self._converted[ids] = (list(messages), converted, key, chars)  # holding the messages keeps their ids unique
+            self._converted_chars -= self._converted.pop(next(iter(self._converted)))[2]
+        self._converted[key] = (converted, session, chars)
         self._converted_chars += chars
-        return converted, key
+        return converted, session
 
     # ---- LangChain interface ---------------------------------------------------------------------
 
@@ -231,6 +261,7 @@ class OpenAICompatibleChatModel(BaseChatModel):
         llm_cache = self.cache if self.cache is not None else get_llm_cache()
         if kwargs.get("stream") is not False or llm_cache or self.rate_limiter or self.output_version == "v1":
             return await super().ainvoke(input, config, stop=stop, **kwargs)
+        structured = kwargs.pop("ls_structured_output_format", None)  # tracing only, never a request field
         # Callbacks given (as PaCoRe's explorer gives them) make the ambient config irrelevant to the run.
         config = dict(config) if config and "callbacks" in config else ensure_config(config)  # type: ignore[assignment]
         messages = _as_messages(input)
@@ -246,9 +277,12 @@ class OpenAICompatibleChatModel(BaseChatModel):
         manager.add_metadata(metadata)
         if self.metadata:
             manager.add_metadata(self.metadata, inherit=False)
+        options: dict[str, Any] = {"stop": stop}
+        if structured:
+            options["ls_structured_output_format"] = structured
         (run_manager,) = await manager.on_chat_model_start(
             self._tracing_identity(), [messages], invocation_params=self._get_invocation_params(stop=stop, **kwargs),
-            options={"stop": stop}, name=config.get("run_name") or self.get_name(), run_id=config.pop("run_id", None),
+            options=options, name=config.get("run_name") or self.get_name(), run_id=config.pop("run_id", None),
             batch_size=1,
         )  # fmt: skip
         try:
@@ -318,9 +352,10 @@ class OpenAICompatibleChatModel(BaseChatModel):
                 queue.put_nowait(None)
 
         task = asyncio.ensure_future(pump())
+        named: dict[int, str] = {}  # tool calls whose name and id went out already (llama.cpp repeats them)
         try:
             while (delta := await queue.get()) is not None:
-                yield _delta_chunk(delta)
+                yield _delta_chunk(delta, named)
             final = await task
         finally:
             task.cancel()
@@ -343,15 +378,17 @@ class OpenAICompatibleChatModel(BaseChatModel):
         self,
         tools: Sequence[dict[str, Any] | type | Callable | BaseTool],
         *,
-        tool_choice: str | dict | None = None,
+        tool_choice: str | dict | bool | None = None,
+        strict: bool | None = None,
         **kwargs: Any,
     ) -> Runnable[LanguageModelInput, AIMessage]:
-        """OpenAI tool calling, as vLLM serves it (``--enable-auto-tool-choice``)."""
-        formatted = [convert_to_openai_tool(tool) for tool in tools]
-        if tool_choice is not None:
-            if isinstance(tool_choice, str) and tool_choice not in ("auto", "none", "required"):
-                tool_choice = {"type": "function", "function": {"name": tool_choice}}
-            kwargs["tool_choice"] = tool_choice
+        """OpenAI tool calling, as vLLM serves it (``--enable-auto-tool-choice``). ``tool_choice``: LangChain's
+        values ("any" or True: some tool; a tool's name: that tool) become OpenAI's; a name not among
+        ``tools`` is refused here (vLLM would answer 400). ``strict`` asks for arguments that match the schemas."""
+        formatted = [convert_to_openai_tool(tool, strict=strict) for tool in tools]
+        choice = openai_tool_choice(tool_choice, formatted)
+        if choice is not None:
+            kwargs["tool_choice"] = choice
         return super().bind(tools=formatted, **kwargs)
 
 
@@ -432,21 +469,31 @@ def to_ai_message(raw: dict[str, Any]) -> AIMessage:
     )
 
 
-def _delta_chunk(delta: dict[str, Any]) -> ChatGenerationChunk:
+def _message_key(message: BaseMessage) -> tuple[Any, ...]:
+    """What a message says, for the conversion cache: kind, content, name, tool calls and their answers (the
+    OpenAI form holds nothing else of it)."""
+    content = message.content if isinstance(message.content, str) else repr(message.content)
+    calls = getattr(message, "tool_calls", None)
+    return message.type, content, message.name, repr(calls) if calls else None, getattr(message, "tool_call_id", None)
+
+
+def _delta_chunk(delta: dict[str, Any], named: dict[int, str] | None = None) -> ChatGenerationChunk:
+    """One streamed delta as a LangChain chunk. A tool call's name and id go out once per index: LangChain
+    concatenates the chunks' strings, and llama.cpp repeats both in every delta of a call."""
     additional = {}
     if text := reasoning_of(delta):
         additional["reasoning_content"] = text
     chunks = []
     for call in delta.get("tool_calls") or ():
         function = call.get("function") or {}
-        chunks.append(
-            tool_call_chunk(
-                name=function.get("name"),
-                args=function.get("arguments"),
-                id=call.get("id"),
-                index=call.get("index"),
-            )
-        )
+        index, name, call_id = call.get("index"), function.get("name"), call.get("id")
+        if named is not None and index is not None:
+            if index in named:
+                name = None if name == named[index] else name
+                call_id = None
+            elif name:
+                named[index] = name
+        chunks.append(tool_call_chunk(name=name, args=function.get("arguments"), id=call_id, index=index))
     return ChatGenerationChunk(
         message=AIMessageChunk(
             content=delta.get("content") or "", additional_kwargs=additional, tool_call_chunks=chunks

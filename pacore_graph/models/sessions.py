@@ -5,11 +5,14 @@ wrappers' background loop, a server's loop). Why the closing trick: nobody calls
 inside a graph, and a session left for the garbage collector prints "Unclosed client session" at exit.
 Each session is held by a small async generator started in its loop; ``asyncio.run`` (and every loop
 shut down properly, the sync wrappers' included) finalizes live async generators, which closes it.
+A loop closed without that (a bare ``loop.close()``, as some test runners do) can run nothing any more:
+once it is gone, its session and connector are marked closed (their sockets went with it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import weakref
 from collections.abc import AsyncIterator
@@ -22,6 +25,24 @@ async def _hold(session: aiohttp.ClientSession) -> AsyncIterator[None]:
         yield
     finally:
         await session.close()
+
+
+def _abandon(session: aiohttp.ClientSession) -> None:
+    """The session's loop is gone without closing it: mark it closed (no "Unclosed client session" at exit)."""
+    if session.closed:
+        return
+    connector = session.connector
+    session.detach()
+    if connector is None:
+        return
+    closing = connector.close()  # its loop is closed: this only marks it closed, in one step
+    if inspect.iscoroutine(closing):
+        try:
+            closing.send(None)
+        except (StopIteration, RuntimeError):
+            pass
+        finally:
+            closing.close()
 
 
 class SessionPool:
@@ -46,6 +67,7 @@ class SessionPool:
         )
         holder = _hold(session)
         self._sessions[loop] = (session, holder)
+        weakref.finalize(loop, _abandon, session).atexit = False  # at exit the loop's own shutdown closes it
         await holder.__anext__()  # registers with the loop: closed by its shutdown_asyncgens()
         return session
 

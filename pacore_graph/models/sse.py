@@ -111,9 +111,11 @@ def _event(line: bytes, url: str, state: _Assembly, on_delta: Callable[[Delta], 
         if "tool_calls" in delta:
             for call in delta["tool_calls"] or ():
                 slot = state.tool_calls.setdefault(call.get("index", 0), {"id": None, "name": "", "args": ""})
-                slot["id"] = call.get("id") or slot["id"]
+                slot["id"] = slot["id"] or call.get("id")
                 function = call.get("function") or {}
-                slot["name"] += function.get("name") or ""
+                name = function.get("name") or ""
+                if name != slot["name"]:  # llama.cpp repeats the whole name in every delta of a call
+                    slot["name"] += name
                 slot["args"] += function.get("arguments") or ""
         if on_delta is not None:
             on_delta(delta)

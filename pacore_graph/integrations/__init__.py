@@ -1,0 +1,21 @@
+"""PaCoRe where LangChain expects a chat model (``PaCoReChatModel``) or agent middleware (``PaCoReMiddleware``).
+
+``PaCoReMiddleware`` needs the ``langchain`` package (its ``create_agent``): imported on first use.
+"""
+
+from typing import Any
+
+from pacore_graph.integrations.chat_model import PaCoReChatModel
+
+__all__ = ["PaCoReChatModel", "PaCoReMiddleware"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PaCoReMiddleware":
+        try:
+            from pacore_graph.integrations.middleware import PaCoReMiddleware
+        except ImportError as exc:
+            hint = f"PaCoReMiddleware needs LangChain's agents: pip install 'langchain>=1.5' ({exc})"
+            raise ImportError(hint) from exc
+        return PaCoReMiddleware
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,154 @@
+"""``PaCoReMiddleware``: an agent's model calls become PaCoRe runs (LangChain ``create_agent``, deep agents).
+
+Each proposal and the synthesis is one call of the ``handler`` the middleware receives, with the request's
+messages replaced by that round's (round 1: unchanged; later rounds: the last user message replaced by the
+synthesis prompt). So everything inside it - middleware later in the list, the tools, ``tool_choice``,
+``response_format``, system message and model settings of the request, and the model - sees and shapes every
+trajectory; middleware earlier in the list wraps the whole PaCoRe run and sees one model call.
+
+The agent gets the final trajectory's response: its message (text compacted as PaCoRe compacts it, tool calls,
+structured response) with ``usage_metadata`` counting every trajectory and ``response_metadata["pacore"]``.
+Under ``stream_mode="messages"`` only the final synthesis streams, as the agent's model node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from contextvars import copy_context
+from dataclasses import dataclass
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+from langchain.agents.middleware.types import ExtendedModelResponse
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import var_child_runnable_config
+
+from pacore_graph.chat_explorer import trajectory_from_message
+from pacore_graph.config import PaCoReConfig
+from pacore_graph.episode import EpisodeContext
+from pacore_graph.integrations.chat_model import final_trajectory
+from pacore_graph.records import PaCoReResult, Trajectory
+from pacore_graph.run import PaCoReRunner
+from pacore_graph.sync import run_sync
+
+
+@dataclass(frozen=True)
+class _ModelCall:
+    """One wrapped model call: the request, the handler to run each trajectory through, and the model node's
+    config (each trajectory's model call runs under it, with the trajectory's callbacks, tags and metadata)."""
+
+    request: ModelRequest
+    handler: Callable[[ModelRequest], Any]
+    node_config: RunnableConfig
+    is_async: bool
+
+
+class HandlerExplorer:
+    """One trajectory = one call of the middleware's handler on the round's messages."""
+
+    async def explore(self, messages: list[BaseMessage], episode: EpisodeContext) -> Trajectory:
+        call: _ModelCall = episode.payload
+        request = call.request.override(messages=messages)
+        # The model node's callbacks, not the PaCoRe graph's: LangGraph keeps its messages-stream handler out of a
+        # graph run detached from the agent's, and the final synthesis must stream as the agent's model node.
+        config = {
+            **call.node_config,
+            "tags": [*call.node_config.get("tags", ()), *episode.config.get("tags", ())],
+            "metadata": {**call.node_config.get("metadata", {}), **episode.config.get("metadata", {})},
+        }
+        token = var_child_runnable_config.set(config)  # the handler's model call reads its config from here
+        try:
+            if call.is_async:
+                response = await call.handler(request)
+            else:
+                response = await in_thread(call.handler, request)
+        finally:
+            var_child_runnable_config.reset(token)
+        model_response = response.model_response if isinstance(response, ExtendedModelResponse) else response
+        if isinstance(model_response, AIMessage):
+            model_response = ModelResponse(result=[model_response])
+        message = next(m for m in model_response.result if isinstance(m, AIMessage))
+        return trajectory_from_message(message, {"response": response})
+
+
+async def in_thread(function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)`` in a thread of its own (K sync model calls at once, not a pool of a few), in a copy
+    of this context. A cancelled caller stops waiting; a sync call already sent runs to its end."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    context = copy_context()
+
+    def settle(method: Callable[[Any], None], value: Any) -> None:
+        if not future.done():
+            method(value)
+
+    def work() -> None:
+        try:
+            result = context.run(function, *args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            loop.call_soon_threadsafe(settle, future.set_exception, exc)
+        else:
+            loop.call_soon_threadsafe(settle, future.set_result, result)
+
+    threading.Thread(target=work, name="pacore-handler", daemon=True).start()
+    return await future
+
+
+class PaCoReMiddleware(AgentMiddleware):
+    """Makes each model call of a ``create_agent`` agent one PaCoRe run (sum(K) proposals, then a synthesis),
+    every one of them through the handler this middleware receives.
+
+    Its place in ``middleware=[...]`` decides what it wraps: middleware after it (retries, fallbacks, call
+    limits, caching, summarization, ...) runs once per trajectory; middleware before it runs once per model step
+    and sees the PaCoRe answer.
+    """
+
+    def __init__(self, config: PaCoReConfig | None = None):
+        super().__init__()
+        self.config = config or PaCoReConfig()
+        self.runner = PaCoReRunner(HandlerExplorer(), self.config, checkpointer=False)
+
+    async def _run(self, request: ModelRequest, handler: Callable[..., Any], *, is_async: bool) -> Any:
+        node_config = var_child_runnable_config.get() or {}
+        call = _ModelCall(request, handler, node_config, is_async)
+        config: RunnableConfig = {"callbacks": node_config.get("callbacks"), "metadata": node_config.get("metadata")}
+        detached = var_child_runnable_config.set(None)  # one model step is one PaCoRe run, not a subgraph
+        try:
+            result = await self.runner.arun(request.messages, config, payload=call, trace=True)
+        finally:
+            var_child_runnable_config.reset(detached)
+        return final_response(result)
+
+    def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], Any]) -> Any:
+        return run_sync(self._run(request, handler, is_async=False))
+
+    async def awrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[Any]]
+    ) -> Any:
+        return await self._run(request, handler, is_async=True)
+
+
+def final_response(result: PaCoReResult) -> Any:
+    """The chosen trajectory's response, its message carrying the answer text and the whole run's account."""
+    final = final_trajectory(result)
+    assert final is not None, "a finished run has the trajectory its answer came from"
+    response = final.extra["response"]
+    model_response = response.model_response if isinstance(response, ExtendedModelResponse) else response
+    if isinstance(model_response, AIMessage):
+        model_response = ModelResponse(result=[model_response])
+    answer = result.message
+    messages = [
+        m.model_copy(update={
+            "content": answer.content,
+            "usage_metadata": answer.usage_metadata,
+            "response_metadata": {**m.response_metadata, "pacore": answer.response_metadata["pacore"]},
+        }) if isinstance(m, AIMessage) else m
+        for m in model_response.result
+    ]  # fmt: skip
+    updated = ModelResponse(result=messages, structured_response=model_response.structured_response)
+    if isinstance(response, ExtendedModelResponse):
+        return ExtendedModelResponse(model_response=updated, command=response.command)
+    return updated

@@ -1,0 +1,29 @@
+"""LangChain's ``tool_choice`` values in OpenAI's form, checked against the tools before anything is sent.
+
+LangChain says "any" (or True) for "call some tool" and a bare name for "call this tool"; OpenAI, vLLM and
+llama.cpp say "required" and ``{"type": "function", "function": {"name": ...}}``. vLLM answers a name that is
+not among the tools with a 400 (llama.cpp with a 500): refused here with the names there are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+OPENAI_CHOICES = ("auto", "none", "required")
+
+
+def openai_tool_choice(choice: str | dict | bool | None, tools: list[dict[str, Any]]) -> str | dict | None:
+    """``choice`` as OpenAI's ``tool_choice`` (None: leave it to the server), for ``tools`` in OpenAI form."""
+    if choice is None or choice is False:
+        return None
+    if choice is True or choice == "any":
+        return "required"
+    if isinstance(choice, str) and choice in OPENAI_CHOICES:
+        return choice
+    name = choice if isinstance(choice, str) else (choice.get("function") or {}).get("name")
+    if not isinstance(name, str):
+        raise ValueError(f"tool_choice {choice!r} is none of 'auto', 'none', 'any', 'required', a tool name or True")
+    offered = [tool.get("function", {}).get("name") for tool in tools]
+    if name not in offered:
+        raise ValueError(f"tool_choice names {name!r}, which is not among the bound tools {offered}")
+    return {"type": "function", "function": {"name": name}}
