@@ -1,10 +1,11 @@
 """A lean LangChain chat model for OpenAI-compatible servers (vLLM, llama.cpp, ...).
 
 Why not ChatOpenAI: at 1024 requests in flight it costs about 6 ms of client CPU per call and drops
-vLLM's ``reasoning`` field. This model posts JSON over one pooled aiohttp session per event loop
-(:mod:`~pacore_graph.models.sessions`), keeps the reasoning in ``additional_kwargs["reasoning_content"]``
-and reports usage. One model talks to one server: several replicas belong behind vllm-router, which
-each request's session key (:mod:`~pacore_graph.models.routing`) lets keep a shared prompt on one replica.
+vLLM's ``reasoning`` field. This model posts JSON over keep-alive connections pooled per event loop
+(:mod:`~pacore_graph.models.http`, a lean HTTP/1.1 client), keeps the reasoning in
+``additional_kwargs["reasoning_content"]`` and reports usage. One model talks to one server: several
+replicas belong behind vllm-router, which each request's session key (:mod:`~pacore_graph.models.routing`)
+lets keep a shared prompt on one replica.
 It does not retry: the PaCoRe explorer retries transient failures, once, for every kind of model.
 
 Streaming has two meanings here. ``streaming=True`` (or the per-call ``sse=True``) asks the server for
@@ -45,8 +46,8 @@ from langchain_core.utils.utils import LC_ID_PREFIX
 from pydantic import Field, PrivateAttr, field_validator
 
 from pacore_graph.errors import ModelRequestError, PaCoReError, status_is_retryable
+from pacore_graph.models.http import LoopPools
 from pacore_graph.models.routing import SESSION_HEADER, fresh_key, prefix_key, session_key
-from pacore_graph.models.sessions import SessionPool
 from pacore_graph.models.sse import Delta, read_stream, reasoning_of
 from pacore_graph.sync import run_sync
 
@@ -78,7 +79,7 @@ class OpenAICompatibleChatModel(BaseChatModel):
     extra_body: dict[str, Any] = Field(default_factory=dict, description="extra request fields")
 
     _url: str = PrivateAttr()
-    _pool: SessionPool = PrivateAttr()
+    _pool: LoopPools = PrivateAttr()
     _converted: dict[tuple[int, ...], tuple[list[BaseMessage], list[dict[str, Any]], str]] = PrivateAttr(
         default_factory=dict
     )
@@ -95,10 +96,8 @@ class OpenAICompatibleChatModel(BaseChatModel):
 
     def model_post_init(self, context: Any) -> None:
         self._url = f"{self.base_url}/chat/completions"
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        self._pool = SessionPool(headers, self.request_timeout)
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        self._pool = LoopPools(self._url, headers)
 
     @property
     def _llm_type(self) -> str:
@@ -126,7 +125,7 @@ class OpenAICompatibleChatModel(BaseChatModel):
     # ---- transport -------------------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Close the running loop's session now (else it is closed when the loop shuts down)."""
+        """Close the running loop's connections now (else they are closed when the loop shuts down)."""
         await self._pool.aclose()
 
     def payload(self, messages: list[dict[str, Any]], **overrides: Any) -> dict[str, Any]:
@@ -156,15 +155,17 @@ class OpenAICompatibleChatModel(BaseChatModel):
         if stream:
             body["stream"] = True
             body.setdefault("stream_options", {"include_usage": True})
-            return await self._post_stream(body, headers, on_delta)
-        return await self._post(body, headers)
+        request = self._post_stream(body, headers, on_delta) if stream else self._post(body, headers)
+        if self.request_timeout is None:
+            return await request
+        async with asyncio.timeout(self.request_timeout):
+            return await request
 
     async def _post(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
-        session, url = await self._pool.get(), self._url
-        async with session.post(url, json=body, headers=headers) as response:
-            raw = await response.read()
-            if response.status != 200:
-                raise _status_error(response.status, raw, url)
+        pool, url = await self._pool.get(), self._url
+        status, raw = await pool.post(json.dumps(body).encode(), headers)
+        if status != 200:
+            raise _status_error(status, raw, url)
         try:
             data = json.loads(raw)
             choice = data["choices"][0]
@@ -181,11 +182,11 @@ class OpenAICompatibleChatModel(BaseChatModel):
     async def _post_stream(
         self, body: dict[str, Any], headers: dict[str, str], on_delta: Callable[[Delta], None] | None
     ) -> dict[str, Any]:
-        session, url = await self._pool.get(), self._url
-        async with session.post(url, json=body, headers=headers) as response:
+        pool, url = await self._pool.get(), self._url
+        async with pool.stream(json.dumps(body).encode(), headers) as response:
             if response.status != 200:
                 raise _status_error(response.status, await response.read(), url)
-            return await read_stream(response, url, on_delta)
+            return await read_stream(response.iter_chunks(), url, on_delta)
 
     def _openai_messages(self, messages: list[BaseMessage]) -> tuple[list[dict[str, Any]], str | None]:
         """The messages in OpenAI form and their prefix key (None: short, each request its own key), made once
