@@ -13,6 +13,7 @@ this project's client that is its transport (``sse``), assembled without a LangC
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -21,7 +22,6 @@ from langchain_core.runnables import ensure_config
 
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.episode import EpisodeContext
-from pacore_graph.models.chat_openai import keep_reasoning
 from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
 from pacore_graph.models.sse import reasoning_of
 from pacore_graph.models.unwrap import WrappedChatModel, with_model
@@ -47,6 +47,16 @@ def trajectory_from_message(message: AIMessage, extra: dict[str, Any] | None = N
     )
 
 
+def _keep_reasoning(model: BaseChatModel) -> BaseChatModel:
+    """A plain ChatOpenAI upgraded to keep vLLM's reasoning; any other model as it is. A process that never
+    imported langchain-openai holds no ChatOpenAI, and does not import it here (about 30 MB)."""
+    if "langchain_openai" not in sys.modules:
+        return model
+    from pacore_graph.models.chat_openai import keep_reasoning
+
+    return keep_reasoning(model)
+
+
 def takes_openai_params(model: BaseChatModel) -> bool:
     return isinstance(model, OpenAICompatibleChatModel) or any(
         cls.__name__ == "BaseChatOpenAI" for cls in type(model).__mro__
@@ -58,7 +68,7 @@ class ChatExplorer:
 
     def __init__(self, model: BaseChatModel | WrappedChatModel, config: PaCoReConfig | None = None):
         found = model if isinstance(model, WrappedChatModel) else WrappedChatModel(model=model, call=model)
-        upgraded = keep_reasoning(found.model)
+        upgraded = _keep_reasoning(found.model)
         if upgraded is not found.model:  # a plain ChatOpenAI: same settings, vLLM's reasoning kept
             found = WrappedChatModel(
                 model=upgraded, call=with_model(found.call, upgraded), prefix=found.prefix,
