@@ -1,7 +1,9 @@
 """One trajectory = one chat completion from a LangChain chat model (bound tools and wrappers included).
 
 Every call is an ordinary LangChain chat-model run: callbacks, tracing, ``astream_events`` and
-``stream_mode="messages"`` see each trajectory, tagged with ``pacore_round`` / ``pacore_index``.
+``stream_mode="messages"`` see each trajectory, tagged with ``pacore_round`` / ``pacore_index``. When the
+runner found no callback handler attached to the run (``EpisodeContext.unobserved``, asked once per run),
+this project's client is asked for the completion alone: the run objects nobody would see are not built.
 
 Requests: PaCoReConfig's sampling (temperature, top_p, max_tokens, model_kwargs) fills in only what the
 model and its bindings leave unset, for models that take OpenAI's parameters (this project's client,
@@ -78,6 +80,13 @@ class ChatExplorer:
         self.model = found.model
         self.config = config or PaCoReConfig()
         self._early, self._final = self._request_kwargs()
+        model = found.model
+        # called as it is (no wrapper, no steps before it) and with nothing of its own to tell: in a run
+        # nobody observes, the trajectory is the completion alone (OpenAICompatibleChatModel.agenerate_message)
+        self._direct = (
+            isinstance(model, OpenAICompatibleChatModel) and found.call is model and found.prefix is None
+            and not model.callbacks and not model.verbose
+        )  # fmt: skip
 
     def _fill_ins(self, configured: frozenset[str] = frozenset()) -> dict[str, Any]:
         if not takes_openai_params(self.model):
@@ -109,6 +118,9 @@ class ChatExplorer:
             configured = frozenset(ensure_config(config).get("configurable") or ()) & set(self.found.configurable)
             if configured:
                 kwargs = self._request_kwargs(configured)[1 if episode.final else 0]
+        if episode.unobserved and self._direct and self.model.plain_calls():  # type: ignore[attr-defined]
+            message = await self.model.agenerate_message(messages, **kwargs)  # type: ignore[attr-defined]
+            return trajectory_from_message(message)
         if self.found.prefix is not None:
             messages = await self.found.prefix.ainvoke(messages, config)
         message = await self.found.call.ainvoke(messages, config, **kwargs)

@@ -151,7 +151,7 @@ def build_pacore_graph(
         control = run.control(settings).round(round_index, k, task.get("spent", 0))
         final = round_index == final_round and not verifier  # a verifier's reply is not the answer: no streaming
         child = run.child_config(config, round_index, index, final)
-        episode = EpisodeContext(round_index, index, final, child, run.payload, run.on_record)
+        episode = EpisodeContext(round_index, index, final, child, run.payload, run.on_record, run.unobserved)
         one = OneTrajectory(explorer, messages, episode, settings, uncapped=uncapped)
         barrier.start()
         try:

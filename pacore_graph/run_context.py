@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from langchain_core.callbacks import AsyncCallbackManager
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_stream_writer
@@ -42,6 +43,8 @@ class PaCoReContext:
     - ``stream_metadata``: the enclosing graph node's ``langgraph_*`` run metadata. Model calls carry it
       so that ``stream_mode="messages"`` of the enclosing graph shows the final round's tokens as that
       node's, as it would for a plain model call in its place.
+    - ``unobserved``: no callback handler is attached to this run (see :func:`unobserved`); passed on to
+      every episode, so a chat explorer skips chat-model runs nobody would see.
     """
 
     messages: Sequence[BaseMessage]
@@ -50,6 +53,7 @@ class PaCoReContext:
     on_record: Callable[[Any], None] | None = None
     trace: list[Trajectory] | None = None
     stream_metadata: dict[str, Any] = field(default_factory=dict)
+    unobserved: bool = False
     started: float = field(default_factory=time.monotonic)  # a budget's deadline counts from here
     _rounds: dict[int, tuple[dict[tuple[str, ...], list[BaseMessage]], RoundBarrier]] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -152,6 +156,15 @@ class PaCoReContext:
         if not final:
             config["tags"] = [TAG_NOSTREAM]
         return config
+
+
+def unobserved(config: RunnableConfig | None) -> bool:
+    """Whether no callback handler would see a run under ``config``: none among its callbacks and none
+    from the environment or context (LangSmith tracing, ``collect_runs``, debug, configure hooks), as
+    LangChain configures them. Asked once per PaCoRe run: its model calls inherit the same handlers
+    (``stream_mode="messages"`` and ``astream_events`` attach theirs to the run's callbacks)."""
+    callbacks = (config or {}).get("callbacks")
+    return not AsyncCallbackManager.configure(callbacks, None, False).handlers
 
 
 def current_context() -> PaCoReContext:

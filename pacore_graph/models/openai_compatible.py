@@ -219,8 +219,7 @@ class OpenAICompatibleChatModel(BaseChatModel):
         no run objects are built. Streaming, caches, rate limiters and other output versions take the
         base class's road.
         """
-        llm_cache = self.cache if self.cache is not None else get_llm_cache()
-        if kwargs.get("stream") is not False or llm_cache or self.rate_limiter or self.output_version == "v1":
+        if kwargs.get("stream") is not False or not self.plain_calls():
             return await super().ainvoke(input, config, stop=stop, **kwargs)
         # Callbacks given (as PaCoRe's explorer gives them) make the ambient config irrelevant to the run.
         config = dict(config) if config and "callbacks" in config else ensure_config(config)  # type: ignore[assignment]
@@ -228,10 +227,7 @@ class OpenAICompatibleChatModel(BaseChatModel):
         callbacks, tags = config.get("callbacks"), config.get("tags")
         manager = AsyncCallbackManager.configure(callbacks, self.callbacks, self.verbose, tags, self.tags)
         if not manager.handlers:
-            result = await self._agenerate(messages, stop=stop, **kwargs)
-            message = result.generations[0].message
-            message.id = message.id or f"{LC_ID_PREFIX}-{uuid.uuid4()}-0"
-            return message  # type: ignore[return-value]
+            return await self.agenerate_message(messages, stop=stop, **kwargs)
         metadata = {**(config.get("metadata") or {}), **self._get_ls_params(stop=stop, **kwargs)}
         metadata["ls_integration"] = "langchain_chat_model"
         manager.add_metadata(metadata)
@@ -253,6 +249,22 @@ class OpenAICompatibleChatModel(BaseChatModel):
         await run_manager.on_llm_end(LLMResult(generations=[[generation]]))
         return generation.message  # type: ignore[return-value]
 
+    def plain_calls(self) -> bool:
+        """Whether a call is one request and its message: no cache, rate limiter or other output version
+        (those take the base class's road)."""
+        llm_cache = self.cache if self.cache is not None else get_llm_cache()
+        return not llm_cache and self.rate_limiter is None and self.output_version != "v1"
+
+    async def agenerate_message(
+        self, messages: list[BaseMessage], *, stop: list[str] | None = None, **kwargs: Any
+    ) -> AIMessage:
+        """One completion as the AIMessage ``ainvoke`` returns, for a caller that knows no callback handler
+        is attached (so no chat-model run is made: nobody would see it), e.g. PaCoRe's explorer, which
+        asks once per run. Takes ``ainvoke``'s kwargs; ``sse`` picks the transport."""
+        message = await self._amessage(messages, stop, **kwargs)
+        message.id = message.id or f"{LC_ID_PREFIX}-{uuid.uuid4()}-0"
+        return message
+
     def _tracing_identity(self) -> dict[str, Any]:
         """What tracers record as the model (``dumpd``), computed once."""
         if self._serialized_identity is None:
@@ -268,13 +280,16 @@ class OpenAICompatibleChatModel(BaseChatModel):
     ) -> ChatResult:
         """One whole message. ``sse`` (default: ``streaming``) only picks the transport; LangChain's own
         ``stream`` flag, which routes token streaming to :meth:`_astream`, is not a request field."""
+        return ChatResult(generations=[ChatGeneration(message=await self._amessage(messages, stop, **kwargs))])
+
+    async def _amessage(self, messages: list[BaseMessage], stop: list[str] | None, **kwargs: Any) -> AIMessage:
         kwargs.pop("stream", None)
         if stop:
             kwargs["stop"] = stop
         converted, key = self._openai_messages(messages)
         sse = kwargs.pop("sse", self.streaming)
         raw = await self.acomplete(converted, key=key or fresh_key(), stream=sse, **kwargs)
-        return ChatResult(generations=[ChatGeneration(message=to_ai_message(raw))])
+        return to_ai_message(raw)
 
     def _generate(
         self,
