@@ -29,13 +29,12 @@ from pacore_graph.errors import ModelRequestError
 
 
 class _Exchange:
-    """One request's response, as the parser reports it (the parser calls the ``on_*`` methods)."""
+    """One request's response so far: status, body pieces, whether it is complete or failed."""
 
-    __slots__ = ("parser", "status", "chunks", "complete", "keep_alive", "error", "waiter", "until_eof", "loop")
+    __slots__ = ("status", "chunks", "complete", "keep_alive", "error", "waiter", "until_eof", "loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
-        self.parser = httptools.HttpResponseParser(self)
         self.status = 0
         self.chunks: list[bytes] = []
         self.complete = False
@@ -44,29 +43,12 @@ class _Exchange:
         self.waiter: asyncio.Future[None] | None = None
         self.until_eof = True  # no length and not chunked: the body ends with the connection
 
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() in (b"content-length", b"transfer-encoding"):
-            self.until_eof = False
-
-    def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
-        self._wake()
-
-    def on_body(self, body: bytes) -> None:
-        self.chunks.append(body)
-        self._wake()
-
-    def on_message_complete(self) -> None:
-        self.complete = True
-        self.keep_alive = self.parser.should_keep_alive()
-        self._wake()
-
     def fail(self, error: BaseException) -> None:
         if not self.complete and self.error is None:
             self.error = error
-            self._wake()
+            self.wake()
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
         waiter = self.waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -85,13 +67,15 @@ class _Exchange:
 
 
 class _Connection(asyncio.Protocol):
-    """One keep-alive connection; it carries one exchange at a time."""
+    """One keep-alive connection; it carries one exchange at a time, parsed by one parser (the parser
+    calls the ``on_*`` methods, and starts over after each complete response)."""
 
     def __init__(self, pool: ConnectionPool):
         self.pool = pool
         self.transport: asyncio.Transport | None = None
         self.exchange: _Exchange | None = None
         self.closed = False
+        self.parser = httptools.HttpResponseParser(self)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -102,10 +86,30 @@ class _Connection(asyncio.Protocol):
             self.close()
             return
         try:
-            exchange.parser.feed_data(data)
+            self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
             exchange.fail(ModelRequestError(f"malformed HTTP response from {self.pool.url}: {exc}", retryable=True))
             self.close()
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() in (b"content-length", b"transfer-encoding"):
+            self.exchange.until_eof = False  # type: ignore[union-attr]
+
+    def on_headers_complete(self) -> None:
+        exchange = self.exchange
+        exchange.status = self.parser.get_status_code()  # type: ignore[union-attr]
+        exchange.wake()  # type: ignore[union-attr]
+
+    def on_body(self, body: bytes) -> None:
+        exchange = self.exchange
+        exchange.chunks.append(body)  # type: ignore[union-attr]
+        exchange.wake()  # type: ignore[union-attr]
+
+    def on_message_complete(self) -> None:
+        exchange = self.exchange
+        exchange.complete = True  # type: ignore[union-attr]
+        exchange.keep_alive = self.parser.should_keep_alive()  # type: ignore[union-attr]
+        exchange.wake()  # type: ignore[union-attr]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -114,7 +118,7 @@ class _Connection(asyncio.Protocol):
             return
         if exchange.until_eof and exchange.status:  # a body delimited by the end of the connection
             exchange.complete = True
-            exchange._wake()
+            exchange.wake()
             return
         exchange.fail(
             ModelRequestError(

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
+import orjson
 from langchain_core.callbacks import AsyncCallbackManager, AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.globals import get_llm_cache
 from langchain_core.language_models import BaseChatModel, LangSmithParams, LanguageModelInput
@@ -163,11 +164,11 @@ class OpenAICompatibleChatModel(BaseChatModel):
 
     async def _post(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
         pool, url = await self._pool.get(), self._url
-        status, raw = await pool.post(json.dumps(body).encode(), headers)
+        status, raw = await pool.post(orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS), headers)
         if status != 200:
             raise _status_error(status, raw, url)
         try:
-            data = json.loads(raw)
+            data = orjson.loads(raw)
             choice = data["choices"][0]
             message = choice["message"]
         except (ValueError, KeyError, IndexError, TypeError) as exc:
@@ -183,7 +184,7 @@ class OpenAICompatibleChatModel(BaseChatModel):
         self, body: dict[str, Any], headers: dict[str, str], on_delta: Callable[[Delta], None] | None
     ) -> dict[str, Any]:
         pool, url = await self._pool.get(), self._url
-        async with pool.stream(json.dumps(body).encode(), headers) as response:
+        async with pool.stream(orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS), headers) as response:
             if response.status != 200:
                 raise _status_error(response.status, await response.read(), url)
             return await read_stream(response.iter_chunks(), url, on_delta)

@@ -6,9 +6,10 @@ hundreds of streams in flight. ``on_delta`` sees each delta as it arrives (for t
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterable, Callable
 from typing import Any
+
+import orjson
 
 from pacore_graph.errors import ModelRequestError, status_is_retryable
 
@@ -81,7 +82,7 @@ def _event(line: bytes, url: str, state: _Assembly, on_delta: Callable[[Delta], 
         state.done = True
         return True
     try:
-        piece = json.loads(data)
+        piece = orjson.loads(data)
     except ValueError as exc:
         raise ModelRequestError(
             f"malformed stream chunk from {url}: {data[:200]!r}", status=200, retryable=True
