@@ -139,8 +139,11 @@ def build_pacore_graph(
         """One trajectory, retried on transient failures; a final failure is recorded, or raised when the
         whole round failed (see :mod:`pacore_graph.barrier`). Closing the run cancels it."""
         run = current_context()
-        with run.trajectory_running():
+        running = run.trajectory_started()
+        try:
             return await run_trajectory(run, task, config)
+        finally:
+            run.trajectory_ended(running)
 
     async def run_trajectory(run: PaCoReContext, task: TrajectoryTask, config: RunnableConfig) -> dict[str, Any]:
         round_index, index = task["round_index"], task["index"]
@@ -155,7 +158,8 @@ def build_pacore_graph(
         one = OneTrajectory(explorer, messages, episode, settings, uncapped=uncapped)
         barrier.start()
         try:
-            outcome = await control.guard(index, one.explore(slot=limiter.semaphore()))
+            work = one.explore(slot=limiter.semaphore())
+            outcome = await (control.guard(index, work) if control.watching else work)
         except asyncio.CancelledError:
             barrier.leave()
             raise

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,9 +62,9 @@ class PaCoReContext:
     _in_flight: set[asyncio.Task] = field(default_factory=set, init=False, repr=False, compare=False)
     _closed: bool = field(default=False, init=False, repr=False, compare=False)
 
-    @contextmanager
-    def trajectory_running(self) -> Iterator[None]:
-        """The current task runs one trajectory of this run until the block ends (see :meth:`close`).
+    def trajectory_started(self) -> asyncio.Task:
+        """The current task runs one trajectory of this run until :meth:`trajectory_ended` (see :meth:`close`);
+        call that in a ``finally``. (A pair of calls, not a context manager: one object fewer per trajectory.)
 
         A trajectory that starts after the run was closed (LangGraph had created its task but its cleanup
         was cut short) is cancelled at once, before it sends anything.
@@ -73,12 +72,13 @@ class PaCoReContext:
         task = asyncio.current_task()
         assert task is not None, "a trajectory runs in an asyncio task"
         self._in_flight.add(task)
-        try:
-            if self._closed:  # checked after adding, so close() in another thread cannot miss this task
-                raise asyncio.CancelledError("the PaCoRe run was closed before this trajectory started")
-            yield
-        finally:
+        if self._closed:  # checked after adding, so close() in another thread cannot miss this task
             self._in_flight.discard(task)
+            raise asyncio.CancelledError("the PaCoRe run was closed before this trajectory started")
+        return task
+
+    def trajectory_ended(self, task: asyncio.Task) -> None:
+        self._in_flight.discard(task)
 
     def close(self) -> None:
         """The run is over (finished, failed or cancelled): cancel every trajectory still running.

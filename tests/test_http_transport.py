@@ -89,6 +89,14 @@ async def test_keep_alive_reuses_one_connection_and_sends_the_headers_given():
     assert b"Content-Type: application/json\r\n" in head
 
 
+async def test_a_host_name_is_looked_up_once_for_all_connections():
+    async with ScriptedServer(lambda n, body: with_length(b"{}")) as server:
+        pool = ConnectionPool(server.url.replace("127.0.0.1", "localhost"))
+        statuses = await asyncio.gather(*(pool.post(b"{}") for _ in range(5)))
+        await pool.aclose()
+    assert [status for status, _ in statuses] == [200] * 5 and server.connections == 5
+
+
 async def test_chunked_body_arrives_piece_by_piece_and_the_connection_is_reused():
     async with ScriptedServer(lambda n, body: chunked(b"data: one\n\n", b"data: two\n\n")) as server:
         pool = ConnectionPool(server.url)

@@ -16,6 +16,7 @@ it when that loop shuts down). Time limits are the caller's (``asyncio.timeout``
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 import ssl
 import weakref
@@ -149,7 +150,9 @@ class ConnectionPool:
         self._host = parts.hostname
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._ssl: ssl.SSLContext | None = ssl.create_default_context() if parts.scheme == "https" else None
-        self._address: tuple[Any, ...] | None = None  # resolved once, not per connection
+        literal = _literal_address(self._host, self._port)
+        self._addresses: list[tuple[Any, ...]] | None = [literal] if literal else None  # the one that worked first
+        self._resolving: asyncio.Future[list[Any]] | None = None  # one lookup shared by every connection
         self._idle: list[_Connection] = []
         self._busy: set[_Connection] = set()
         host = f"[{self._host}]" if ":" in self._host else self._host
@@ -218,17 +221,36 @@ class ConnectionPool:
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
         try:
-            if self._address is None:
-                infos = await loop.getaddrinfo(self._host, self._port, type=socket.SOCK_STREAM)
-                self._address = infos[0][4]
-            _, connection = await loop.create_connection(
-                lambda: _Connection(self), self._address[0], self._address[1], ssl=self._ssl,
-                server_hostname=self._host if self._ssl else None,
-            )  # fmt: skip
+            addresses = self._addresses or await self._resolve(loop)
         except OSError as exc:
-            self._address = None  # resolve again next time: the server may have moved
+            self._resolving = None
             raise ModelRequestError(f"cannot connect to {self.url}: {exc}", retryable=True) from exc
-        return connection
+        error: OSError | None = None
+        for address in addresses:  # in the resolver's order; the first that answers goes first from now on
+            try:
+                _, connection = await loop.create_connection(
+                    lambda: _Connection(self), address[0], address[1], ssl=self._ssl,
+                    server_hostname=self._host if self._ssl else None,
+                )  # fmt: skip
+            except OSError as exc:
+                error = exc
+                continue
+            if address is not addresses[0]:
+                addresses.remove(address)
+                addresses.insert(0, address)
+            return connection
+        if _literal_address(self._host, self._port) is None:
+            self._addresses = self._resolving = None  # look up again next time: the server may have moved
+        raise ModelRequestError(f"cannot connect to {self.url}: {error}", retryable=True) from error
+
+    async def _resolve(self, loop: asyncio.AbstractEventLoop) -> list[tuple[Any, ...]]:
+        """The host's addresses, looked up once for all the connections opened meanwhile (so they keep their order)."""
+        if self._resolving is None:
+            self._resolving = asyncio.ensure_future(loop.getaddrinfo(self._host, self._port, type=socket.SOCK_STREAM))
+        infos = await asyncio.shield(self._resolving)
+        if self._addresses is None:
+            self._addresses = [info[4] for info in infos]
+        return self._addresses
 
 
 class StreamedResponse:
@@ -284,6 +306,15 @@ class StreamedResponse:
                 return
             else:
                 await exchange.wait()
+
+
+def _literal_address(host: str, port: int) -> tuple[str, int] | None:
+    """An IP address needs no lookup."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    return host, port
 
 
 def _header_lines(headers: dict[str, str]) -> bytes:
