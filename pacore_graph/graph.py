@@ -153,12 +153,14 @@ def build_pacore_graph(
         messages, barrier = run.round(round_index, k, task["references"], settings, template)
         control = run.control(settings).round(round_index, k, task.get("spent", 0))
         final = round_index == final_round and not verifier  # a verifier's reply is not the answer: no streaming
-        child = run.child_config(config, round_index, index, final)
-        episode = EpisodeContext(round_index, index, final, child, run.payload, run.on_record, run.unobserved)
-        one = OneTrajectory(explorer, messages, episode, settings, uncapped=uncapped)
         barrier.start()
+        slot = limiter.slot()
         try:
-            work = one.explore(slot=limiter.semaphore())
+            await slot.take()  # first: a trajectory still queued for its slot has built nothing of its own
+            child = run.child_config(config, round_index, index, final)
+            episode = EpisodeContext(round_index, index, final, child, run.payload, run.on_record, run.unobserved)
+            one = OneTrajectory(explorer, messages, episode, settings, uncapped=uncapped)
+            work = one.explore(slot=slot)
             outcome = await (control.guard(index, work) if control.watching else work)
         except asyncio.CancelledError:
             barrier.leave()
@@ -178,6 +180,8 @@ def build_pacore_graph(
             elif await barrier.fail(record):
                 raise RoundFailedError(round_record(round_index, k, barrier.records.values())) from exc
             return {"results": [record]}
+        finally:
+            slot.drop()  # when no attempt ran (cut first); an attempt gives it back as it ends
         record = seen_references(one.record(outcome), task)
         control.finished(record)
         barrier.finish(record, passes(record))

@@ -166,6 +166,7 @@ class ConnectionPool:
     async def post(self, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
         """Send ``body``; the status and the whole response body."""
         connection, exchange = await self._send(body, headers)
+        del body  # sent: not held while the server generates (orjson's buffers are 4 KB however short the body)
         try:
             while not exchange.complete:
                 await exchange.wait()
@@ -266,6 +267,7 @@ class StreamedResponse:
 
     async def __aenter__(self) -> StreamedResponse:
         self._connection, self._exchange = await self._pool._send(self._body, self._headers)
+        self._body = b""  # sent: not held while the server generates
         try:
             while not self._exchange.status and not self._exchange.complete:
                 await self._exchange.wait()
