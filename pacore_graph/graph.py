@@ -120,6 +120,18 @@ def build_pacore_graph(
         run.fanned_out(round_index)
         run.emit({"event": "round_started", "round": round_index, "k": schedule[round_index], "rounds": len(schedule)})
 
+    async def abegin(state: PaCoReState, config: RunnableConfig) -> dict[str, Any]:
+        update = begin(state, config)
+        await current_context().admit(limiter, 0, schedule[0])
+        return update
+
+    async def acollect(state: PaCoReState, config: RunnableConfig) -> dict[str, Any]:
+        update = collect(state, config)
+        following = update.get("round_index", len(schedule))
+        if following < len(schedule):  # the round the router fans out next
+            await current_context().admit(limiter, following, schedule[following])
+        return update
+
     def fan_out(state: PaCoReState, config: RunnableConfig) -> list[Send] | str:
         """The Send tasks of the round ``state["round_index"]`` names, or END after the final round."""
         round_index = state["round_index"]
@@ -143,7 +155,7 @@ def build_pacore_graph(
         try:
             return await run_trajectory(run, task, config)
         finally:
-            run.trajectory_ended(running)
+            run.trajectory_ended(running, task["round_index"])
 
     async def run_trajectory(run: PaCoReContext, task: TrajectoryTask, config: RunnableConfig) -> dict[str, Any]:
         round_index, index = task["round_index"], task["index"]
@@ -242,9 +254,10 @@ def build_pacore_graph(
         return update
 
     builder = StateGraph(PaCoReState, context_schema=PaCoReContext)
-    builder.add_node("begin", _Step("begin", begin))
+    # async runs wait for the limiter to admit each round before it is fanned out (see limits.py)
+    builder.add_node("begin", _Step("begin", begin, abegin))
     builder.add_node("trajectory", _Step("trajectory", lambda task, cfg: run_sync(trajectory(task, cfg)), trajectory))
-    builder.add_node("collect", _Step("collect", collect))
+    builder.add_node("collect", _Step("collect", collect, acollect))
     builder.add_edge(START, "begin")
     route = _Step("fan_out", fan_out)
     builder.add_conditional_edges("begin", route, ["trajectory"])

@@ -26,6 +26,7 @@ from pacore_graph.barrier import RoundBarrier
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.coordination.control import RunControl
 from pacore_graph.fit import fit_references
+from pacore_graph.limits import Admission, ConcurrencyLimiter
 from pacore_graph.prompt import synthesis_messages
 from pacore_graph.records import Trajectory
 
@@ -60,6 +61,9 @@ class PaCoReContext:
     _control: RunControl | None = field(default=None, init=False, repr=False, compare=False)
     _fanned_out: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
     _in_flight: set[asyncio.Task] = field(default_factory=set, init=False, repr=False, compare=False)
+    _admission: Admission | None = field(default=None, init=False, repr=False, compare=False)
+    _admitted: int = field(default=0, init=False, repr=False, compare=False)  # admitted here, not finished
+    _admitted_rounds: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
     _closed: bool = field(default=False, init=False, repr=False, compare=False)
 
     def trajectory_started(self) -> asyncio.Task:
@@ -77,8 +81,17 @@ class PaCoReContext:
             raise asyncio.CancelledError("the PaCoRe run was closed before this trajectory started")
         return task
 
-    def trajectory_ended(self, task: asyncio.Task) -> None:
+    def trajectory_ended(self, task: asyncio.Task, round_index: int) -> None:
         self._in_flight.discard(task)
+        if self._admitted and round_index in self._admitted_rounds and not self._closed:
+            self._admitted -= 1
+            self._admission.finished()  # type: ignore[union-attr]
+
+    async def admit(self, limiter: ConcurrencyLimiter, round_index: int, k: int) -> None:
+        """Wait until the run-wide limiter admits this round's K trajectories (see ConcurrencyLimiter.admit)."""
+        self._admission = await limiter.admit(k)
+        self._admitted += k
+        self._admitted_rounds.add(round_index)
 
     def close(self) -> None:
         """The run is over (finished, failed or cancelled): cancel every trajectory still running.
@@ -91,6 +104,9 @@ class PaCoReContext:
         :mod:`pacore_graph.sync`: they are cancelled through their own loop.
         """
         self._closed = True
+        if self._admitted:  # admitted trajectories that will not finish here (never started, or cancelled)
+            self._admission.finished(self._admitted)  # type: ignore[union-attr]
+            self._admitted = 0
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
