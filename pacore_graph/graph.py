@@ -151,13 +151,6 @@ def build_pacore_graph(
         """One trajectory, retried on transient failures; a final failure is recorded, or raised when the
         whole round failed (see :mod:`pacore_graph.barrier`). Closing the run cancels it."""
         run = current_context()
-        running = run.trajectory_started()
-        try:
-            return await run_trajectory(run, task, config)
-        finally:
-            run.trajectory_ended(running, task["round_index"])
-
-    async def run_trajectory(run: PaCoReContext, task: TrajectoryTask, config: RunnableConfig) -> dict[str, Any]:
         round_index, index = task["round_index"], task["index"]
         k = schedule[round_index]
         verifier = round_index == final_round and settings.final_selector == "verifier"
@@ -165,6 +158,7 @@ def build_pacore_graph(
         messages, barrier = run.round(round_index, k, task["references"], settings, template)
         control = run.control(settings).round(round_index, k, task.get("spent", 0))
         final = round_index == final_round and not verifier  # a verifier's reply is not the answer: no streaming
+        running = run.trajectory_started()
         barrier.start()
         slot = limiter.slot()
         try:
@@ -194,6 +188,7 @@ def build_pacore_graph(
             return {"results": [record]}
         finally:
             slot.drop()  # when no attempt ran (cut first); an attempt gives it back as it ends
+            run.trajectory_ended(running, round_index)  # nothing below awaits: close() has nothing left to stop
         record = seen_references(one.record(outcome), task)
         control.finished(record)
         barrier.finish(record, passes(record))

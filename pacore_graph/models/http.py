@@ -192,7 +192,8 @@ class ConnectionPool:
 
     async def _send(self, body: bytes, headers: dict[str, str] | None) -> tuple[_Connection, _Exchange]:
         head = self._head + _header_lines(headers) if headers else self._head
-        connection = await self._connection()
+        connection = self._idle_connection() or await self._connect()
+        self._busy.add(connection)
         exchange = _Exchange(asyncio.get_running_loop())
         connection.exchange = exchange
         assert connection.transport is not None
@@ -208,16 +209,13 @@ class ConnectionPool:
         else:
             connection.close()
 
-    async def _connection(self) -> _Connection:
+    def _idle_connection(self) -> _Connection | None:
         idle = self._idle
         while idle:
             connection = idle.pop()
             if not connection.closed:
-                self._busy.add(connection)
                 return connection
-        connection = await self._connect()
-        self._busy.add(connection)
-        return connection
+        return None
 
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
