@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
             check_checkout(settings.reference)  # a wrong path fails before any emulator starts
         report = run_overhead(settings, console)
     except (WorkerFailed, ReferenceSetupFailed) as exc:
-        console.print(f"[red]{exc}[/red]")
+        console.print(f"[red]{exc}[/red]", soft_wrap=True)
         return 1
     summary = summarise(report)
     markdown = write_outputs(report, summary)
