@@ -81,6 +81,9 @@ class Measurement(ClientCost):
     tokens_out: int
     emulator_cpu_s: float
     peak_active: int
+    wall_runs: list[float] = Field(default_factory=list, description="every repeat's wall time, in run order")
+    cpu_runs: list[float] = Field(default_factory=list, description="every repeat's client CPU time")
+    rss_runs: list[float] = Field(default_factory=list, description="every repeat's peak RSS (MB)")
 
     @property
     def cpu_ms_per_trajectory(self) -> float:
@@ -191,13 +194,15 @@ def _one_run(emu: Emulator, spec: WorkerSpec) -> tuple[WorkerResult, dict[str, A
 
 def _median_measurement(spec: WorkerSpec, runs: list[tuple[WorkerResult, dict[str, Any]]]) -> Measurement:
     """The median-wall run's numbers, with the median CPU over all runs."""
+    spreads = {"wall_runs": [run[0].wall_s for run in runs], "cpu_runs": [run[0].cpu_s for run in runs],
+               "rss_runs": [run[0].peak_rss_mb for run in runs]}
     runs = sorted(runs, key=lambda run: run[0].wall_s)
     result, stats = runs[len(runs) // 2]
     cost = result.model_dump(include=set(ClientCost.model_fields))
     return Measurement(
         **{**cost, "client": spec.client, "cpu_s": statistics.median(run[0].cpu_s for run in runs)},
         rounds=spec.rounds, problems=spec.problems, stream=spec.stream, requests=stats["requests"],
-        tokens_out=stats["tokens_out"], emulator_cpu_s=stats["cpu_s"], peak_active=stats["peak_active"],
+        tokens_out=stats["tokens_out"], emulator_cpu_s=stats["cpu_s"], peak_active=stats["peak_active"], **spreads,
     )
 
 

@@ -162,14 +162,24 @@ def reference_paragraph(report: OverheadReport, summary: dict[str, Any]) -> str:
     rows = [[label, f"{r['wall']:.3f}", f"{r['cpu']:.3f}", f"{r['rss']:.2f}"]
             for label, r in summary["reference"]["per_schedule"].items()]
     limits = ", ".join(f"{name} <= {limit}x" for name, limit in REFERENCE_TARGETS.items())
+    spreads = [[pair.label if side is pair.floor else "", side.client, _span(side.wall_runs, "{:.2f}"),
+                _span(side.cpu_runs, "{:.3f}"), _span(side.rss_runs, "{:.0f}")]
+               for pair in report.schedules if pair.reference is not None
+               for side in (pair.floor, pair.reference, pair.operator)]  # fmt: skip
     return (
         "## Operator vs the reference pipeline (stepfun-ai/PaCoRe `base_exp.Exp`)\n\n"
         f"Reference checkout: `{report.settings.reference}`, installed into a scratch venv with this project's "
         "aiohttp; the same emulator, requests and problems, runs alternating floor, reference, operator. "
         f"Targets: {limits}.\n\n"
         + _markdown_table(["workload", "wall (operator / reference)", "client CPU", "peak RSS"], rows)
+        + f"\n\nEvery run ({report.settings.repeats} per client, in run order; the tables above show medians):\n\n"
+        + _markdown_table(["workload", "client", "wall s", "CPU s", "peak RSS MB"], spreads)
         + "\n"
     )
+
+
+def _span(values: list[float], form: str) -> str:
+    return ", ".join(form.format(value) for value in values)
 
 
 def versus_reference_line(summary: dict[str, Any]) -> str | None:
