@@ -66,6 +66,15 @@ class ScriptedServer:
             writer.close()
 
 
+async def closed_within(server: ScriptedServer, seconds: float = 2.0) -> bool:
+    """Whether the server saw one connection close within ``seconds``."""
+    for _ in range(int(seconds / 0.01)):
+        if server.closed == 1:
+            return True
+        await asyncio.sleep(0.01)
+    return server.closed == 1
+
+
 def with_length(body: bytes, status: str = "200 OK", extra: bytes = b"") -> bytes:
     return b"HTTP/1.1 %s\r\nContent-Length: %d\r\n%s\r\n%s" % (status.encode(), len(body), extra, body)
 
@@ -196,11 +205,7 @@ async def test_a_cancelled_request_closes_its_connection_so_the_server_stops(str
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        for _ in range(200):
-            if server.closed == 1:
-                break
-            await asyncio.sleep(0.01)
-        assert server.closed == 1
+        assert await closed_within(server), "the server never saw the connection close"
         await pool.aclose()
 
 
@@ -211,11 +216,7 @@ async def test_a_stream_left_before_its_end_closes_the_connection():
             async for piece in response.iter_chunks():
                 assert piece == b"data: a\n\n"
                 break
-        for _ in range(200):
-            if server.closed == 1:
-                break
-            await asyncio.sleep(0.01)
-        assert server.closed == 1
+        assert await closed_within(server), "the server never saw the connection close"
         await pool.aclose()
 
 

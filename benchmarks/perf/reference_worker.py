@@ -55,7 +55,8 @@ def reference_class(spec: dict[str, Any], data: str, output: str, rounds: list[i
 
 
 class FullPassClock:
-    """Counts full (oldest-generation) collections and the longest pause, as ``overhead_worker`` does."""
+    """Counts full (oldest-generation) collections and the longest pause, as ``overhead_worker`` does (a copy:
+    this file runs under the reference's interpreter, where pacore_benchmarks is not installed)."""
 
     def __init__(self) -> None:
         self.passes, self.longest, self._started = 0, 0.0, 0.0
