@@ -42,7 +42,7 @@ class RoundBarrier:
         self.running = 0
         self.usable = False
         self.records: dict[int, TrajectoryData] = {}
-        self._changed = asyncio.Event()  # set (and replaced) whenever a trajectory starts or stops
+        self._changed: asyncio.Event | None = None  # made when a failed one waits; set on a start or stop
 
     def start(self) -> None:
         self.started += 1
@@ -69,6 +69,8 @@ class RoundBarrier:
         return not self.usable and self.started >= self.k
 
     async def _settled(self) -> bool:
+        if self._changed is None:
+            self._changed = asyncio.Event()
         changed = self._changed
         if self.running > 0 or (self.everyone_here and self.started < self.k):
             await changed.wait()
@@ -82,5 +84,6 @@ class RoundBarrier:
         return False
 
     def _change(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
+        if self._changed is not None:  # someone waits: wake them (each makes a new event to wait on)
+            self._changed.set()
+            self._changed = None

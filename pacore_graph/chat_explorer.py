@@ -1,7 +1,9 @@
 """One trajectory = one chat completion from a LangChain chat model (bound tools and wrappers included).
 
 Every call is an ordinary LangChain chat-model run: callbacks, tracing, ``astream_events`` and
-``stream_mode="messages"`` see each trajectory, tagged with ``pacore_round`` / ``pacore_index``.
+``stream_mode="messages"`` see each trajectory, tagged with ``pacore_round`` / ``pacore_index``. When the
+runner found no callback handler attached to the run (``EpisodeContext.unobserved``, asked once per run),
+this project's client is asked for the completion alone: the run objects nobody would see are not built.
 
 Requests: PaCoReConfig's sampling (temperature, top_p, max_tokens, model_kwargs) fills in only what the
 model and its bindings leave unset, for models that take OpenAI's parameters (this project's client,
@@ -13,6 +15,7 @@ this project's client that is its transport (``sse``), assembled without a LangC
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -21,7 +24,6 @@ from langchain_core.runnables import ensure_config
 
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.episode import EpisodeContext
-from pacore_graph.models.chat_openai import keep_reasoning
 from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
 from pacore_graph.models.sse import reasoning_of
 from pacore_graph.models.unwrap import WrappedChatModel, with_model
@@ -47,6 +49,16 @@ def trajectory_from_message(message: AIMessage, extra: dict[str, Any] | None = N
     )
 
 
+def _keep_reasoning(model: BaseChatModel) -> BaseChatModel:
+    """A plain ChatOpenAI upgraded to keep vLLM's reasoning; any other model as it is. A process that never
+    imported langchain-openai holds no ChatOpenAI, and does not import it here (about 30 MB)."""
+    if "langchain_openai" not in sys.modules:
+        return model
+    from pacore_graph.models.chat_openai import keep_reasoning
+
+    return keep_reasoning(model)
+
+
 def takes_openai_params(model: BaseChatModel) -> bool:
     return isinstance(model, OpenAICompatibleChatModel) or any(
         cls.__name__ == "BaseChatOpenAI" for cls in type(model).__mro__
@@ -58,7 +70,7 @@ class ChatExplorer:
 
     def __init__(self, model: BaseChatModel | WrappedChatModel, config: PaCoReConfig | None = None):
         found = model if isinstance(model, WrappedChatModel) else WrappedChatModel(model=model, call=model)
-        upgraded = keep_reasoning(found.model)
+        upgraded = _keep_reasoning(found.model)
         if upgraded is not found.model:  # a plain ChatOpenAI: same settings, vLLM's reasoning kept
             found = WrappedChatModel(
                 model=upgraded, call=with_model(found.call, upgraded), prefix=found.prefix,
@@ -68,6 +80,13 @@ class ChatExplorer:
         self.model = found.model
         self.config = config or PaCoReConfig()
         self._early, self._final = self._request_kwargs()
+        model = found.model
+        # called as it is (no wrapper, no steps before it) and with nothing of its own to tell: in a run
+        # nobody observes, the trajectory is the completion alone (OpenAICompatibleChatModel.agenerate_message)
+        self._direct = (
+            isinstance(model, OpenAICompatibleChatModel) and found.call is model and found.prefix is None
+            and not model.callbacks and not model.verbose
+        )  # fmt: skip
 
     def _fill_ins(self, configured: frozenset[str] = frozenset()) -> dict[str, Any]:
         if not takes_openai_params(self.model):
@@ -99,6 +118,9 @@ class ChatExplorer:
             configured = frozenset(ensure_config(config).get("configurable") or ()) & set(self.found.configurable)
             if configured:
                 kwargs = self._request_kwargs(configured)[1 if episode.final else 0]
+        if episode.unobserved and self._direct and self.model.plain_calls():  # type: ignore[attr-defined]
+            message = await self.model.agenerate_message(messages, **kwargs)  # type: ignore[attr-defined]
+            return trajectory_from_message(message)
         if self.found.prefix is not None:
             messages = await self.found.prefix.ainvoke(messages, config)
         message = await self.found.call.ainvoke(messages, config, **kwargs)

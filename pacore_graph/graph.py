@@ -124,6 +124,18 @@ def build_pacore_graph(
         run.fanned_out(round_index)
         run.emit({"event": "round_started", "round": round_index, "k": schedule[round_index], "rounds": len(schedule)})
 
+    async def abegin(state: PaCoReState, config: RunnableConfig) -> dict[str, Any]:
+        update = begin(state, config)
+        await current_context().admit(limiter, 0, schedule[0])
+        return update
+
+    async def acollect(state: PaCoReState, config: RunnableConfig) -> dict[str, Any]:
+        update = collect(state, config)
+        following = update.get("round_index", len(schedule))
+        if following < len(schedule):  # the round the router fans out next
+            await current_context().admit(limiter, following, schedule[following])
+        return update
+
     def fan_out(state: PaCoReState, config: RunnableConfig) -> list[Send] | str:
         """The Send tasks of the round ``state["round_index"]`` names, or END after the final round."""
         round_index = state["round_index"]
@@ -143,10 +155,6 @@ def build_pacore_graph(
         """One trajectory, retried on transient failures; a final failure is recorded, or raised when the
         whole round failed (see :mod:`pacore_graph.barrier`). Closing the run cancels it."""
         run = current_context()
-        with run.trajectory_running():
-            return await run_trajectory(run, task, config)
-
-    async def run_trajectory(run: PaCoReContext, task: TrajectoryTask, config: RunnableConfig) -> dict[str, Any]:
         round_index, index = task["round_index"], task["index"]
         k = schedule[round_index]
         verifier = round_index == final_round and settings.final_selector == "verifier"
@@ -154,12 +162,16 @@ def build_pacore_graph(
         messages, barrier = run.round(round_index, k, task["references"], settings, template)
         control = run.control(settings).round(round_index, k, task.get("spent", 0))
         final = round_index == final_round and not verifier  # a verifier's reply is not the answer: no streaming
-        child = run.child_config(config, round_index, index, final)
-        episode = EpisodeContext(round_index, index, final, child, run.payload, run.on_record)
-        one = OneTrajectory(explorer, messages, episode, settings, uncapped=uncapped)
+        running = run.trajectory_started()
         barrier.start()
+        slot = limiter.slot()
         try:
-            outcome = await control.guard(index, one.explore(slot=limiter.semaphore()))
+            await slot.take()  # first: a trajectory still queued for its slot has built nothing of its own
+            child = run.child_config(config, round_index, index, final)
+            episode = EpisodeContext(round_index, index, final, child, run.payload, run.on_record, run.unobserved)
+            one = OneTrajectory(explorer, messages, episode, settings, uncapped=uncapped)
+            work = one.explore(slot=slot)
+            outcome = await (control.guard(index, work) if control.watching else work)
         except (asyncio.CancelledError, GraphBubbleUp):  # an agent's interrupt goes to the caller, as is
             barrier.leave()
             raise
@@ -178,6 +190,9 @@ def build_pacore_graph(
             elif await barrier.fail(record):
                 raise RoundFailedError(round_record(round_index, k, barrier.records.values())) from exc
             return {"results": [record]}
+        finally:
+            slot.drop()  # when no attempt ran (cut first); an attempt gives it back as it ends
+            run.trajectory_ended(running, round_index)  # nothing below awaits: close() has nothing left to stop
         record = seen_references(one.record(outcome), task)
         control.finished(record)
         barrier.finish(record, passes(record))
@@ -238,9 +253,10 @@ def build_pacore_graph(
         return update
 
     builder = StateGraph(PaCoReState, context_schema=PaCoReContext)
-    builder.add_node("begin", _Step("begin", begin))
+    # async runs wait for the limiter to admit each round before it is fanned out (see limits.py)
+    builder.add_node("begin", _Step("begin", begin, abegin))
     builder.add_node("trajectory", _Step("trajectory", lambda task, cfg: run_sync(trajectory(task, cfg)), trajectory))
-    builder.add_node("collect", _Step("collect", collect))
+    builder.add_node("collect", _Step("collect", collect, acollect))
     builder.add_edge(START, "begin")
     route = _Step("fan_out", fan_out)
     builder.add_conditional_edges("begin", route, ["trajectory"])

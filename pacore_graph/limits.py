@@ -3,6 +3,11 @@
 LangGraph's ``max_concurrency`` limits each graph run separately, so nested fan-outs multiply (64
 problems x 32 trajectories). One limiter shared by every run of an operator bounds the real load on the
 server. asyncio semaphores belong to one event loop, so there is one per loop.
+
+Rounds are admitted too (:meth:`ConcurrencyLimiter.admit`): LangGraph builds every Send task of a step at
+once, about 13 KB of task machinery each, so 64 problems x 32 trajectories under a limit of 1024 would
+build 2048 tasks of which 1024 only wait. An async run fans a round out once fewer than ``limit`` of the
+trajectories admitted before it are unfinished (at most K - 1 past the limit wait for a slot).
 """
 
 from __future__ import annotations
@@ -10,13 +15,30 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
+from collections import deque
 
 
 class ConcurrencyLimiter:
     def __init__(self, limit: int):
         self.limit = limit
         self._semaphores: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._admissions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
+
+    async def admit(self, k: int) -> Admission:
+        """Wait until a round of ``k`` trajectories may be fanned out (rounds in the order they asked); each
+        of them then calls ``finished`` on the returned admission once, however it ends."""
+        loop = asyncio.get_running_loop()
+        admission = self._admissions.get(loop)
+        if admission is None:
+            with self._lock:
+                admission = self._admissions.setdefault(loop, Admission(self.limit))
+        await admission.enter(k)
+        return admission
+
+    def slot(self) -> Slot:
+        """A trajectory's hold on this limit (see :class:`Slot`)."""
+        return Slot(self.semaphore())
 
     def semaphore(self) -> asyncio.Semaphore:
         loop = asyncio.get_running_loop()
@@ -25,3 +47,64 @@ class ConcurrencyLimiter:
             with self._lock:
                 semaphore = self._semaphores.setdefault(loop, asyncio.Semaphore(self.limit))
         return semaphore
+
+
+class Slot:
+    """One trajectory's place under the limit, taken before the trajectory builds its request (so that the
+    trajectories still queued hold little: at 1024 in flight, as many again may be waiting) and then used
+    by its retries as their ``slot``: the first attempt runs in it, a retry takes it again after its
+    backoff. :meth:`drop` gives it back if no attempt did (the trajectory was cut or failed first)."""
+
+    __slots__ = ("semaphore", "held")
+
+    def __init__(self, semaphore: asyncio.Semaphore):
+        self.semaphore = semaphore
+        self.held = False
+
+    async def take(self) -> None:
+        await self.semaphore.acquire()
+        self.held = True
+
+    async def __aenter__(self) -> None:
+        if not self.held:
+            await self.take()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.drop()
+
+    def drop(self) -> None:
+        if self.held:
+            self.held = False
+            self.semaphore.release()
+
+
+class Admission:
+    """The trajectories admitted on one loop and not yet finished, and the rounds waiting their turn."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.pending = 0
+        self._waiting: deque[tuple[asyncio.Future[None], int]] = deque()
+
+    async def enter(self, k: int) -> None:
+        if not self._waiting and self.pending < self.limit:
+            self.pending += k
+            return
+        turn = asyncio.get_running_loop().create_future()
+        self._waiting.append((turn, k))
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():  # admitted, then cancelled before fanning out
+                self.finished(k)
+            else:
+                turn.cancel()
+            raise
+
+    def finished(self, count: int = 1) -> None:
+        self.pending -= count
+        while self._waiting and self.pending < self.limit:
+            turn, k = self._waiting.popleft()
+            if not turn.done():
+                self.pending += k
+                turn.set_result(None)

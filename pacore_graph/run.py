@@ -18,7 +18,7 @@ from pacore_graph.gc_policy import spaced_full_collections
 from pacore_graph.graph import build_pacore_graph
 from pacore_graph.limits import ConcurrencyLimiter
 from pacore_graph.records import Outcome, PaCoReResult, RoundRecord, Trajectory, TrajectoryRecord
-from pacore_graph.run_context import PaCoReContext
+from pacore_graph.run_context import PaCoReContext, unobserved
 from pacore_graph.sync import call_interruptibly, run_sync
 
 MessagesInput = str | Sequence[BaseMessage | dict[str, Any] | tuple[str, str]]
@@ -78,6 +78,7 @@ class PaCoReRunner:
             on_record=on_record,
             trace=[] if trace else None,
             stream_metadata={key: value for key, value in metadata.items() if key.startswith("langgraph_")},
+            unobserved=unobserved(runnable_config),
         )
 
     @contextmanager

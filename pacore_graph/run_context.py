@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from langchain_core.callbacks import AsyncCallbackManager
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_stream_writer
@@ -26,6 +26,7 @@ from pacore_graph.barrier import RoundBarrier
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.coordination.control import RunControl
 from pacore_graph.fit import fit_references
+from pacore_graph.limits import Admission, ConcurrencyLimiter
 from pacore_graph.prompt import synthesis_messages
 from pacore_graph.records import Trajectory
 
@@ -42,6 +43,8 @@ class PaCoReContext:
     - ``stream_metadata``: the enclosing graph node's ``langgraph_*`` run metadata. Model calls carry it
       so that ``stream_mode="messages"`` of the enclosing graph shows the final round's tokens as that
       node's, as it would for a plain model call in its place.
+    - ``unobserved``: no callback handler is attached to this run (see :func:`unobserved`); passed on to
+      every episode, so a chat explorer skips chat-model runs nobody would see.
     """
 
     messages: Sequence[BaseMessage]
@@ -50,6 +53,7 @@ class PaCoReContext:
     on_record: Callable[[Any], None] | None = None
     trace: list[Trajectory] | None = None
     stream_metadata: dict[str, Any] = field(default_factory=dict)
+    unobserved: bool = False
     started: float = field(default_factory=time.monotonic)  # a budget's deadline counts from here
     _rounds: dict[int, tuple[dict[tuple[str, ...], list[BaseMessage]], RoundBarrier]] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -57,11 +61,14 @@ class PaCoReContext:
     _control: RunControl | None = field(default=None, init=False, repr=False, compare=False)
     _fanned_out: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
     _in_flight: set[asyncio.Task] = field(default_factory=set, init=False, repr=False, compare=False)
+    _admission: Admission | None = field(default=None, init=False, repr=False, compare=False)
+    _admitted: int = field(default=0, init=False, repr=False, compare=False)  # admitted here, not finished
+    _admitted_rounds: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
     _closed: bool = field(default=False, init=False, repr=False, compare=False)
 
-    @contextmanager
-    def trajectory_running(self) -> Iterator[None]:
-        """The current task runs one trajectory of this run until the block ends (see :meth:`close`).
+    def trajectory_started(self) -> asyncio.Task:
+        """The current task runs one trajectory of this run until :meth:`trajectory_ended` (see :meth:`close`);
+        call that in a ``finally``. (A pair of calls, not a context manager: one object fewer per trajectory.)
 
         A trajectory that starts after the run was closed (LangGraph had created its task but its cleanup
         was cut short) is cancelled at once, before it sends anything.
@@ -69,12 +76,22 @@ class PaCoReContext:
         task = asyncio.current_task()
         assert task is not None, "a trajectory runs in an asyncio task"
         self._in_flight.add(task)
-        try:
-            if self._closed:  # checked after adding, so close() in another thread cannot miss this task
-                raise asyncio.CancelledError("the PaCoRe run was closed before this trajectory started")
-            yield
-        finally:
+        if self._closed:  # checked after adding, so close() in another thread cannot miss this task
             self._in_flight.discard(task)
+            raise asyncio.CancelledError("the PaCoRe run was closed before this trajectory started")
+        return task
+
+    def trajectory_ended(self, task: asyncio.Task, round_index: int) -> None:
+        self._in_flight.discard(task)
+        if self._admitted and round_index in self._admitted_rounds and not self._closed:
+            self._admitted -= 1
+            self._admission.finished()  # type: ignore[union-attr]
+
+    async def admit(self, limiter: ConcurrencyLimiter, round_index: int, k: int) -> None:
+        """Wait until the run-wide limiter admits this round's K trajectories (see ConcurrencyLimiter.admit)."""
+        self._admission = await limiter.admit(k)
+        self._admitted += k
+        self._admitted_rounds.add(round_index)
 
     def close(self) -> None:
         """The run is over (finished, failed or cancelled): cancel every trajectory still running.
@@ -87,6 +104,9 @@ class PaCoReContext:
         :mod:`pacore_graph.sync`: they are cancelled through their own loop.
         """
         self._closed = True
+        if self._admitted:  # admitted trajectories that will not finish here (never started, or cancelled)
+            self._admission.finished(self._admitted)  # type: ignore[union-attr]
+            self._admitted = 0
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -163,6 +183,15 @@ class PaCoReContext:
         if not final:
             config["tags"] = [TAG_NOSTREAM]
         return config
+
+
+def unobserved(config: RunnableConfig | None) -> bool:
+    """Whether no callback handler would see a run under ``config``: none among its callbacks and none
+    from the environment or context (LangSmith tracing, ``collect_runs``, debug, configure hooks), as
+    LangChain configures them. Asked once per PaCoRe run: its model calls inherit the same handlers
+    (``stream_mode="messages"`` and ``astream_events`` attach theirs to the run's callbacks)."""
+    callbacks = (config or {}).get("callbacks")
+    return not AsyncCallbackManager.configure(callbacks, None, False).handlers
 
 
 def current_context() -> PaCoReContext:

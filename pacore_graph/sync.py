@@ -1,6 +1,6 @@
 """Sync wrappers over the async-first API: one long-lived event loop in a daemon thread.
 
-A fresh ``asyncio.run`` per call would throw away pooled HTTP sessions (they belong to one loop) and
+A fresh ``asyncio.run`` per call would throw away pooled HTTP connections (they belong to one loop) and
 cannot be used where a loop is already running (notebooks, sync nodes inside async graphs).
 
 Ctrl-C: a sync caller waiting here gets the KeyboardInterrupt; the coroutine it started on the
@@ -40,7 +40,7 @@ def _background_loop() -> asyncio.AbstractEventLoop:
 
 
 def _shut_down(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
-    """At exit: finalize the loop's async generators (which closes the pooled HTTP sessions), then the loop."""
+    """At exit: finalize the loop's async generators (which closes the pooled HTTP connections), then the loop."""
     if not loop.is_running():
         return
     try:

@@ -89,3 +89,47 @@ async def test_astream_events_show_every_run_and_stream_the_final_one(mock_serve
     assert "".join(str(e["data"]["chunk"].content) for e in tokens) == "The final answer is forty-two."
     answer = [e for e in events if e["event"] == "on_chain_end" and e["name"] == "LangGraph"][-1]
     assert answer["data"]["output"]["messages"][-1].content == "The final answer is forty-two."
+
+
+def test_handlers_attached_anywhere_see_every_trajectory_and_without_any_no_runs_are_built(mock_server, monkeypatch):
+    """A run nobody observes sends each trajectory's request without a chat-model run (checked once per run);
+    a handler attached any way a caller attaches one (config, the compiled graph's ``with_config``, the
+    model's own ``callbacks``, the ambient ``collect_runs()``) sees every trajectory as a chat-model run
+    with the caller's tags."""
+    from langchain_core.tracers.context import collect_runs
+
+    from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
+
+    runs_built = []
+    real_ainvoke = OpenAICompatibleChatModel.ainvoke
+
+    async def counting_ainvoke(self, *args, **kwargs):
+        runs_built.append(1)
+        return await real_ainvoke(self, *args, **kwargs)
+
+    monkeypatch.setattr(OpenAICompatibleChatModel, "ainvoke", counting_ainvoke)
+    with mock_server(numbered) as server:
+        quiet = chat_graph(chat_model(server.base_url))
+        assert quiet.invoke({"messages": [("user", "q")]})["messages"][-1].content == "The final answer is forty-two."
+        assert len(server.requests) == 4 and runs_built == []  # no handler anywhere: the completions alone
+
+        for attach in ("config", "with_config", "model", "collect_runs"):
+            recorder = Recorder()
+            own = [recorder] if attach == "model" else None
+            graph = chat_graph(chat_model(server.base_url, callbacks=own))
+            config = {"tags": ["my-tag"]}
+            if attach == "config":
+                config["callbacks"] = [recorder]
+            elif attach == "with_config":
+                graph = graph.with_config(callbacks=[recorder])
+            if attach == "collect_runs":
+                with collect_runs() as collector:
+                    graph.invoke({"messages": [("user", "q")]}, config)
+                chat_runs = [run for run in collector.traced_runs if run.run_type == "llm"]
+                assert len(chat_runs) == 4, attach
+                assert all("my-tag" in run.tags for run in chat_runs)
+                continue
+            graph.invoke({"messages": [("user", "q")]}, config)
+            assert len(recorder.starts) == len(recorder.ends) == 4, attach
+            assert all("my-tag" in start["tags"] for start in recorder.starts), attach
+            assert sorted(s["metadata"]["pacore_round"] for s in recorder.starts) == [0, 0, 0, 1], attach

@@ -125,3 +125,95 @@ def test_bad_schedules_are_refused_with_a_clear_message(capsys):
     assert "schedules look like" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         parser.parse_args(["overhead", "--schedules", "4;0"])
+
+
+STAND_IN_EXP = '''
+"""A stand-in with the reference's interface (stepfun-ai/PaCoRe cannot be fetched in a test): class
+settings, a final round of 1 appended, one request per trajectory, rows with round_responses."""
+import asyncio, json
+import aiohttp
+
+class Exp:
+    model_name = "default"
+    api_base = ""
+    data_path = "data.jsonl"
+    output_dir = "outputs"
+    max_tokens = 131072
+    stream = False
+    num_responses_per_round = [4]
+    max_concurrent = 64
+    random_seed = 42
+
+    def __init__(self):
+        self.num_responses_per_round = self.num_responses_per_round + [1]
+
+    async def _call(self, session, messages):
+        body = {"model": self.model_name, "messages": messages, "temperature": 1.0, "top_p": 1.0}
+        async with session.post(self.api_base, json=body) as response:
+            data = await response.json()
+        return {"content": data["choices"][0]["message"]["content"], "reasoning_content": ""}
+
+    async def process_single(self, messages, request_id=""):
+        rounds = []
+        async with aiohttp.ClientSession() as session:
+            for num in self.num_responses_per_round:
+                rounds.append(await asyncio.gather(*(self._call(session, messages) for _ in range(num))))
+        return {"request_id": request_id, "final_response": rounds[-1][0]["content"], "round_responses": rounds}
+
+    async def async_run(self):
+        rows = [json.loads(line) for line in open(self.data_path)]
+        return await asyncio.gather(*(self.process_single(r["messages"], r["id"]) for r in rows))
+'''
+
+
+def stand_in_reference(folder):
+    """A folder laid out as a checkout of stepfun-ai/PaCoRe, importable from PYTHONPATH."""
+    (folder / "pacore" / "batch_inference").mkdir(parents=True)
+    (folder / "pyproject.toml").write_text('[project]\nname = "pacore"\nversion = "0"\n')
+    (folder / "pacore" / "__init__.py").write_text("")
+    (folder / "pacore" / "utils.py").write_text("")
+    (folder / "pacore" / "batch_inference" / "__init__.py").write_text("")
+    (folder / "pacore" / "batch_inference" / "base_exp.py").write_text(STAND_IN_EXP)
+    return folder
+
+
+def test_the_reference_pipeline_runs_as_a_third_client_in_the_rotation(tmp_path, monkeypatch):
+    """The worker measures the reference's own Exp on the same problems and emulator as the other two
+    clients; the report and the JSON verdict put the operator beside it."""
+    import sys
+
+    from pacore_benchmarks.perf import overhead
+    from pacore_benchmarks.perf.overhead_report import render_markdown
+
+    checkout = stand_in_reference(tmp_path / "reference")
+    monkeypatch.setenv("PYTHONPATH", str(checkout))
+    settings = overhead.OverheadSettings(
+        problems=2, schedules=[[3, 2]], stream=False, checkpoint=False, proxy=False, scaling=False,
+        output_dir=str(tmp_path / "out"), reference=str(checkout),
+        emulator=EmulatorConfig(**TINY_EMULATOR),
+    )  # fmt: skip
+    monkeypatch.setattr("pacore_benchmarks.perf.reference.reference_python", lambda checkout: sys.executable)
+    report = overhead.run_overhead(settings)
+    pair = report.schedules[0]
+    assert pair.reference is not None and pair.reference.client == "reference"
+    expected = expected_trajectories([3, 2], 2)
+    assert pair.reference.trajectories == pair.operator.trajectories == pair.floor.trajectories == expected
+    assert pair.reference.requests == pair.operator.requests == expected + 2  # plus the unmeasured warm-up ([1])
+    assert pair.reference.answered == 2
+    assert pair.reference.cpu_s > 0 and pair.reference.peak_rss_mb > 0
+    summary = overhead.summarise(report)
+    ratios = summary["reference"]["per_schedule"]["[3, 2]"]
+    assert set(ratios) == {"wall", "cpu", "rss"} and all(value > 0 for value in ratios.values())
+    assert {"reference_wall", "reference_cpu", "reference_rss"} <= set(summary["targets"])
+    markdown = render_markdown(report, summary, None)
+    assert "| reference |" in markdown.replace("  ", " ") and "Operator vs the reference pipeline" in markdown
+
+
+def test_a_wrong_reference_path_fails_at_once_with_one_line(tmp_path, capsys):
+    parser = argparse.ArgumentParser()
+    overhead_cli.register(parser.add_subparsers())
+    args = parser.parse_args(["overhead", "--quick", "--reference", str(tmp_path), "--output", str(tmp_path)])
+    assert args.func(args) == 1
+    err = capsys.readouterr().err
+    assert "not a checkout of stepfun-ai/PaCoRe" in err and "base_exp.py" in err
+    assert not (tmp_path / "overhead.md").exists()  # nothing ran

@@ -374,7 +374,8 @@ def test_what_requests_leave_behind_is_bounded_by_bytes_not_only_by_count():
     big = "x" * (4 * 2**20)
     for number in range(40):  # 160 M characters offered, far fewer kept
         chat._openai_messages([HumanMessage(f"{number} {big}")])
-    assert sum(entry[-1] for entry in chat._converted.values()) == chat._converted_chars <= openai_compatible.CONVERTED_CHARS
+    kept = sum(entry[-1] for entry in chat._converted.values())
+    assert kept == chat._converted_chars <= openai_compatible.CONVERTED_CHARS
     assert 0 < len(chat._converted) <= openai_compatible.CONVERTED_CHARS // len(big)
 
     shapes = upstream_module.Upstream(chat, 4)

@@ -4,6 +4,10 @@ Each measured run is a separate process (``overhead_worker``), so CPU time and p
 client alone; the emulator is yet another process. For every schedule the floor and the operator run
 one after the other against the same emulator (reset in between, so both get the same replies).
 
+With ``reference`` (a checkout of stepfun-ai/PaCoRe, see :mod:`~pacore_benchmarks.perf.reference`) the
+reference pipeline runs each schedule and streaming workload too, as a third client in the same rotation
+(floor, reference, operator; the same emulator, reset before every run).
+
 Sections: the schedules (wall, CPU ms per trajectory, peak RSS), a streaming comparison (client tokens
 per CPU-second), checkpoint bytes per problem with SQLite for [32, 4], the same workload through the
 OpenAI-compatible endpoint (``pacore serve``) against the in-process operator, and scaling with K and
@@ -23,9 +27,11 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
-from pacore_benchmarks.perf.overhead_worker import ClientCost, WorkerResult, WorkerSpec
+from pacore_benchmarks.perf.overhead_worker import ClientCost, WorkerResult, WorkerSpec, make_problems
 
 TARGETS = {"wall_ratio": 1.05, "cpu_ms_per_trajectory": 1.5, "stream_ratio": 0.8}
+# the operator against the reference pipeline (issue 27), checked when it ran: wall, client CPU, peak RSS
+REFERENCE_TARGETS = {"wall": 0.95, "cpu": 0.8, "rss": 2.0}
 DEFAULT_SCHEDULES: list[list[int]] = [[4], [16], [32, 4]]
 
 
@@ -47,6 +53,7 @@ class OverheadSettings(BaseModel):
     scaling_k_problems: int = Field(16, ge=1)
     scaling_problems: list[int] = Field(default_factory=lambda: [16, 64, 256])
     profile: bool = False
+    reference: str | None = Field(None, description="a checkout of stepfun-ai/PaCoRe: its pipeline as a third client")
     emulator: EmulatorConfig = Field(
         default_factory=lambda: EmulatorConfig(ttft=0.5, token_delay=0.005, output_tokens=(150, 450))
     )
@@ -74,6 +81,9 @@ class Measurement(ClientCost):
     tokens_out: int
     emulator_cpu_s: float
     peak_active: int
+    wall_runs: list[float] = Field(default_factory=list, description="every repeat's wall time, in run order")
+    cpu_runs: list[float] = Field(default_factory=list, description="every repeat's client CPU time")
+    rss_runs: list[float] = Field(default_factory=list, description="every repeat's peak RSS (MB)")
 
     @property
     def cpu_ms_per_trajectory(self) -> float:
@@ -86,11 +96,21 @@ class Measurement(ClientCost):
 
 class Pair(BaseModel):
     """A baseline (``floor``: the bare client, or the in-process operator for the endpoint row) and the
-    client measured against it (``operator``: the operator, or the endpoint) on one workload."""
+    client measured against it (``operator``: the operator, or the endpoint) on one workload; with
+    ``--reference``, the reference pipeline on the same workload."""
 
     label: str
     floor: Measurement
     operator: Measurement
+    reference: Measurement | None = None
+
+    def versus_reference(self) -> dict[str, float] | None:
+        """The operator's wall, CPU and peak RSS as multiples of the reference pipeline's."""
+        ref = self.reference
+        if ref is None:
+            return None
+        return {"wall": self.operator.wall_s / ref.wall_s, "cpu": self.operator.cpu_s / ref.cpu_s,
+                "rss": self.operator.peak_rss_mb / ref.peak_rss_mb}
 
     @property
     def wall_ratio(self) -> float:
@@ -131,10 +151,32 @@ class WorkerFailed(RuntimeError):
 
 
 def run_worker(spec: WorkerSpec, timeout: float = 1800) -> WorkerResult:
+    if spec.client == "reference":
+        return _run_reference_worker(spec, timeout)
     completed = subprocess.run(
         [sys.executable, "-m", "pacore_benchmarks.perf.overhead_worker", spec.model_dump_json()],
         capture_output=True, text=True, timeout=timeout,
     )
+    return _worker_result(spec, completed)
+
+
+def _run_reference_worker(spec: WorkerSpec, timeout: float) -> WorkerResult:
+    """The reference pipeline over the same problems (as its own JSONL input), under its own interpreter."""
+    from pacore_benchmarks.perf.reference import WORKER
+
+    assert spec.reference_python is not None, "a reference run needs the reference venv's interpreter"
+    with tempfile.TemporaryDirectory() as folder:
+        data = Path(folder) / "problems.jsonl"
+        rows = (json.dumps({"id": f"problem-{n}", "messages": m}) for n, m in enumerate(make_problems(spec.problems)))
+        data.write_text("".join(row + "\n" for row in rows))
+        worker_spec = {**spec.model_dump(include={"base_url", "model", "rounds", "concurrency", "stream", "seed"}),
+                       "data": str(data)}
+        completed = subprocess.run([spec.reference_python, str(WORKER), json.dumps(worker_spec)],
+                                   capture_output=True, text=True, timeout=timeout)
+    return _worker_result(spec, completed)
+
+
+def _worker_result(spec: WorkerSpec, completed: subprocess.CompletedProcess[str]) -> WorkerResult:
     lines = completed.stdout.strip().splitlines()
     if completed.returncode != 0 or not lines:
         raise WorkerFailed(
@@ -152,13 +194,15 @@ def _one_run(emu: Emulator, spec: WorkerSpec) -> tuple[WorkerResult, dict[str, A
 
 def _median_measurement(spec: WorkerSpec, runs: list[tuple[WorkerResult, dict[str, Any]]]) -> Measurement:
     """The median-wall run's numbers, with the median CPU over all runs."""
+    spreads = {"wall_runs": [run[0].wall_s for run in runs], "cpu_runs": [run[0].cpu_s for run in runs],
+               "rss_runs": [run[0].peak_rss_mb for run in runs]}
     runs = sorted(runs, key=lambda run: run[0].wall_s)
     result, stats = runs[len(runs) // 2]
     cost = result.model_dump(include=set(ClientCost.model_fields))
     return Measurement(
         **{**cost, "client": spec.client, "cpu_s": statistics.median(run[0].cpu_s for run in runs)},
         rounds=spec.rounds, problems=spec.problems, stream=spec.stream, requests=stats["requests"],
-        tokens_out=stats["tokens_out"], emulator_cpu_s=stats["cpu_s"], peak_active=stats["peak_active"],
+        tokens_out=stats["tokens_out"], emulator_cpu_s=stats["cpu_s"], peak_active=stats["peak_active"], **spreads,
     )
 
 
@@ -168,20 +212,25 @@ def measure(emu: Emulator, spec: WorkerSpec, repeats: int = 1) -> Measurement:
 
 
 def compare(emu: Emulator, settings: OverheadSettings, rounds: list[int], problems: int, stream: bool,
-            label: str | None = None, clients: tuple[str, str] = ("floor", "operator")) -> Pair:
-    """A baseline and a client on one workload, alternating run by run so a change in machine load hits both."""
+            label: str | None = None, clients: tuple[str, str] = ("floor", "operator"),
+            reference_python: str | None = None) -> Pair:
+    """A baseline and a client (and, given its interpreter, the reference pipeline) on one workload,
+    alternating run by run so a change in machine load hits each of them."""
 
     def spec(client: str) -> WorkerSpec:
         return WorkerSpec(client=client, base_url=emu.base_url, model=emu.config.model, rounds=rounds,
-                          problems=problems, concurrency=settings.concurrency, stream=stream)
+                          problems=problems, concurrency=settings.concurrency, stream=stream,
+                          reference_python=reference_python if client == "reference" else None)
 
-    floor_spec, operator_spec = spec(clients[0]), spec(clients[1])
-    floor_runs, operator_runs = [], []
+    specs = [spec(clients[0])] + ([spec("reference")] if reference_python else []) + [spec(clients[1])]
+    runs: list[list[tuple[WorkerResult, dict[str, Any]]]] = [[] for _ in specs]
     for _ in range(settings.repeats):
-        floor_runs.append(_one_run(emu, floor_spec))
-        operator_runs.append(_one_run(emu, operator_spec))
-    return Pair(label=label or schedule_label(rounds), floor=_median_measurement(floor_spec, floor_runs),
-                operator=_median_measurement(operator_spec, operator_runs))
+        for client_runs, client_spec in zip(runs, specs, strict=True):
+            client_runs.append(_one_run(emu, client_spec))
+    measured = [_median_measurement(client_spec, client_runs) for client_spec, client_runs in zip(specs, runs,
+                                                                                                    strict=True)]
+    return Pair(label=label or schedule_label(rounds), floor=measured[0], operator=measured[-1],
+                reference=measured[1] if reference_python else None)
 
 
 def plan(settings: OverheadSettings) -> list[tuple[str, dict[str, Any]]]:
@@ -223,6 +272,13 @@ def run_overhead(settings: OverheadSettings, console: Any = None) -> OverheadRep
     emulator_config = settings.emulator.model_copy(update={"slots": settings.concurrency})
     report = OverheadReport(settings=settings)
     steps = plan(settings)
+    reference_python = None
+    if settings.reference is not None:
+        from pacore_benchmarks.perf.reference import reference_python as install_reference
+
+        if console is not None:
+            console.print(f"reference pipeline: {settings.reference} (installed once into a scratch venv)")
+        reference_python = install_reference(settings.reference)
     progress = RunProgress(console)
     progress.add("overhead", len(steps))
     with Emulator(emulator_config) as emu, progress:
@@ -242,6 +298,9 @@ def run_overhead(settings: OverheadSettings, console: Any = None) -> OverheadRep
                 measure(emu, spec)
                 report.profile_path = str(path)
                 report.profile_top = path.with_suffix(".txt").read_text()
+            elif section in ("schedules", "streaming"):
+                report_pairs = getattr(report, section)
+                report_pairs.append(compare(emu, settings, **args, reference_python=reference_python))
             else:
                 getattr(report, section).append(compare(emu, settings, **args))
             progress.advance("overhead")
@@ -298,6 +357,7 @@ def summarise(report: OverheadReport) -> dict[str, Any]:
     }
     from pacore_benchmarks.perf.overhead_report import cost_model
 
+    summary.update(reference_summary(pairs))
     model = cost_model(report.scaling_k + report.scaling_problems)
     if model is not None:
         summary["operator_extra_ms_per_trajectory"] = round(model["extra_ms_per_trajectory"], 4)
@@ -313,9 +373,28 @@ def summarise(report: OverheadReport) -> dict[str, Any]:
         and summary["cpu_ms_per_trajectory"] <= TARGETS["cpu_ms_per_trajectory"],
         "stream": stream_ratio is None or stream_ratio >= TARGETS["stream_ratio"],
     }
+    if summary["reference"] is not None:
+        worst = summary["reference"]["worst"]
+        targets.update({f"reference_{name}": worst[name] <= limit for name, limit in REFERENCE_TARGETS.items()})
     summary["targets"] = targets
     summary["targets_met"] = all(targets.values())
     return summary
+
+
+def reference_summary(pairs: list[Pair]) -> dict[str, Any]:
+    """The operator against the reference pipeline, per schedule and at worst (None when it did not run)."""
+    versus = {pair.label: pair.versus_reference() for pair in pairs if pair.reference is not None}
+    if not versus:
+        return {"reference": None}
+    measured = [pair for pair in pairs if pair.reference is not None]
+    return {"reference": {
+        "per_schedule": {label: {name: round(value, 4) for name, value in ratios.items()}
+                         for label, ratios in versus.items() if ratios is not None},
+        "worst": {name: round(max(ratios[name] for ratios in versus.values() if ratios is not None), 4)
+                  for name in REFERENCE_TARGETS},
+        "cpu_ms_per_trajectory": round(1000 * sum(p.reference.cpu_s for p in measured if p.reference)
+                                       / max(sum(p.reference.trajectories for p in measured if p.reference), 1), 4),
+    }}
 
 
 def write_outputs(report: OverheadReport, summary: dict[str, Any]) -> Path:

@@ -49,6 +49,9 @@ def register(subparsers: Any) -> None:
                         help="SQLite checkpoint bytes per problem for [32, 4]")
     parser.add_argument("--proxy", action=argparse.BooleanOptionalAction, default=True,
                         help="the [16] workload through the OpenAI-compatible endpoint vs the in-process operator")
+    parser.add_argument("--reference", metavar="PATH",
+                        help="a checkout of stepfun-ai/PaCoRe: its pipeline runs every schedule too, as a third "
+                        "client in the same rotation (installed once into a scratch venv under ~/.cache)")
     parser.add_argument("--profile", action="store_true", help="also profile one operator run with cProfile")
     parser.add_argument("--ttft", type=float, help="emulator seconds to first token")
     parser.add_argument("--token-delay", type=float, help="emulator seconds per token")
@@ -63,7 +66,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
 
     overrides: dict[str, Any] = {"concurrency": args.concurrency, "stream": args.stream, "repeats": args.repeats,
                                  "checkpoint": args.checkpoint, "proxy": args.proxy, "profile": args.profile,
-                                 "output_dir": args.output}
+                                 "output_dir": args.output, "reference": args.reference}
     if args.problems is not None:
         overrides["problems"] = args.problems
     if args.schedules is not None:
@@ -86,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from pacore_benchmarks.perf.overhead import WorkerFailed, run_overhead, summarise, write_outputs
-    from pacore_benchmarks.perf.overhead_report import rich_tables
+    from pacore_benchmarks.perf.overhead_report import rich_tables, versus_reference_line
+    from pacore_benchmarks.perf.reference import ReferenceSetupFailed, check_checkout
 
     console = Console(stderr=True)
     try:
@@ -95,9 +99,11 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[red]invalid overhead settings:[/red] {exc}")
         return 2
     try:
+        if settings.reference is not None:
+            check_checkout(settings.reference)  # a wrong path fails before any emulator starts
         report = run_overhead(settings, console)
-    except WorkerFailed as exc:
-        console.print(f"[red]{exc}[/red]")
+    except (WorkerFailed, ReferenceSetupFailed) as exc:
+        console.print(f"[red]{exc}[/red]", soft_wrap=True)
         return 1
     summary = summarise(report)
     markdown = write_outputs(report, summary)
@@ -113,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
     if summary["proxy_added_cpu_ms_per_trajectory"] is not None:
         out.print(f"through the endpoint: {summary['proxy_added_cpu_ms_per_trajectory']:+.3f} ms CPU per trajectory, "
                   f"{summary['proxy_wall_ratio']:.3f}x wall, against the in-process operator")
+    if (line := versus_reference_line(summary)) is not None:
+        out.print(line)
     out.print(f"report: {markdown}")
     print(json.dumps(summary), flush=True)
     return 1 if args.strict and not summary["targets_met"] else 0

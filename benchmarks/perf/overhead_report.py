@@ -5,7 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pacore_benchmarks.perf.overhead import TARGETS, OverheadReport, Pair, expected_trajectories, proxy_added_cpu_ms
+from pacore_benchmarks.perf.overhead import (
+    REFERENCE_TARGETS,
+    TARGETS,
+    Measurement,
+    OverheadReport,
+    Pair,
+    expected_trajectories,
+    proxy_added_cpu_ms,
+)
 
 PAIR_COLUMNS = ["workload", "client", "wall s", "wall ratio", "CPU ms/traj", "CPU ratio", "peak RSS MB",
                 "full GC passes (longest ms)", "trajectories", "failed", "answered", "emulator CPU s",
@@ -13,16 +21,19 @@ PAIR_COLUMNS = ["workload", "client", "wall s", "wall ratio", "CPU ms/traj", "CP
 
 
 def pair_rows(pair: Pair, tokens: bool = False) -> list[list[str]]:
+    """The floor's row, the reference pipeline's (when it ran), then the measured client's; ratios to the floor."""
     rows = []
-    for side in (pair.floor, pair.operator):
-        is_op = side is pair.operator
+    sides: list[Measurement] = [pair.floor, *([pair.reference] if pair.reference else []), pair.operator]
+    for side in sides:
+        is_floor = side is pair.floor
+        floor_rate = pair.floor.tokens_per_cpu_s
         row = [
-            pair.label if not is_op else "",
+            pair.label if is_floor else "",
             side.client,
             f"{side.wall_s:.2f}",
-            f"{pair.wall_ratio:.3f}" if is_op else "1",
+            f"{side.wall_s / pair.floor.wall_s:.3f}" if not is_floor else "1",
             f"{side.cpu_ms_per_trajectory:.3f}",
-            f"{pair.cpu_ratio:.2f}" if is_op else "1",
+            f"{side.cpu_s / pair.floor.cpu_s:.2f}" if not is_floor and pair.floor.cpu_s > 0 else "1",
             f"{side.peak_rss_mb:.0f}",
             f"{side.gc_full_passes} ({side.gc_longest_pause_ms:.0f})",
             f"{side.trajectories}/{expected_trajectories(side.rounds, side.problems)}",
@@ -32,7 +43,8 @@ def pair_rows(pair: Pair, tokens: bool = False) -> list[list[str]]:
             str(side.peak_active),
         ]
         if tokens:
-            row += [f"{side.tokens_per_cpu_s:,.0f}", f"{pair.stream_ratio:.3f}" if is_op else "1"]
+            ratio = f"{side.tokens_per_cpu_s / floor_rate:.3f}" if not is_floor and floor_rate else "1"
+            row += [f"{side.tokens_per_cpu_s:,.0f}", ratio]
         rows.append(row)
     return rows
 
@@ -88,6 +100,8 @@ def render_markdown(report: OverheadReport, summary: dict[str, Any], plot: Path 
         f"trajectory, streamed tokens per CPU second >= {TARGETS['stream_ratio']}x floor. **Verdict: {verdict}.**\n",
         _section("Schedules (non-streaming)", report.schedules),
     ]
+    if summary.get("reference") is not None:
+        parts.append(reference_paragraph(report, summary))
     if report.streaming:
         parts.append(_section("Streaming", report.streaming, tokens=True))
     if report.checkpoint is not None and report.checkpoint.checkpoint:
@@ -141,6 +155,41 @@ def render_markdown(report: OverheadReport, summary: dict[str, Any], plot: Path 
         title = f"## Operator profile ([32, 4], cProfile; full stats in {report.profile_path})"
         parts.append(f"{title}\n\n```\n{top}\n```\n")
     return "\n".join(parts)
+
+
+def reference_paragraph(report: OverheadReport, summary: dict[str, Any]) -> str:
+    """The operator as multiples of the reference pipeline, per schedule, against the issue-27 targets."""
+    rows = [[label, f"{r['wall']:.3f}", f"{r['cpu']:.3f}", f"{r['rss']:.2f}"]
+            for label, r in summary["reference"]["per_schedule"].items()]
+    limits = ", ".join(f"{name} <= {limit}x" for name, limit in REFERENCE_TARGETS.items())
+    spreads = [[pair.label if side is pair.floor else "", side.client, _span(side.wall_runs, "{:.2f}"),
+                _span(side.cpu_runs, "{:.3f}"), _span(side.rss_runs, "{:.0f}")]
+               for pair in report.schedules if pair.reference is not None
+               for side in (pair.floor, pair.reference, pair.operator)]  # fmt: skip
+    return (
+        "## Operator vs the reference pipeline (stepfun-ai/PaCoRe `base_exp.Exp`)\n\n"
+        f"Reference checkout: `{report.settings.reference}`, installed into a scratch venv with this project's "
+        "aiohttp; the same emulator, requests and problems, runs alternating floor, reference, operator. "
+        f"Targets: {limits}.\n\n"
+        + _markdown_table(["workload", "wall (operator / reference)", "client CPU", "peak RSS"], rows)
+        + f"\n\nEvery run ({report.settings.repeats} per client, in run order; the tables above show medians):\n\n"
+        + _markdown_table(["workload", "client", "wall s", "CPU s", "peak RSS MB"], spreads)
+        + "\n"
+    )
+
+
+def _span(values: list[float], form: str) -> str:
+    return ", ".join(form.format(value) for value in values)
+
+
+def versus_reference_line(summary: dict[str, Any]) -> str | None:
+    """One line for the terminal: the worst of each ratio to the reference pipeline."""
+    if summary.get("reference") is None:
+        return None
+    worst = summary["reference"]["worst"]
+    return (f"against the reference pipeline (worst schedule): wall {worst['wall']:.3f}x, client CPU "
+            f"{worst['cpu']:.3f}x, peak RSS {worst['rss']:.2f}x (targets "
+            + ", ".join(f"{name} <= {limit}" for name, limit in REFERENCE_TARGETS.items()) + ")")
 
 
 def rich_tables(report: OverheadReport) -> list[Any]:

@@ -27,7 +27,9 @@ SYSTEM = "You are a careful competition mathematician. Reason step by step, then
 
 
 class WorkerSpec(BaseModel):
-    client: Literal["floor", "operator", "proxy"]  # proxy: the operator behind `pacore serve`, called over HTTP
+    # proxy: the operator behind `pacore serve`, called over HTTP; reference: stepfun-ai/PaCoRe's pipeline,
+    # run by reference_worker.py under reference_python (a venv of its own)
+    client: Literal["floor", "operator", "proxy", "reference"]
     base_url: str
     model: str
     rounds: list[int]
@@ -37,6 +39,7 @@ class WorkerSpec(BaseModel):
     seed: int = 42
     checkpoint: str | None = None  # SQLite file: run the operator graph with a checkpointer
     profile: str | None = None  # write cProfile statistics of the run to this file
+    reference_python: str | None = None
 
 
 class ClientCost(BaseModel):

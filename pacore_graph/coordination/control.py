@@ -84,11 +84,11 @@ class RoundControl:
         self.votes: Counter[str] = Counter()
         self.reason: CutReason | None = None
         self._tasks: dict[int, asyncio.Task[Any]] = {}
-        self._watching = run.budget.active or run.early_stop.cancels
+        self.watching = run.budget.active or run.early_stop.cancels  # else guard() is not needed
 
     async def guard(self, index: int, work: Coroutine[Any, Any, T]) -> T:
         """Run ``work`` (the trajectory's model call with its retries) so that the round can cancel it."""
-        if not self._watching:
+        if not self.watching:
             return await work
         left = self.run.seconds_left()
         if self.reason is None and left is not None and left <= 0:

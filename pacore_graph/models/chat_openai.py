@@ -3,6 +3,7 @@
 langchain-openai targets OpenAI's own API and drops ``reasoning`` / ``reasoning_content``. PaCoRe needs
 the reasoning in the trajectory record (trace; token counts when usage is missing), so the explorer
 upgrades a plain ChatOpenAI to this subclass, keeping every setting and client of the original.
+Imported only when a ChatOpenAI is given: langchain-openai and the openai SDK weigh about 30 MB in memory.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class ReasoningChatOpenAI(ChatOpenAI):
         return generation
 
 
-def keep_reasoning(model: ChatOpenAI) -> ChatOpenAI:
+def keep_reasoning(model: Any) -> Any:
     """The same model (settings, clients) as a ReasoningChatOpenAI; other classes are returned as they are."""
     if type(model) is not ChatOpenAI:
         return model

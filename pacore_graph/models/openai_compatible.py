@@ -1,10 +1,11 @@
 """A lean LangChain chat model for OpenAI-compatible servers (vLLM, llama.cpp, ...).
 
 Why not ChatOpenAI: at 1024 requests in flight it costs about 6 ms of client CPU per call and drops
-vLLM's ``reasoning`` field. This model posts JSON over one pooled aiohttp session per event loop
-(:mod:`~pacore_graph.models.sessions`), keeps the reasoning in ``additional_kwargs["reasoning_content"]``
-and reports usage. One model talks to one server: several replicas belong behind vllm-router, which
-each request's session key (:mod:`~pacore_graph.models.routing`) lets keep a shared prompt on one replica.
+vLLM's ``reasoning`` field. This model posts JSON over keep-alive connections pooled per event loop
+(:mod:`~pacore_graph.models.http`, a lean HTTP/1.1 client), keeps the reasoning in
+``additional_kwargs["reasoning_content"]`` and reports usage. One model talks to one server: several
+replicas belong behind vllm-router, which each request's session key (:mod:`~pacore_graph.models.routing`)
+lets keep a shared prompt on one replica.
 It does not retry unless asked (``max_retries``): the PaCoRe explorer retries transient failures, once,
 for every kind of model. LangChain's standard constructor arguments (``timeout``, ``stop``, ``max_retries``,
 ``temperature``, ...) are honoured, and an argument the class does not know is refused, never dropped.
@@ -26,6 +27,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
+import orjson
 from langchain_core.callbacks import AsyncCallbackManager, AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.globals import get_llm_cache
 from langchain_core.language_models import BaseChatModel, LangSmithParams, LanguageModelInput
@@ -50,8 +52,8 @@ from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
 from pacore_graph.config import RetryPolicy
 from pacore_graph.errors import ModelRequestError, PaCoReError, status_is_retryable
+from pacore_graph.models.http import LoopPools
 from pacore_graph.models.routing import SESSION_HEADER, fresh_key, prefix_key, session_key
-from pacore_graph.models.sessions import SessionPool
 from pacore_graph.models.sse import Delta, read_stream, reasoning_of
 from pacore_graph.models.structured import StructuredOutputMixin
 from pacore_graph.models.tool_choice import openai_tool_choice
@@ -102,7 +104,7 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
     extra_body: dict[str, Any] = Field(default_factory=dict, description="extra request fields")
 
     _url: str = PrivateAttr()
-    _pool: SessionPool = PrivateAttr()
+    _pool: LoopPools = PrivateAttr()
     _converted: dict[tuple[Any, ...], tuple[list[dict[str, Any]], str | None, int]] = PrivateAttr(default_factory=dict)
     _converted_chars: int = PrivateAttr(default=0)
     _serialized_identity: dict[str, Any] | None = PrivateAttr(default=None)
@@ -120,10 +122,8 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
 
     def model_post_init(self, context: Any) -> None:
         self._url = f"{self.base_url}/chat/completions"
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        self._pool = SessionPool(headers, self.request_timeout)
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        self._pool = LoopPools(self._url, headers)
 
     @property
     def _llm_type(self) -> str:
@@ -151,7 +151,7 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
     # ---- transport -------------------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Close the running loop's session now (else it is closed when the loop shuts down)."""
+        """Close the running loop's connections now (else they are closed when the loop shuts down)."""
         await self._pool.aclose()
 
     def payload(self, messages: list[dict[str, Any]], **overrides: Any) -> dict[str, Any]:
@@ -184,9 +184,11 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         if stream:
             body["stream"] = True
             body.setdefault("stream_options", {"include_usage": True})
-            send = partial(self._post_stream, body, headers, on_delta)
-        else:
-            send = partial(self._post, body, headers)
+        if not self.max_retries and self.request_timeout is None:  # the common road: no extra coroutine
+            return await (self._post_stream(body, headers, on_delta) if stream else self._post(body, headers))
+        send = partial(self._post_stream, body, headers, on_delta) if stream else partial(self._post, body, headers)
+        if self.request_timeout is not None:
+            send = partial(_within, self.request_timeout, send)
         if not self.max_retries:
             return await send()
         # A streamed reply retried after some deltas went out would show them twice: only whole replies retry.
@@ -194,13 +196,12 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         return (await with_retries(send, policy, None))[0]
 
     async def _post(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
-        session, url = await self._pool.get(), self._url
-        async with session.post(url, json=body, headers=headers) as response:
-            raw = await response.read()
-            if response.status != 200:
-                raise _status_error(response.status, raw, url)
+        pool, url = await self._pool.get(), self._url
+        status, raw = await pool.post(orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS), headers)
+        if status != 200:
+            raise _status_error(status, raw, url)
         try:
-            data = json.loads(raw)
+            data = orjson.loads(raw)
             choice = data["choices"][0]
             message = choice["message"]
         except (ValueError, KeyError, IndexError, TypeError) as exc:
@@ -215,11 +216,11 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
     async def _post_stream(
         self, body: dict[str, Any], headers: dict[str, str], on_delta: Callable[[Delta], None] | None
     ) -> dict[str, Any]:
-        session, url = await self._pool.get(), self._url
-        async with session.post(url, json=body, headers=headers) as response:
+        pool, url = await self._pool.get(), self._url
+        async with pool.stream(orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS), headers) as response:
             if response.status != 200:
                 raise _status_error(response.status, await response.read(), url)
-            return await read_stream(response, url, on_delta)
+            return await read_stream(response.iter_chunks(), url, on_delta)
 
     def _openai_messages(self, messages: list[BaseMessage]) -> tuple[list[dict[str, Any]], str | None]:
         """The messages in OpenAI form and their prefix key (None: short, each request its own key), made once
@@ -258,8 +259,7 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         no run objects are built. Streaming, caches, rate limiters and other output versions take the
         base class's road.
         """
-        llm_cache = self.cache if self.cache is not None else get_llm_cache()
-        if kwargs.get("stream") is not False or llm_cache or self.rate_limiter or self.output_version == "v1":
+        if kwargs.get("stream") is not False or not self.plain_calls():
             return await super().ainvoke(input, config, stop=stop, **kwargs)
         structured = kwargs.pop("ls_structured_output_format", None)  # tracing only, never a request field
         # Callbacks given (as PaCoRe's explorer gives them) make the ambient config irrelevant to the run.
@@ -268,10 +268,7 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         callbacks, tags = config.get("callbacks"), config.get("tags")
         manager = AsyncCallbackManager.configure(callbacks, self.callbacks, self.verbose, tags, self.tags)
         if not manager.handlers:
-            result = await self._agenerate(messages, stop=stop, **kwargs)
-            message = result.generations[0].message
-            message.id = message.id or f"{LC_ID_PREFIX}-{uuid.uuid4()}-0"
-            return message  # type: ignore[return-value]
+            return await self.agenerate_message(messages, stop=stop, **kwargs)
         metadata = {**(config.get("metadata") or {}), **self._get_ls_params(stop=stop, **kwargs)}
         metadata["ls_integration"] = "langchain_chat_model"
         manager.add_metadata(metadata)
@@ -296,6 +293,22 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         await run_manager.on_llm_end(LLMResult(generations=[[generation]]))
         return generation.message  # type: ignore[return-value]
 
+    def plain_calls(self) -> bool:
+        """Whether a call is one request and its message: no cache, rate limiter or other output version
+        (those take the base class's road)."""
+        llm_cache = self.cache if self.cache is not None else get_llm_cache()
+        return not llm_cache and self.rate_limiter is None and self.output_version != "v1"
+
+    async def agenerate_message(
+        self, messages: list[BaseMessage], *, stop: list[str] | None = None, **kwargs: Any
+    ) -> AIMessage:
+        """One completion as the AIMessage ``ainvoke`` returns, for a caller that knows no callback handler
+        is attached (so no chat-model run is made: nobody would see it), e.g. PaCoRe's explorer, which
+        asks once per run. Takes ``ainvoke``'s kwargs; ``sse`` picks the transport."""
+        message = await self._amessage(messages, stop, **kwargs)
+        message.id = message.id or f"{LC_ID_PREFIX}-{uuid.uuid4()}-0"
+        return message
+
     def _tracing_identity(self) -> dict[str, Any]:
         """What tracers record as the model (``dumpd``), computed once."""
         if self._serialized_identity is None:
@@ -311,13 +324,16 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
     ) -> ChatResult:
         """One whole message. ``sse`` (default: ``streaming``) only picks the transport; LangChain's own
         ``stream`` flag, which routes token streaming to :meth:`_astream`, is not a request field."""
+        return ChatResult(generations=[ChatGeneration(message=await self._amessage(messages, stop, **kwargs))])
+
+    async def _amessage(self, messages: list[BaseMessage], stop: list[str] | None, **kwargs: Any) -> AIMessage:
         kwargs.pop("stream", None)
         if stop:
             kwargs["stop"] = stop
         converted, key = self._openai_messages(messages)
         sse = kwargs.pop("sse", self.streaming)
         raw = await self.acomplete(converted, key=key or fresh_key(), stream=sse, **kwargs)
-        return ChatResult(generations=[ChatGeneration(message=to_ai_message(raw))])
+        return to_ai_message(raw)
 
     def _generate(
         self,
@@ -467,6 +483,12 @@ def to_ai_message(raw: dict[str, Any]) -> AIMessage:
         usage_metadata=_usage_metadata(raw.get("usage")),
         response_metadata={"finish_reason": raw.get("finish_reason"), "model_name": raw.get("model")},
     )
+
+
+async def _within(seconds: float, send: Callable[[], Any]) -> Any:
+    """One attempt of a request, cut after ``seconds`` (the ``timeout`` constructor argument)."""
+    async with asyncio.timeout(seconds):
+        return await send()
 
 
 def _message_key(message: BaseMessage) -> tuple[Any, ...]:

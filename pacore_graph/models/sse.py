@@ -6,11 +6,10 @@ hundreds of streams in flight. ``on_delta`` sees each delta as it arrives (for t
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
+from collections.abc import AsyncIterable, Callable
 from typing import Any
 
-import aiohttp
+import orjson
 
 from pacore_graph.errors import ModelRequestError, status_is_retryable
 
@@ -55,12 +54,13 @@ class _Assembly:
 
 
 async def read_stream(
-    response: aiohttp.ClientResponse, url: str, on_delta: Callable[[Delta], None] | None = None
+    chunks: AsyncIterable[bytes], url: str, on_delta: Callable[[Delta], None] | None = None
 ) -> dict[str, Any]:
-    """The assembled assistant message of a 200 streaming response; a retryable error if it is cut short."""
+    """The assembled assistant message of a 200 streaming response (its body as it arrives); a retryable
+    error if it is cut short."""
     state = _Assembly()
     pending = b""
-    async for chunk in response.content.iter_any():
+    async for chunk in chunks:
         lines = (pending + chunk).split(b"\n")
         pending = lines.pop()
         for line in lines:
@@ -82,7 +82,7 @@ def _event(line: bytes, url: str, state: _Assembly, on_delta: Callable[[Delta], 
         state.done = True
         return True
     try:
-        piece = json.loads(data)
+        piece = orjson.loads(data)
     except ValueError as exc:
         raise ModelRequestError(
             f"malformed stream chunk from {url}: {data[:200]!r}", status=200, retryable=True

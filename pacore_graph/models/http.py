@@ -1,0 +1,361 @@
+"""A lean HTTP/1.1 client for one server: keep-alive connections on asyncio, responses parsed by httptools.
+
+Why not aiohttp's ``ClientSession``: at 1024 requests in flight its request machinery (URL objects,
+cookie jar, tracing signals, timers, response and payload objects) costs about 0.3 ms of client CPU per
+request, about a third of a whole PaCoRe trajectory's cost (measured: docs/performance.md). A chat
+completion needs little of it: POST a JSON body to one URL, read the whole response or its body as it
+arrives (server-sent events), reuse the connections the server keeps alive. This client does that and
+closes the connection whenever a request is abandoned (cancelled, timed out, failed midway), so the
+server stops generating for nobody. llhttp (through httptools, as uvicorn uses it) does the parsing:
+content length, chunked transfer encoding, or a body that ends with the connection.
+
+One :class:`ConnectionPool` belongs to one event loop (:class:`LoopPools` keeps one per loop and closes
+it when that loop shuts down). Time limits are the caller's (``asyncio.timeout`` around a request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import ssl
+import weakref
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import httptools
+
+from pacore_graph.errors import ModelRequestError
+
+
+class _Exchange:
+    """One request's response so far: status, body pieces, whether it is complete or failed."""
+
+    __slots__ = ("status", "chunks", "complete", "keep_alive", "error", "waiter", "until_eof", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.status = 0
+        self.chunks: list[bytes] = []
+        self.complete = False
+        self.keep_alive = False
+        self.error: BaseException | None = None
+        self.waiter: asyncio.Future[None] | None = None
+        self.until_eof = True  # no length and not chunked: the body ends with the connection
+
+    def fail(self, error: BaseException) -> None:
+        if not self.complete and self.error is None:
+            self.error = error
+            self.wake()
+
+    def wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self) -> None:
+        """Until the parser reports something new, or the exchange fails."""
+        if self.error is not None:
+            raise self.error
+        self.waiter = self.loop.create_future()
+        try:
+            await self.waiter
+        finally:
+            self.waiter = None
+        if self.error is not None:
+            raise self.error
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection; it carries one exchange at a time, parsed by one parser (the parser
+    calls the ``on_*`` methods, and starts over after each complete response)."""
+
+    def __init__(self, pool: ConnectionPool):
+        self.pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.exchange: _Exchange | None = None
+        self.closed = False
+        self.parser = httptools.HttpResponseParser(self)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        exchange = self.exchange
+        if exchange is None:  # nothing was asked: a server talking out of turn is not reused
+            self.close()
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            exchange.fail(ModelRequestError(f"malformed HTTP response from {self.pool.url}: {exc}", retryable=True))
+            self.close()
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() in (b"content-length", b"transfer-encoding"):
+            self.exchange.until_eof = False  # type: ignore[union-attr]
+
+    def on_headers_complete(self) -> None:
+        exchange = self.exchange
+        exchange.status = self.parser.get_status_code()  # type: ignore[union-attr]
+        exchange.wake()  # type: ignore[union-attr]
+
+    def on_body(self, body: bytes) -> None:
+        exchange = self.exchange
+        exchange.chunks.append(body)  # type: ignore[union-attr]
+        exchange.wake()  # type: ignore[union-attr]
+
+    def on_message_complete(self) -> None:
+        exchange = self.exchange
+        exchange.complete = True  # type: ignore[union-attr]
+        exchange.keep_alive = self.parser.should_keep_alive()  # type: ignore[union-attr]
+        exchange.wake()  # type: ignore[union-attr]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        exchange = self.exchange
+        if exchange is None or exchange.complete:
+            return
+        if exchange.until_eof and exchange.status:  # a body delimited by the end of the connection
+            exchange.complete = True
+            exchange.wake()
+            return
+        exchange.fail(
+            ModelRequestError(
+                f"the server at {self.pool.url} closed the connection before the response was complete"
+                + (f": {exc}" if exc else ""),
+                retryable=True,
+            )
+        )
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+class ConnectionPool:
+    """Keep-alive connections to the server of ``url``; requests POST to that URL.
+
+    ``headers`` are sent with every request (besides Host, Content-Type and Content-Length); each call
+    may add its own.
+    """
+
+    def __init__(self, url: str, headers: dict[str, str] | None = None):
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        self.url = url
+        self._host = parts.hostname
+        self._port = parts.port or (443 if parts.scheme == "https" else 80)
+        self._ssl: ssl.SSLContext | None = ssl.create_default_context() if parts.scheme == "https" else None
+        literal = _literal_address(self._host, self._port)
+        self._addresses: list[tuple[Any, ...]] | None = [literal] if literal else None  # the one that worked first
+        self._resolving: asyncio.Future[list[Any]] | None = None  # one lookup shared by every connection
+        self._idle: list[_Connection] = []
+        self._busy: set[_Connection] = set()
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        default_port = self._port == (443 if self._ssl else 80)
+        lines = [f"POST {parts.path or '/'}{'?' + parts.query if parts.query else ''} HTTP/1.1",
+                 f"Host: {host if default_port else f'{host}:{self._port}'}",
+                 "User-Agent: pacore-graph", "Content-Type: application/json"]  # fmt: skip
+        lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+        self._head = ("\r\n".join(lines) + "\r\n").encode("latin-1")
+
+    async def post(self, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        """Send ``body``; the status and the whole response body."""
+        connection, exchange = await self._send(body, headers)
+        del body  # sent: not held while the server generates (orjson's buffers are 4 KB however short the body)
+        try:
+            while not exchange.complete:
+                await exchange.wait()
+        except BaseException:
+            connection.close()
+            self._busy.discard(connection)
+            raise
+        self._release(connection, exchange)
+        return exchange.status, b"".join(exchange.chunks)
+
+    def stream(self, body: bytes, headers: dict[str, str] | None = None) -> StreamedResponse:
+        """Send ``body`` and read the response as it arrives: ``async with pool.stream(...) as response``."""
+        return StreamedResponse(self, body, headers)
+
+    async def aclose(self) -> None:
+        """Close every connection (requests in flight fail)."""
+        for connection in (*self._idle, *self._busy):
+            connection.close()
+        self._idle.clear()
+        self._busy.clear()
+
+    # ---- connections -------------------------------------------------------------------------------
+
+    async def _send(self, body: bytes, headers: dict[str, str] | None) -> tuple[_Connection, _Exchange]:
+        head = self._head + _header_lines(headers) if headers else self._head
+        connection = self._idle_connection() or await self._connect()
+        self._busy.add(connection)
+        exchange = _Exchange(asyncio.get_running_loop())
+        connection.exchange = exchange
+        assert connection.transport is not None
+        connection.transport.write(b"%sContent-Length: %d\r\n\r\n%s" % (head, len(body), body))
+        return connection, exchange
+
+    def _release(self, connection: _Connection, exchange: _Exchange) -> None:
+        """The exchange is over: the connection goes back to the pool if the server keeps it alive."""
+        self._busy.discard(connection)
+        connection.exchange = None
+        if exchange.complete and exchange.keep_alive and not connection.closed:
+            self._idle.append(connection)
+        else:
+            connection.close()
+
+    def _idle_connection(self) -> _Connection | None:
+        idle = self._idle
+        while idle:
+            connection = idle.pop()
+            if not connection.closed:
+                return connection
+        return None
+
+    async def _connect(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        try:
+            addresses = self._addresses or await self._resolve(loop)
+        except OSError as exc:
+            self._resolving = None
+            raise ModelRequestError(f"cannot connect to {self.url}: {exc}", retryable=True) from exc
+        error: OSError | None = None
+        for address in addresses:  # in the resolver's order; the first that answers goes first from now on
+            try:
+                _, connection = await loop.create_connection(
+                    lambda: _Connection(self), address[0], address[1], ssl=self._ssl,
+                    server_hostname=self._host if self._ssl else None,
+                )  # fmt: skip
+            except OSError as exc:
+                error = exc
+                continue
+            if address is not addresses[0]:
+                addresses.remove(address)
+                addresses.insert(0, address)
+            return connection
+        if _literal_address(self._host, self._port) is None:
+            self._addresses = self._resolving = None  # look up again next time: the server may have moved
+        raise ModelRequestError(f"cannot connect to {self.url}: {error}", retryable=True) from error
+
+    async def _resolve(self, loop: asyncio.AbstractEventLoop) -> list[tuple[Any, ...]]:
+        """The host's addresses, looked up once for all the connections opened meanwhile (so they keep their order)."""
+        if self._resolving is None:
+            self._resolving = asyncio.ensure_future(loop.getaddrinfo(self._host, self._port, type=socket.SOCK_STREAM))
+        infos = await asyncio.shield(self._resolving)
+        if self._addresses is None:
+            self._addresses = [info[4] for info in infos]
+        return self._addresses
+
+
+class StreamedResponse:
+    """A response read as it arrives; leaving the block early closes the connection (the server stops)."""
+
+    def __init__(self, pool: ConnectionPool, body: bytes, headers: dict[str, str] | None):
+        self._pool = pool
+        self._body = body
+        self._headers = headers
+        self._connection: _Connection | None = None
+        self._exchange: _Exchange | None = None
+        self.status = 0
+
+    async def __aenter__(self) -> StreamedResponse:
+        self._connection, self._exchange = await self._pool._send(self._body, self._headers)
+        self._body = b""  # sent: not held while the server generates
+        try:
+            while not self._exchange.status and not self._exchange.complete:
+                await self._exchange.wait()
+        except BaseException:
+            self._abandon()
+            raise
+        self.status = self._exchange.status
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        connection, exchange = self._connection, self._exchange
+        if connection is None or exchange is None:
+            return
+        if exchange.complete:
+            self._pool._release(connection, exchange)
+        else:
+            self._abandon()
+
+    def _abandon(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._pool._busy.discard(self._connection)
+
+    async def read(self) -> bytes:
+        """The rest of the body."""
+        return b"".join([chunk async for chunk in self.iter_chunks()])
+
+    async def iter_chunks(self) -> AsyncIterator[bytes]:
+        """The body in the pieces it arrives in (several received pieces are joined when the reader lags)."""
+        exchange = self._exchange
+        assert exchange is not None, "use the response inside its async with block"
+        while True:
+            if exchange.chunks:
+                chunks = exchange.chunks
+                exchange.chunks = []
+                yield chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            elif exchange.complete:
+                return
+            else:
+                await exchange.wait()
+
+
+def _literal_address(host: str, port: int) -> tuple[str, int] | None:
+    """An IP address needs no lookup."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    return host, port
+
+
+def _header_lines(headers: dict[str, str]) -> bytes:
+    lines = []
+    for name, value in headers.items():
+        line = f"{name}: {value}\r\n"
+        if "\n" in value or "\r" in value or "\n" in name or "\r" in name:
+            raise ValueError(f"header {name!r} holds a line break")
+        lines.append(line)
+    return "".join(lines).encode("latin-1")
+
+
+async def _hold(pool: ConnectionPool) -> AsyncIterator[None]:
+    """Lives as long as its loop: ``asyncio.run`` (any loop shut down properly) finalizes it, closing the pool."""
+    try:
+        yield
+    finally:
+        await pool.aclose()
+
+
+class LoopPools:
+    """One :class:`ConnectionPool` per event loop (a pool's connections belong to the loop that made them)."""
+
+    def __init__(self, url: str, headers: dict[str, str] | None = None):
+        self.url = url
+        self.headers = headers
+        self._pools: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> (pool, holder)
+
+    async def get(self) -> ConnectionPool:
+        loop = asyncio.get_running_loop()
+        entry = self._pools.get(loop)
+        if entry is not None:
+            return entry[0]
+        pool = ConnectionPool(self.url, self.headers)
+        holder = _hold(pool)
+        self._pools[loop] = (pool, holder)
+        await holder.__anext__()  # registers with the loop: closed by its shutdown_asyncgens()
+        return pool
+
+    async def aclose(self) -> None:
+        """Close the running loop's pool now (the loop's shutdown would close it too)."""
+        entry = self._pools.pop(asyncio.get_running_loop(), None)
+        if entry is not None:
+            await entry[1].aclose()

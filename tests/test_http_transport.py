@@ -1,0 +1,229 @@
+"""The lean HTTP/1.1 client under the chat model: real sockets, servers that answer in every way HTTP allows.
+
+A raw asyncio server scripts the bytes of each response (length, chunked, until the connection ends,
+``Connection: close``, cut midway), so each case is exact; cancellation and keep-alive are checked from
+the server's side (connections opened, connections closed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from pacore_graph.errors import ModelRequestError, is_transient
+from pacore_graph.models.http import ConnectionPool
+
+
+class ScriptedServer:
+    """Answers each request with ``respond(number, body)`` bytes (None: hold the connection open)."""
+
+    def __init__(self, respond):
+        self.respond = respond
+        self.requests: list[tuple[bytes, bytes]] = []  # (head, body)
+        self.connections = 0
+        self.closed = 0
+        self.server: asyncio.AbstractServer | None = None
+
+    async def __aenter__(self) -> ScriptedServer:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+        await self.server.wait_closed()
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/v1/chat/completions"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                                  if line.lower().startswith(b"content-length")))  # fmt: skip
+                body = await reader.readexactly(length)
+                self.requests.append((head, body))
+                reply = self.respond(len(self.requests), body)
+                if reply is None:
+                    await reader.read()  # hold until the client hangs up
+                    break
+                for piece in reply if isinstance(reply, list) else [reply]:
+                    writer.write(piece)
+                    await writer.drain()
+                    await asyncio.sleep(0.01)
+                if b"Connection: close" in reply if isinstance(reply, bytes) else False:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.closed += 1
+            writer.close()
+
+
+async def closed_within(server: ScriptedServer, seconds: float = 2.0) -> bool:
+    """Whether the server saw one connection close within ``seconds``."""
+    for _ in range(int(seconds / 0.01)):
+        if server.closed == 1:
+            return True
+        await asyncio.sleep(0.01)
+    return server.closed == 1
+
+
+def with_length(body: bytes, status: str = "200 OK", extra: bytes = b"") -> bytes:
+    return b"HTTP/1.1 %s\r\nContent-Length: %d\r\n%s\r\n%s" % (status.encode(), len(body), extra, body)
+
+
+def chunked(*pieces: bytes) -> list[bytes]:
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/event-stream\r\n\r\n"
+    return [head] + [b"%x\r\n%s\r\n" % (len(p), p) for p in pieces] + [b"0\r\n\r\n"]
+
+
+async def test_keep_alive_reuses_one_connection_and_sends_the_headers_given():
+    async with ScriptedServer(lambda n, body: with_length(b'{"n": %d}' % n)) as server:
+        pool = ConnectionPool(server.url, {"Authorization": "Bearer k"})
+        for n in range(1, 4):
+            status, raw = await pool.post(b'{"q": 1}', {"X-Session-ID": f"s{n}"})
+            assert (status, json.loads(raw)) == (200, {"n": n})
+        await pool.aclose()
+    assert server.connections == 1
+    head, body = server.requests[2]
+    assert head.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n") and body == b'{"q": 1}'
+    assert b"Authorization: Bearer k\r\n" in head and b"X-Session-ID: s3\r\n" in head
+    assert b"Content-Type: application/json\r\n" in head
+
+
+async def test_a_host_name_is_looked_up_once_for_all_connections():
+    async with ScriptedServer(lambda n, body: with_length(b"{}")) as server:
+        pool = ConnectionPool(server.url.replace("127.0.0.1", "localhost"))
+        statuses = await asyncio.gather(*(pool.post(b"{}") for _ in range(5)))
+        await pool.aclose()
+    assert [status for status, _ in statuses] == [200] * 5 and server.connections == 5
+
+
+async def test_chunked_body_arrives_piece_by_piece_and_the_connection_is_reused():
+    async with ScriptedServer(lambda n, body: chunked(b"data: one\n\n", b"data: two\n\n")) as server:
+        pool = ConnectionPool(server.url)
+        for _ in range(2):
+            async with pool.stream(b"{}") as response:
+                assert response.status == 200
+                assert b"".join([piece async for piece in response.iter_chunks()]) == b"data: one\n\ndata: two\n\n"
+        await pool.aclose()
+    assert server.connections == 1
+
+
+async def test_a_body_delimited_by_the_end_of_the_connection_is_read_whole():
+    reply = b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n" + b'{"whole": true}'
+
+    async def serve_once(reader, writer):  # no length, not chunked: the body ends when the server closes
+        await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(2)
+        for piece in (reply[:40], reply[40:]):
+            writer.write(piece)
+            await writer.drain()
+            await asyncio.sleep(0.01)
+        writer.close()
+
+    server = await asyncio.start_server(serve_once, "127.0.0.1", 0)
+    pool = ConnectionPool(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/chat/completions")
+    for _ in range(2):  # the second on a new connection: the first ended with its body
+        status, raw = await pool.post(b"{}")
+        assert (status, json.loads(raw)) == (200, {"whole": True})
+    await pool.aclose()
+    server.close()
+    await server.wait_closed()
+
+
+async def test_connection_close_from_the_server_is_honoured():
+    reply = with_length(b"{}", extra=b"Connection: close\r\n")
+    async with ScriptedServer(lambda n, body: reply) as server:
+        pool = ConnectionPool(server.url)
+        for _ in range(2):
+            assert (await pool.post(b"{}"))[0] == 200
+        await pool.aclose()
+    assert server.connections == 2
+
+
+async def test_a_response_cut_midway_is_a_retryable_error():
+    cut = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b'{"partial'
+
+    async def serve(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(cut)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    pool = ConnectionPool(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/chat/completions")
+    with pytest.raises(ModelRequestError, match="closed the connection") as caught:
+        await pool.post(b"{}")
+    assert is_transient(caught.value)
+    await pool.aclose()
+    server.close()
+    await server.wait_closed()
+
+
+async def test_garbage_instead_of_http_is_a_retryable_error():
+    async with ScriptedServer(lambda n, body: b"SMTP ready\r\n\r\n") as server:
+        pool = ConnectionPool(server.url)
+        with pytest.raises(ModelRequestError, match="malformed HTTP response") as caught:
+            await pool.post(b"{}")
+        assert is_transient(caught.value)
+        await pool.aclose()
+
+
+async def test_no_server_is_a_retryable_connection_error():
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()
+    pool = ConnectionPool(f"http://127.0.0.1:{port}/v1/chat/completions")
+    with pytest.raises(ModelRequestError, match="cannot connect") as caught:
+        await pool.post(b"{}")
+    assert is_transient(caught.value)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_a_cancelled_request_closes_its_connection_so_the_server_stops(streamed):
+    async with ScriptedServer(lambda n, body: None) as server:
+        pool = ConnectionPool(server.url)
+
+        async def request():
+            if streamed:
+                async with pool.stream(b"{}") as response:
+                    return await response.read()
+            return await pool.post(b"{}")
+
+        task = asyncio.create_task(request())
+        while not server.requests:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await closed_within(server), "the server never saw the connection close"
+        await pool.aclose()
+
+
+async def test_a_stream_left_before_its_end_closes_the_connection():
+    async with ScriptedServer(lambda n, body: chunked(b"data: a\n\n")[:2]) as server:  # never finishes
+        pool = ConnectionPool(server.url)
+        async with pool.stream(b"{}") as response:
+            async for piece in response.iter_chunks():
+                assert piece == b"data: a\n\n"
+                break
+        assert await closed_within(server), "the server never saw the connection close"
+        await pool.aclose()
+
+
+async def test_header_values_with_line_breaks_are_refused():
+    async with ScriptedServer(lambda n, body: with_length(b"{}")) as server:
+        pool = ConnectionPool(server.url)
+        with pytest.raises(ValueError, match="line break"):
+            await pool.post(b"{}", {"X-Session-ID": "a\r\nX-Injected: 1"})
+        await pool.aclose()
+    assert not server.requests
