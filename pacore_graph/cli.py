@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from pacore_graph.config import PRESETS, PaCoReConfig, parse_rounds
-from pacore_graph.errors import PaCoReError
+from pacore_graph.errors import PaCoReError, redact_credentials
 from pacore_graph.models.embedded import EMBEDDED_MAX_TOKENS
-from pacore_graph.text import redact_credentials
 
 
 def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,8 +64,8 @@ def _solve(args: argparse.Namespace) -> int:
     from pacore_graph.inputs import check_problem_text
     from pacore_graph.models import configured_url, serving
     from pacore_graph.progress import RunProgress
-    from pacore_graph.prompt import last_user_index
     from pacore_graph.run import asolve, to_messages
+    from pacore_graph.synthesis.prompt import last_user_index
 
     config = config_from_args(args)
     check_api_keys(args)

@@ -16,9 +16,9 @@ The README section "Differences from the reference pipeline" lists every differe
 
 from __future__ import annotations
 
-from pacore_graph.compaction import THINK_CLOSE
 from pacore_graph.errors import error_status
 from pacore_graph.records import TrajectoryData
+from pacore_graph.synthesis.compaction import THINK_CLOSE
 
 SHORTER_STATUSES = (400, 413)
 SHORTER_MESSAGES = ("reduce the length", "too large")

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pacore_graph.coordination.answers import extractor_name
 from pacore_graph.coordination.settings import Budget, EarlyStop
 from pacore_graph.coordination.templates import VERIFIER_TEMPLATE
-from pacore_graph.prompt import DEFAULT_TEMPLATE
+from pacore_graph.synthesis.prompt import DEFAULT_TEMPLATE
 
 PRESETS: dict[str, list[int]] = {"low": [4], "medium": [16], "high": [32, 4]}
 # The largest schedule the commands (--rounds) and the endpoint run: far beyond the paper's (at most 32 per round,

@@ -52,9 +52,7 @@ The OpenAI-compatible endpoint (``pacore serve``; needs the ``server`` extra, so
     ``create_app``, ``BackgroundServer``.
 """
 
-from pacore_graph.accounting import completion_tokens, count_tokens
 from pacore_graph.cli import add_model_arguments, add_schedule_arguments, config_from_args
-from pacore_graph.compaction import compact
 from pacore_graph.config import PRESETS, RetryPolicy, parse_rounds
 from pacore_graph.coordination import RSA_TEMPLATE, Budget, EarlyStop, boxed_answer, extract_answer, majority_vote
 from pacore_graph.coordination.answers import TEXT_GROUP, strip_math_delimiters
@@ -79,14 +77,16 @@ from pacore_graph.models.embedded import EMBEDDED_MAX_TOKENS, free_port
 from pacore_graph.models.embedded import MODEL_ALIAS as EMBEDDED_MODEL
 from pacore_graph.models.vllm_server import ROUTER_POLICY, ServerProcess, router_command
 from pacore_graph.progress import RunProgress
-from pacore_graph.prompt import DEFAULT_TEMPLATE, message_text, render_synthesis_prompt, synthesis_messages
 from pacore_graph.records import RoundRecord, Trajectory, TrajectoryRecord
 from pacore_graph.results_file import ResultsFile, write_json_atomically
 from pacore_graph.resume import open_checkpointer, thread_id
 from pacore_graph.retry import with_retries
 from pacore_graph.run import PaCoReRunner
 from pacore_graph.sync import run_sync
-from pacore_graph.text import cut_middle
+from pacore_graph.synthesis.compaction import compact
+from pacore_graph.synthesis.context_window import cut_middle
+from pacore_graph.synthesis.prompt import DEFAULT_TEMPLATE, message_text, render_synthesis_prompt, synthesis_messages
+from pacore_graph.synthesis.tokens import completion_tokens, count_tokens
 from pacore_graph.trajectory import OneTrajectory, passed_on
 
 __all__ = [

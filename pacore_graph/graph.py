@@ -38,12 +38,12 @@ from pacore_graph.coordination.references import next_round_references
 from pacore_graph.episode import EpisodeContext
 from pacore_graph.errors import RoundFailedError
 from pacore_graph.explorer import Explorer, as_explorer
-from pacore_graph.fit import with_model_context
 from pacore_graph.limits import ConcurrencyLimiter
-from pacore_graph.prompt import last_user_index, order_references
 from pacore_graph.records import OutcomeData, RoundData, RoundRecord, TrajectoryData, usable
 from pacore_graph.run_context import PaCoReContext, current_context
 from pacore_graph.sync import run_sync
+from pacore_graph.synthesis.context_window import with_model_context
+from pacore_graph.synthesis.prompt import last_user_index, order_references
 from pacore_graph.trajectory import OneTrajectory
 
 

@@ -25,10 +25,10 @@ from langgraph.runtime import get_runtime
 from pacore_graph.barrier import RoundBarrier
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.coordination.control import RunControl
-from pacore_graph.fit import fit_references
 from pacore_graph.limits import Admission, ConcurrencyLimiter
-from pacore_graph.prompt import synthesis_messages
 from pacore_graph.records import Trajectory
+from pacore_graph.synthesis.context_window import fit_references
+from pacore_graph.synthesis.prompt import synthesis_messages
 
 
 @dataclass

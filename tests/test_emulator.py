@@ -155,7 +155,7 @@ async def test_no_usage_when_disabled():
 
 
 async def test_synthesis_prompt_answers_with_the_majority_of_its_references(emu):
-    from pacore_graph.prompt import render_synthesis_prompt
+    from pacore_graph.synthesis.prompt import render_synthesis_prompt
 
     references = ["so \\boxed{7}.", "I get \\boxed{3}.", "The answer is \\boxed{7}."]
     prompt = render_synthesis_prompt("What is 3 + 4?", references)
@@ -497,7 +497,7 @@ def test_replies_off_the_majority_answer_are_longer_when_asked():
 
 async def test_a_deduplicated_reference_counts_as_often_as_its_note_says(emu):
     from pacore_graph.coordination.references import DUPLICATES_NOTE
-    from pacore_graph.prompt import render_synthesis_prompt
+    from pacore_graph.synthesis.prompt import render_synthesis_prompt
 
     references = ["so \\boxed{3}." + DUPLICATES_NOTE.format(count=3), "I get \\boxed{7}.", "Also \\boxed{7}."]
     _, raw = await post(emu.base_url, body(render_synthesis_prompt("What is 1 + 2?", references)))

@@ -16,7 +16,7 @@ from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
 from pacore_benchmarks.perf.floor import render_synthesis, run_floor
 from pacore_benchmarks.perf.overhead import expected_trajectories
 from pacore_benchmarks.perf.overhead_worker import WorkerSpec, make_problems, measure
-from pacore_graph.prompt import render_synthesis_prompt
+from pacore_graph.synthesis.prompt import render_synthesis_prompt
 
 TINY_EMULATOR = {"ttft": 0.01, "token_delay": 0.0005, "output_tokens": (20, 60)}
 

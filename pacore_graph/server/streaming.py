@@ -29,7 +29,6 @@ from typing import Any
 from langchain_core.messages import AIMessageChunk, BaseMessage
 
 from pacore_graph.models.sse import reasoning_of
-from pacore_graph.prompt import message_text
 from pacore_graph.records import PaCoReResult
 from pacore_graph.run import START_INPUT, PaCoReRunner, build_result
 from pacore_graph.server.disconnect import cancel_and_wait
@@ -42,6 +41,7 @@ from pacore_graph.server.replies import (
     usage_chunk_body,
 )
 from pacore_graph.server.request import PlannedCall
+from pacore_graph.synthesis.prompt import message_text
 
 KEEPALIVE_SECONDS = 15.0  # a comment line this often keeps idle proxies from closing a long first round
 DONE = b"data: [DONE]\n\n"
