@@ -13,9 +13,9 @@ Benchmark and agent authors find the parts these are made of in :mod:`pacore_gra
 
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.engine import Problem, RunFolder
-from pacore_graph.episode import EpisodeContext
 from pacore_graph.errors import PaCoReError, RoundFailedError
-from pacore_graph.explorer import AgentExplorer
+from pacore_graph.explorers.agent import AgentExplorer
+from pacore_graph.explorers.episode import EpisodeContext
 from pacore_graph.graph import build_pacore_graph
 from pacore_graph.integrations import PaCoReChatModel
 from pacore_graph.models import chat_model

@@ -60,7 +60,8 @@ from pacore_graph.coordination.answers import Flag as AnswerFlag
 from pacore_graph.coordination.rsa import rsa_config
 from pacore_graph.engine import ProblemOutcome, RunSummary
 from pacore_graph.errors import BudgetExhaustedError, ModelRequestError, is_transient
-from pacore_graph.explorer import ChatExplorer, Explorer
+from pacore_graph.explorers.chat import ChatExplorer
+from pacore_graph.explorers.protocol import Explorer
 from pacore_graph.fingerprint import SettingsMismatch
 from pacore_graph.folder_lock import FolderInUse, FolderLock
 from pacore_graph.models import (

@@ -35,9 +35,9 @@ from pacore_graph.config import PaCoReConfig
 from pacore_graph.coordination.control import TrajectoryCut
 from pacore_graph.coordination.ending import ending
 from pacore_graph.coordination.references import next_round_references
-from pacore_graph.episode import EpisodeContext
 from pacore_graph.errors import RoundFailedError
-from pacore_graph.explorer import Explorer, as_explorer
+from pacore_graph.explorers.episode import EpisodeContext
+from pacore_graph.explorers.protocol import Explorer, as_explorer
 from pacore_graph.limits import ConcurrencyLimiter
 from pacore_graph.records import OutcomeData, RoundData, RoundRecord, TrajectoryData, usable
 from pacore_graph.run_context import PaCoReContext, current_context

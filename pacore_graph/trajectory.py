@@ -14,8 +14,8 @@ from langchain_core.messages import BaseMessage
 
 from pacore_graph.compat import ReferenceRetries, passes_on, reference_text
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.episode import EpisodeContext
 from pacore_graph.errors import error_status, is_transient
+from pacore_graph.explorers.episode import EpisodeContext
 from pacore_graph.records import Trajectory, TrajectoryData, TrajectoryRecord, usable
 from pacore_graph.retry import with_retries
 from pacore_graph.synthesis.compaction import compact

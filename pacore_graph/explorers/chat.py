@@ -23,7 +23,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import ensure_config
 
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.episode import EpisodeContext
+from pacore_graph.explorers.episode import EpisodeContext
 from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
 from pacore_graph.models.sse import reasoning_of
 from pacore_graph.models.unwrap import WrappedChatModel, with_model
