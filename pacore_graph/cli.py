@@ -61,10 +61,10 @@ def _solve(args: argparse.Namespace) -> int:
     import asyncio
 
     from pacore_graph.engine import Problem
+    from pacore_graph.graph.runner import asolve, to_messages
     from pacore_graph.inputs import check_problem_text
     from pacore_graph.models import configured_url, serving
     from pacore_graph.progress import RunProgress
-    from pacore_graph.run import asolve, to_messages
     from pacore_graph.synthesis.prompt import last_user_index
 
     config = config_from_args(args)

@@ -36,16 +36,16 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.errors import ModelRequestError, PaCoReError, RoundFailedError
 from pacore_graph.fingerprint import check_fingerprint, refuse_foreign, save_settings
 from pacore_graph.folder_lock import FolderLock
-from pacore_graph.limits import ConcurrencyLimiter
+from pacore_graph.graph.runner import MessagesInput, PaCoReRunner, to_messages
 from pacore_graph.progress import RunProgress
 from pacore_graph.records import PaCoReResult
 from pacore_graph.results_file import ResultsFile
 from pacore_graph.resume import Status, open_checkpointer, thread_id, thread_status
-from pacore_graph.run import MessagesInput, PaCoReRunner, to_messages
 
 RESULTS_FILE = "results.jsonl"
 RECORDS_DIR = "records"

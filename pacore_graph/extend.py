@@ -53,6 +53,8 @@ The OpenAI-compatible endpoint (``pacore serve``; needs the ``server`` extra, so
 """
 
 from pacore_graph.cli import add_model_arguments, add_schedule_arguments, config_from_args
+from pacore_graph.concurrency.retry import with_retries
+from pacore_graph.concurrency.sync import run_sync
 from pacore_graph.config import PRESETS, RetryPolicy, parse_rounds
 from pacore_graph.coordination import RSA_TEMPLATE, Budget, EarlyStop, boxed_answer, extract_answer, majority_vote
 from pacore_graph.coordination.answers import TEXT_GROUP, strip_math_delimiters
@@ -64,6 +66,8 @@ from pacore_graph.explorers.chat import ChatExplorer
 from pacore_graph.explorers.protocol import Explorer
 from pacore_graph.fingerprint import SettingsMismatch
 from pacore_graph.folder_lock import FolderInUse, FolderLock
+from pacore_graph.graph.exploration import OneTrajectory, passed_on
+from pacore_graph.graph.runner import PaCoReRunner
 from pacore_graph.models import (
     EmbeddedServer,
     OpenAICompatibleChatModel,
@@ -81,14 +85,10 @@ from pacore_graph.progress import RunProgress
 from pacore_graph.records import RoundRecord, Trajectory, TrajectoryRecord
 from pacore_graph.results_file import ResultsFile, write_json_atomically
 from pacore_graph.resume import open_checkpointer, thread_id
-from pacore_graph.retry import with_retries
-from pacore_graph.run import PaCoReRunner
-from pacore_graph.sync import run_sync
 from pacore_graph.synthesis.compaction import compact
 from pacore_graph.synthesis.context_window import cut_middle
 from pacore_graph.synthesis.prompt import DEFAULT_TEMPLATE, message_text, render_synthesis_prompt, synthesis_messages
 from pacore_graph.synthesis.tokens import completion_tokens, count_tokens
-from pacore_graph.trajectory import OneTrajectory, passed_on
 
 __all__ = [
     "DEFAULT_TEMPLATE",

@@ -18,9 +18,9 @@ from pacore_graph import PaCoReConfig, PaCoReContext, asolve, build_pacore_graph
 from pacore_graph.coordination import RSA_TEMPLATE, Budget, EarlyStop, boxed_answer
 from pacore_graph.coordination.rsa import rsa_config
 from pacore_graph.errors import BudgetExhaustedError
+from pacore_graph.graph.runner import PaCoReRunner, to_messages
 from pacore_graph.records import RoundRecord
 from pacore_graph.resume import open_checkpointer, solve_resumable, thread_id
-from pacore_graph.run import PaCoReRunner, to_messages
 from pacore_graph.synthesis.prompt import render_synthesis_prompt
 
 SLOW = 60.0  # seconds a reply that must be cut would take

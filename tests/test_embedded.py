@@ -15,8 +15,8 @@ import pytest
 from langgraph.graph import END, START, MessagesState, StateGraph
 
 from pacore_graph import PaCoReConfig, PaCoReNode, asolve, chat_model
+from pacore_graph.concurrency.sync import run_sync
 from pacore_graph.models.embedded import free_port
-from pacore_graph.sync import run_sync
 
 pytestmark = pytest.mark.embedded
 

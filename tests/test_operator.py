@@ -320,7 +320,7 @@ async def test_agent_episodes_get_the_payload_and_hand_records_to_the_sink(tmp_p
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
     from pacore_graph import EpisodeContext
-    from pacore_graph.run import PaCoReRunner
+    from pacore_graph.graph.runner import PaCoReRunner
 
     seen: list[EpisodeContext] = []
 

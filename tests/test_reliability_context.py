@@ -14,8 +14,8 @@ import pytest
 from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
 from pacore_graph import PaCoReConfig, RoundFailedError
 from pacore_graph.extend import ChatExplorer, RetryPolicy, Trajectory
+from pacore_graph.graph.runner import PaCoReRunner, to_messages
 from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
-from pacore_graph.run import PaCoReRunner, to_messages
 from pacore_graph.synthesis.context_window import MIN_SHARE, fit_references
 from pacore_graph.synthesis.prompt import render_synthesis_prompt
 from pacore_graph.synthesis.tokens import count_tokens

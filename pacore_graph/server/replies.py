@@ -19,8 +19,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage
 
+from pacore_graph.graph.runner import chosen_trajectory
 from pacore_graph.records import PaCoReResult
-from pacore_graph.run import chosen_trajectory
 from pacore_graph.synthesis.compaction import compact
 
 

@@ -28,9 +28,9 @@ from typing import Any
 
 from langchain_core.messages import AIMessageChunk, BaseMessage
 
+from pacore_graph.graph.runner import START_INPUT, PaCoReRunner, build_result
 from pacore_graph.models.sse import reasoning_of
 from pacore_graph.records import PaCoReResult
-from pacore_graph.run import START_INPUT, PaCoReRunner, build_result
 from pacore_graph.server.disconnect import cancel_and_wait
 from pacore_graph.server.errors import RequestError, failure_error, log
 from pacore_graph.server.replies import (

@@ -9,7 +9,7 @@ from langgraph.config import get_stream_writer
 from langgraph.runtime import get_runtime
 
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.run import PaCoReRunner
+from pacore_graph.graph.runner import PaCoReRunner
 
 
 class PaCoReNode(Runnable[dict[str, Any], dict[str, Any]]):

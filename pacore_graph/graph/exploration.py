@@ -12,12 +12,12 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from pacore_graph.compat import ReferenceRetries, passes_on, reference_text
+from pacore_graph.concurrency.retry import with_retries
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.errors import error_status, is_transient
 from pacore_graph.explorers.episode import EpisodeContext
+from pacore_graph.graph.compat import ReferenceRetries, passes_on, reference_text
 from pacore_graph.records import Trajectory, TrajectoryData, TrajectoryRecord, usable
-from pacore_graph.retry import with_retries
 from pacore_graph.synthesis.compaction import compact
 from pacore_graph.synthesis.tokens import completion_tokens
 
@@ -27,8 +27,9 @@ class OneTrajectory:
     (``settings.retry``), each attempt holding ``slot`` and limited to ``settings.request_timeout``.
 
     ``attempts`` counts the attempts made so far, also when the work is cancelled midway. With
-    ``compat="reference"`` the reference pipeline's retry rule holds (:class:`~pacore_graph.compat.ReferenceRetries`):
-    ``uncapped``, the same explorer without ``max_tokens``, takes over after a refusal as too long.
+    ``compat="reference"`` the reference pipeline's retry rule holds
+    (:class:`~pacore_graph.graph.compat.ReferenceRetries`): ``uncapped``, the same explorer without
+    ``max_tokens``, takes over after a refusal as too long.
     """
 
     def __init__(

@@ -8,7 +8,7 @@ one more superstep (and checkpoint) per round.
 
 State is plain JSON data: the round counter, this round's trajectory records and every finished
 round's records (conclusions and counts, never reasoning). The conversation is not in state: it comes
-with every run in the runtime context (:class:`~pacore_graph.run_context.PaCoReContext`), so the
+with every run in the runtime context (:class:`~pacore_graph.graph.context.PaCoReContext`), so the
 checkpoints of a chat thread do not grow with the chat. A Send carries indices plus the one thing only
 it knows, the previous round's references.
 
@@ -30,7 +30,8 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Overwrite, Send
 
-from pacore_graph.compat import passes_on
+from pacore_graph.concurrency.limiter import ConcurrencyLimiter
+from pacore_graph.concurrency.sync import run_sync
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.coordination.control import TrajectoryCut
 from pacore_graph.coordination.ending import ending
@@ -38,13 +39,12 @@ from pacore_graph.coordination.references import next_round_references
 from pacore_graph.errors import RoundFailedError
 from pacore_graph.explorers.episode import EpisodeContext
 from pacore_graph.explorers.protocol import Explorer, as_explorer
-from pacore_graph.limits import ConcurrencyLimiter
+from pacore_graph.graph.compat import passes_on
+from pacore_graph.graph.context import PaCoReContext, current_context
+from pacore_graph.graph.exploration import OneTrajectory
 from pacore_graph.records import OutcomeData, RoundData, RoundRecord, TrajectoryData, usable
-from pacore_graph.run_context import PaCoReContext, current_context
-from pacore_graph.sync import run_sync
 from pacore_graph.synthesis.context_window import with_model_context
 from pacore_graph.synthesis.prompt import last_user_index, order_references
-from pacore_graph.trajectory import OneTrajectory
 
 
 class PaCoReState(TypedDict, total=False):
@@ -153,7 +153,7 @@ def build_pacore_graph(
 
     async def trajectory(task: TrajectoryTask, config: RunnableConfig) -> dict[str, Any]:
         """One trajectory, retried on transient failures; a final failure is recorded, or raised when the
-        whole round failed (see :mod:`pacore_graph.barrier`). Closing the run cancels it."""
+        whole round failed (see :mod:`pacore_graph.graph.barrier`). Closing the run cancels it."""
         run = current_context()
         round_index, index = task["round_index"], task["index"]
         k = schedule[round_index]
@@ -253,7 +253,7 @@ def build_pacore_graph(
         return update
 
     builder = StateGraph(PaCoReState, context_schema=PaCoReContext)
-    # async runs wait for the limiter to admit each round before it is fanned out (see limits.py)
+    # async runs wait for the limiter to admit each round before it is fanned out (see concurrency/limiter.py)
     builder.add_node("begin", _Step("begin", begin, abegin))
     builder.add_node("trajectory", _Step("trajectory", lambda task, cfg: run_sync(trajectory(task, cfg)), trajectory))
     builder.add_node("collect", _Step("collect", collect, acollect))

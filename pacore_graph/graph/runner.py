@@ -13,13 +13,13 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphInterrupt
 from langgraph.types import Durability
 
+from pacore_graph.concurrency.limiter import ConcurrencyLimiter
+from pacore_graph.concurrency.sync import call_interruptibly, run_sync
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.gc_policy import spaced_full_collections
-from pacore_graph.graph import build_pacore_graph
-from pacore_graph.limits import ConcurrencyLimiter
+from pacore_graph.graph.builder import build_pacore_graph
+from pacore_graph.graph.context import PaCoReContext, unobserved
+from pacore_graph.graph.gc_policy import spaced_full_collections
 from pacore_graph.records import Outcome, PaCoReResult, RoundRecord, Trajectory, TrajectoryRecord
-from pacore_graph.run_context import PaCoReContext, unobserved
-from pacore_graph.sync import call_interruptibly, run_sync
 
 MessagesInput = str | Sequence[BaseMessage | dict[str, Any] | tuple[str, str]]
 
@@ -198,7 +198,7 @@ async def asolve(
     """Run PaCoRe once over ``messages`` (a problem string or a conversation).
 
     ``context``: ``trace=True`` keeps every full trajectory, ``on_event`` receives progress events,
-    ``payload`` / ``on_record`` reach the explorer (see :class:`~pacore_graph.run_context.PaCoReContext`).
+    ``payload`` / ``on_record`` reach the explorer (see :class:`~pacore_graph.graph.context.PaCoReContext`).
     """
     runner = PaCoReRunner(model_or_explorer, config, checkpointer=checkpointer)
     return await runner.arun(messages, runnable_config, **context)
