@@ -11,8 +11,8 @@ One way to run it per use:
 Benchmark and agent authors find the parts these are made of in :mod:`pacore_graph.extend`.
 """
 
+from pacore_graph.batch.folder import Problem, RunFolder
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.engine import Problem, RunFolder
 from pacore_graph.errors import PaCoReError, RoundFailedError
 from pacore_graph.explorers.agent import AgentExplorer
 from pacore_graph.explorers.episode import EpisodeContext

@@ -60,11 +60,11 @@ SOLVE_ID = "problem"  # the one problem of a `pacore solve --output` folder
 def _solve(args: argparse.Namespace) -> int:
     import asyncio
 
-    from pacore_graph.engine import Problem
+    from pacore_graph.batch.folder import Problem
+    from pacore_graph.batch.progress import RunProgress
     from pacore_graph.graph.runner import asolve, to_messages
     from pacore_graph.inputs import check_problem_text
     from pacore_graph.models import configured_url, serving
-    from pacore_graph.progress import RunProgress
     from pacore_graph.synthesis.prompt import last_user_index
 
     config = config_from_args(args)
@@ -163,8 +163,8 @@ def messages_fingerprint(messages: list) -> Any:
 def _solve_folder(output: str, messages: list, config: PaCoReConfig, model: str | None, progress: Any) -> Any:
     """The run folder of ``--output``, claimed now: a bad path, a folder in use or one made for another
     problem or settings is refused before a server starts."""
-    from pacore_graph.engine import RunFolder
-    from pacore_graph.resume import RUNTIME_FIELDS
+    from pacore_graph.batch.folder import RunFolder
+    from pacore_graph.batch.resume import RUNTIME_FIELDS
 
     if output.endswith(".json") and not Path(output).is_dir():
         raise ValueError(f"--output names a folder now (it keeps the result and the checkpoint): not {output}")

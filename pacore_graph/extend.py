@@ -52,6 +52,12 @@ The OpenAI-compatible endpoint (``pacore serve``; needs the ``server`` extra, so
     ``create_app``, ``BackgroundServer``.
 """
 
+from pacore_graph.batch.fingerprint import SettingsMismatch
+from pacore_graph.batch.folder import ProblemOutcome, RunSummary
+from pacore_graph.batch.folder_lock import FolderInUse, FolderLock
+from pacore_graph.batch.progress import RunProgress
+from pacore_graph.batch.results_file import ResultsFile, write_json_atomically
+from pacore_graph.batch.resume import open_checkpointer, thread_id
 from pacore_graph.cli import add_model_arguments, add_schedule_arguments, config_from_args
 from pacore_graph.concurrency.retry import with_retries
 from pacore_graph.concurrency.sync import run_sync
@@ -60,12 +66,9 @@ from pacore_graph.coordination import RSA_TEMPLATE, Budget, EarlyStop, boxed_ans
 from pacore_graph.coordination.answers import TEXT_GROUP, strip_math_delimiters
 from pacore_graph.coordination.answers import Flag as AnswerFlag
 from pacore_graph.coordination.rsa import rsa_config
-from pacore_graph.engine import ProblemOutcome, RunSummary
 from pacore_graph.errors import BudgetExhaustedError, ModelRequestError, is_transient
 from pacore_graph.explorers.chat import ChatExplorer
 from pacore_graph.explorers.protocol import Explorer
-from pacore_graph.fingerprint import SettingsMismatch
-from pacore_graph.folder_lock import FolderInUse, FolderLock
 from pacore_graph.graph.exploration import OneTrajectory, passed_on
 from pacore_graph.graph.runner import PaCoReRunner
 from pacore_graph.models import (
@@ -81,10 +84,7 @@ from pacore_graph.models.embedded import DEFAULT_CONTEXT as EMBEDDED_CONTEXT
 from pacore_graph.models.embedded import EMBEDDED_MAX_TOKENS, free_port
 from pacore_graph.models.embedded import MODEL_ALIAS as EMBEDDED_MODEL
 from pacore_graph.models.vllm_server import ROUTER_POLICY, ServerProcess, router_command
-from pacore_graph.progress import RunProgress
 from pacore_graph.records import RoundRecord, Trajectory, TrajectoryRecord
-from pacore_graph.results_file import ResultsFile, write_json_atomically
-from pacore_graph.resume import open_checkpointer, thread_id
 from pacore_graph.synthesis.compaction import compact
 from pacore_graph.synthesis.context_window import cut_middle
 from pacore_graph.synthesis.prompt import DEFAULT_TEMPLATE, message_text, render_synthesis_prompt, synthesis_messages
