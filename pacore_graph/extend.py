@@ -6,11 +6,12 @@ Every other module of the package is internal and may change.
 
 Explorers (what produces one trajectory)
     ``Explorer`` the protocol (``async explore(messages, episode) -> Trajectory``); ``ChatExplorer`` one
-    chat completion; ``Trajectory`` what an explorer returns. ``OneTrajectory(explorer, messages, episode,
-    config)``: one trajectory as the operator runs it (``await .explore(slot=...)`` with its retries and
-    timeout, ``.record(outcome)`` with its token accounting), for single calls outside a PaCoRe run (a pool
-    of first-round trajectories); ``passed_on(trajectory, config)``: the text the operator's next round
-    would see of it (None: dropped). ``PaCoReRunner(model_or_explorer, config)``: the compiled operator that
+    chat completion; ``Trajectory`` what an explorer returns. ``Exploration(explorer, messages, episode,
+    config)`` (its old name ``OneTrajectory`` still works): one trajectory as the operator runs it
+    (``await .explore(slot=...)`` with its retries and timeout, ``.record(outcome)`` with its token
+    accounting), for single calls outside a PaCoRe run (a pool of first-round trajectories);
+    ``passed_on(trajectory, config)``: the text the operator's next round would see of it (None: dropped).
+    ``PaCoReRunner(model_or_explorer, config)``: the compiled operator that
     ``asolve`` builds for one run, kept to run many (``await .arun(messages, runnable_config, ...)``) under one
     bound on the trajectories in flight (``config.max_concurrency``), e.g. a PaCoRe run per agent step.
 Retries and transient errors
@@ -69,7 +70,7 @@ from pacore_graph.coordination.rsa import rsa_config
 from pacore_graph.errors import BudgetExhaustedError, ModelRequestError, is_transient
 from pacore_graph.explorers.chat import ChatExplorer
 from pacore_graph.explorers.protocol import Explorer
-from pacore_graph.graph.exploration import OneTrajectory, passed_on
+from pacore_graph.graph.exploration import Exploration, passed_on
 from pacore_graph.graph.runner import PaCoReRunner
 from pacore_graph.models import (
     EmbeddedServer,
@@ -90,6 +91,8 @@ from pacore_graph.synthesis.context_window import cut_middle
 from pacore_graph.synthesis.prompt import DEFAULT_TEMPLATE, message_text, render_synthesis_prompt, synthesis_messages
 from pacore_graph.synthesis.tokens import completion_tokens, count_tokens
 
+OneTrajectory = Exploration  # the name before Exploration, kept for existing callers
+
 __all__ = [
     "DEFAULT_TEMPLATE",
     "TEXT_GROUP",
@@ -105,6 +108,7 @@ __all__ = [
     "ChatExplorer",
     "EarlyStop",
     "EmbeddedServer",
+    "Exploration",
     "Explorer",
     "FolderInUse",
     "FolderLock",

@@ -23,7 +23,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import BaseModel, Field
 
-from pacore_agents.swe.prompts import Protocol
+from pacore_agents.swe.prompts import PaCoReProtocol
 from pacore_agents.swe.repair_episode import RepairEpisode
 from pacore_agents.swe.repair_settings import RepairSettings
 from pacore_graph import AgentExplorer, EpisodeContext, PaCoReConfig, Problem, RoundFailedError
@@ -90,7 +90,7 @@ class SweSolver:
         patch_cap: int = DEFAULT_PATCH_CAP,
         open_sandbox: Callable[[dict], Any] | None = None,
         model_step: Callable[[Runnable], Runnable] | None = None,
-        protocol: Protocol = "episodes",
+        protocol: PaCoReProtocol = "episodes",
     ):
         self.config = config
         self.episode = RepairEpisode(

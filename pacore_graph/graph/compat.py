@@ -24,8 +24,9 @@ SHORTER_STATUSES = (400, 413)
 SHORTER_MESSAGES = ("reduce the length", "too large")
 
 
-def reference_text(content: str) -> str:
-    """``Exp.parse_answer``: what follows the last ``</think>``, else the whole reply."""
+def pipeline_conclusion(content: str) -> str:
+    """The conclusion the reference pipeline passes on (its ``Exp.parse_answer``): what follows the last
+    ``</think>``, else the whole reply."""
     return content.rpartition(THINK_CLOSE)[2] if THINK_CLOSE in content else content
 
 

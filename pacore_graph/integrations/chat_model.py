@@ -46,7 +46,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, SecretStr
 from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.concurrency.sync import iterate_sync, run_sync
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.graph.node import _run_context
+from pacore_graph.graph.node import enclosing_graph_options
 from pacore_graph.graph.runner import PaCoReRunner, chosen_trajectory
 from pacore_graph.integrations.final_tokens import FinalRoundTokens
 from pacore_graph.models.structured import StructuredOutputMixin
@@ -263,7 +263,7 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
     ) -> PaCoReResult:
         """One PaCoRe run, its model calls children of this model's run, detached from any enclosing graph
         (its progress events still go to that graph's custom stream)."""
-        context = _run_context(False)
+        context = enclosing_graph_options(False)
         callbacks = child_callbacks(run_manager)
         if tokens is not None:
             callbacks.add_handler(tokens, inherit=True)
