@@ -12,7 +12,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import ValidationError
 
 from pacore_benchmarks.math.data import DataError, load_problems
-from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
+from pacore_emulator import Emulator, EmulatorConfig
 from pacore_graph import PaCoReConfig, PaCoReContext, PaCoReError, Problem, RoundFailedError, RunFolder
 from pacore_graph.cli import main as pacore_main
 from pacore_graph.extend import ResultsFile, RetryPolicy, Trajectory

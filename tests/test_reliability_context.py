@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
+from pacore_emulator import Emulator, EmulatorConfig
 from pacore_graph import PaCoReConfig, RoundFailedError
 from pacore_graph.extend import ChatExplorer, RetryPolicy, Trajectory
 from pacore_graph.graph.runner import PaCoReRunner, to_messages

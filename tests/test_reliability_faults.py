@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig, FaultRates
 from pacore_benchmarks.perf.faults import FaultSettings, run_fault_scenario
+from pacore_emulator import Emulator, EmulatorConfig, FaultRates
 from pacore_graph import PaCoReConfig, RoundFailedError
 from pacore_graph.extend import ChatExplorer, RetryPolicy
 from pacore_graph.graph.runner import PaCoReRunner

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
-from pacore_benchmarks.perf.emulator_replies import estimate_prompt_tokens
 from pacore_benchmarks.perf.replicas import ReplicasSettings, prefill_floor, run_benchmark
 from pacore_benchmarks.perf.replicas_spread import SpreadChatModel
+from pacore_emulator import Emulator, EmulatorConfig
+from pacore_emulator.replies import estimate_prompt_tokens
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.graph.runner import asolve
 from pacore_graph.models import chat_model
