@@ -28,7 +28,7 @@ Token accounting
     ``count_tokens(text)``, each giving ``(tokens, approximate)``.
 Records (results as data)
     ``RoundRecord`` / ``TrajectoryRecord``: what ``PaCoReResult.rounds`` and ``RoundFailedError.round`` hold.
-The run engine's parts (see ``pacore_graph.RunFolder``)
+The batch engine's parts (see ``pacore_graph.RunFolder``)
     ``ProblemOutcome`` what ``row(outcome)`` receives; ``RunSummary``; ``RunProgress`` the one progress display
     (rich, stderr); ``ResultsFile`` append-only JSONL rows; ``write_json_atomically``; the folder's errors
     ``FolderInUse`` (``.pid``) and ``SettingsMismatch`` (``.differing``), ``FolderLock`` (the folder lock alone,

@@ -8,7 +8,7 @@ episode that crashed or left no patch compacts to an empty conclusion, which the
 and never passes on.
 
 An instance is a :class:`~pacore_graph.Problem` whose payload is its task row: every episode receives it
-as ``EpisodeContext.payload`` and hands its record to ``EpisodeContext.record``, so the run engine keeps
+as ``EpisodeContext.payload`` and hands its record to ``EpisodeContext.record``, so the batch engine keeps
 the records of an instance in flight across a kill. Episodes are isolated (``AgentExplorer(isolate=True)``):
 an interrupted one starts over in a new sandbox instead of continuing a half-done episode in a sandbox that
 lacks its edits.
@@ -76,7 +76,7 @@ class InstanceOutcome(BaseModel):
 class SweSolver:
     """PaCoRe's explorer over repair episodes, reused for every instance of a run.
 
-    ``problem(row)`` is what the run engine solves for a task row; ``outcome(...)`` reads what came of it.
+    ``problem(row)`` is what the batch engine solves for a task row; ``outcome(...)`` reads what came of it.
     ``model_step`` replaces each model call of an episode and ``protocol`` says what its references are
     (see :mod:`~pacore_agents.swe.per_call`).
     """

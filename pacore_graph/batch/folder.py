@@ -1,4 +1,4 @@
-"""The run engine: many problems through PaCoRe into one output folder, resumable after any stop.
+"""The batch engine: many problems through PaCoRe into one output folder, resumable after any stop.
 
     FOLDER/run.json            settings fingerprint (a run with other settings is refused) and settings;
                                a folder with other files and no run.json is not taken over

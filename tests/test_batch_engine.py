@@ -1,4 +1,4 @@
-"""The run engine (``RunFolder``): folder lock, settings fingerprint, path checks, payloads, records that
+"""The batch engine (``RunFolder``): folder lock, settings fingerprint, path checks, payloads, records that
 survive a restart, bad problems refused before anything runs, one bound on model calls, and
 ``pacore solve --output`` resuming through it. Real processes hold the locks; real SQLite checkpoints."""
 
