@@ -22,10 +22,12 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 test: $(STAMP)
 	bash scripts/docker-setup.sh
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports  # import boundaries: [tool.importlinter] in pyproject.toml
 	$(VENV)/bin/pytest -ra
 
 # Re-pin constraints.txt to the newest releases the dependencies allow (then run `make test` and commit it)

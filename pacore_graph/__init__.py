@@ -11,18 +11,18 @@ One way to run it per use:
 Benchmark and agent authors find the parts these are made of in :mod:`pacore_graph.extend`.
 """
 
+from pacore_graph.batch.folder import Problem, RunFolder
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.engine import Problem, RunFolder
-from pacore_graph.episode import EpisodeContext
 from pacore_graph.errors import PaCoReError, RoundFailedError
-from pacore_graph.explorer import AgentExplorer
-from pacore_graph.graph import build_pacore_graph
+from pacore_graph.explorers.agent import AgentExplorer
+from pacore_graph.explorers.episode import EpisodeContext
+from pacore_graph.graph.builder import build_pacore_graph
+from pacore_graph.graph.context import PaCoReContext
+from pacore_graph.graph.node import PaCoReNode
+from pacore_graph.graph.runner import asolve, solve
 from pacore_graph.integrations import PaCoReChatModel
 from pacore_graph.models import chat_model
-from pacore_graph.node import PaCoReNode
 from pacore_graph.records import PaCoReResult
-from pacore_graph.run import asolve, solve
-from pacore_graph.run_context import PaCoReContext
 
 __all__ = [
     "AgentExplorer",

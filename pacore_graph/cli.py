@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from pacore_graph.config import PRESETS, PaCoReConfig, parse_rounds
-from pacore_graph.errors import PaCoReError
+from pacore_graph.errors import PaCoReError, redact_credentials
 from pacore_graph.models.embedded import EMBEDDED_MAX_TOKENS
-from pacore_graph.text import redact_credentials
 
 
 def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,12 +60,12 @@ SOLVE_ID = "problem"  # the one problem of a `pacore solve --output` folder
 def _solve(args: argparse.Namespace) -> int:
     import asyncio
 
-    from pacore_graph.engine import Problem
+    from pacore_graph.batch.folder import Problem
+    from pacore_graph.batch.progress import RunProgress
+    from pacore_graph.graph.runner import asolve, to_messages
     from pacore_graph.inputs import check_problem_text
     from pacore_graph.models import configured_url, serving
-    from pacore_graph.progress import RunProgress
-    from pacore_graph.prompt import last_user_index
-    from pacore_graph.run import asolve, to_messages
+    from pacore_graph.synthesis.prompt import last_user_index
 
     config = config_from_args(args)
     check_api_keys(args)
@@ -164,8 +163,8 @@ def messages_fingerprint(messages: list) -> Any:
 def _solve_folder(output: str, messages: list, config: PaCoReConfig, model: str | None, progress: Any) -> Any:
     """The run folder of ``--output``, claimed now: a bad path, a folder in use or one made for another
     problem or settings is refused before a server starts."""
-    from pacore_graph.engine import RunFolder
-    from pacore_graph.resume import RUNTIME_FIELDS
+    from pacore_graph.batch.folder import RunFolder
+    from pacore_graph.batch.resume import RUNTIME_FIELDS
 
     if output.endswith(".json") and not Path(output).is_dir():
         raise ValueError(f"--output names a folder now (it keeps the result and the checkpoint): not {output}")

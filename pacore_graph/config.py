@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pacore_graph.coordination.answers import extractor_name
 from pacore_graph.coordination.settings import Budget, EarlyStop
 from pacore_graph.coordination.templates import VERIFIER_TEMPLATE
-from pacore_graph.prompt import DEFAULT_TEMPLATE
+from pacore_graph.synthesis.prompt import DEFAULT_TEMPLATE
 
 PRESETS: dict[str, list[int]] = {"low": [4], "medium": [16], "high": [32, 4]}
 # The largest schedule the commands (--rounds) and the endpoint run: far beyond the paper's (at most 32 per round,
@@ -76,14 +76,14 @@ class PaCoReConfig(BaseModel):
         False,
         description="opt-in: while runs are in flight, make CPython's full GC passes ~10x rarer (each one "
         "stalls the event loop for 100+ ms at 1024 trajectories in flight); the thresholds are process-wide, "
-        "so the CLI and benchmarks turn it on, a library user decides; see pacore_graph.gc_policy",
+        "so the CLI and benchmarks turn it on, a library user decides; see pacore_graph.graph.gc_policy",
     )
     model_kwargs: dict = Field(default_factory=dict, description="extra request fields, e.g. chat_template_kwargs")
     compat: Literal["reference"] | None = Field(
         None,
         description="'reference': behave as the reference pipeline (stepfun-ai/PaCoRe base_exp.py) where replies are "
         "odd: every non-empty reply is a reference, a round with none carries on, the answer is the final call's "
-        "raw content, every error is retried (see pacore_graph.compat and the README's differences section)",
+        "raw content, every error is retried (see pacore_graph.graph.compat and the README's differences section)",
     )
     # Coordination beyond the paper (pacore_graph.coordination): every option is off by default.
     answer_extractor: str | None = Field(

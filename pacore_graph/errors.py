@@ -1,4 +1,4 @@
-"""Errors of a PaCoRe run, and which failures are worth a retry.
+"""Errors of a PaCoRe run, which failures are worth a retry, and error text kept free of credentials.
 
 Callers test types and fields, never message text: a :class:`RoundFailedError` carries its round's
 :class:`~pacore_graph.records.RoundRecord`; a :class:`ModelRequestError` its HTTP status.
@@ -7,6 +7,7 @@ Callers test types and fields, never message text: a :class:`RoundFailedError` c
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 from typing import TYPE_CHECKING
 
@@ -147,3 +148,12 @@ def is_transient(exc: BaseException) -> bool:
         return error_status(exc) is None or status_is_retryable(error_status(exc))  # type: ignore[arg-type]
     status = error_status(exc)
     return status is not None and status_is_retryable(status)
+
+
+_URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]*):[^/\s@]*@")
+
+
+def redact_credentials(text: str) -> str:
+    """``text`` with the password of every URL's ``user:password@`` replaced by ``***``: a URL given with
+    credentials (``--base-url http://user:pw@host/v1``) may appear in an error message or a log line."""
+    return _URL_PASSWORD.sub(r"\1:***@", text)

@@ -6,11 +6,12 @@ Every other module of the package is internal and may change.
 
 Explorers (what produces one trajectory)
     ``Explorer`` the protocol (``async explore(messages, episode) -> Trajectory``); ``ChatExplorer`` one
-    chat completion; ``Trajectory`` what an explorer returns. ``OneTrajectory(explorer, messages, episode,
-    config)``: one trajectory as the operator runs it (``await .explore(slot=...)`` with its retries and
-    timeout, ``.record(outcome)`` with its token accounting), for single calls outside a PaCoRe run (a pool
-    of first-round trajectories); ``passed_on(trajectory, config)``: the text the operator's next round
-    would see of it (None: dropped). ``PaCoReRunner(model_or_explorer, config)``: the compiled operator that
+    chat completion; ``Trajectory`` what an explorer returns. ``Exploration(explorer, messages, episode,
+    config)`` (its old name ``OneTrajectory`` still works): one trajectory as the operator runs it
+    (``await .explore(slot=...)`` with its retries and timeout, ``.record(outcome)`` with its token
+    accounting), for single calls outside a PaCoRe run (a pool of first-round trajectories);
+    ``passed_on(trajectory, config)``: the text the operator's next round would see of it (None: dropped).
+    ``PaCoReRunner(model_or_explorer, config)``: the compiled operator that
     ``asolve`` builds for one run, kept to run many (``await .arun(messages, runnable_config, ...)``) under one
     bound on the trajectories in flight (``config.max_concurrency``), e.g. a PaCoRe run per agent step.
 Retries and transient errors
@@ -27,7 +28,7 @@ Token accounting
     ``count_tokens(text)``, each giving ``(tokens, approximate)``.
 Records (results as data)
     ``RoundRecord`` / ``TrajectoryRecord``: what ``PaCoReResult.rounds`` and ``RoundFailedError.round`` hold.
-The run engine's parts (see ``pacore_graph.RunFolder``)
+The batch engine's parts (see ``pacore_graph.RunFolder``)
     ``ProblemOutcome`` what ``row(outcome)`` receives; ``RunSummary``; ``RunProgress`` the one progress display
     (rich, stderr); ``ResultsFile`` append-only JSONL rows; ``write_json_atomically``; the folder's errors
     ``FolderInUse`` (``.pid``) and ``SettingsMismatch`` (``.differing``), ``FolderLock`` (the folder lock alone,
@@ -52,19 +53,25 @@ The OpenAI-compatible endpoint (``pacore serve``; needs the ``server`` extra, so
     ``create_app``, ``BackgroundServer``.
 """
 
-from pacore_graph.accounting import completion_tokens, count_tokens
+from pacore_graph.batch.fingerprint import SettingsMismatch
+from pacore_graph.batch.folder import ProblemOutcome, RunSummary
+from pacore_graph.batch.folder_lock import FolderInUse, FolderLock
+from pacore_graph.batch.progress import RunProgress
+from pacore_graph.batch.results_file import ResultsFile, write_json_atomically
+from pacore_graph.batch.resume import open_checkpointer, thread_id
 from pacore_graph.cli import add_model_arguments, add_schedule_arguments, config_from_args
-from pacore_graph.compaction import compact
+from pacore_graph.concurrency.retry import with_retries
+from pacore_graph.concurrency.sync import run_sync
 from pacore_graph.config import PRESETS, RetryPolicy, parse_rounds
 from pacore_graph.coordination import RSA_TEMPLATE, Budget, EarlyStop, boxed_answer, extract_answer, majority_vote
 from pacore_graph.coordination.answers import TEXT_GROUP, strip_math_delimiters
 from pacore_graph.coordination.answers import Flag as AnswerFlag
 from pacore_graph.coordination.rsa import rsa_config
-from pacore_graph.engine import ProblemOutcome, RunSummary
 from pacore_graph.errors import BudgetExhaustedError, ModelRequestError, is_transient
-from pacore_graph.explorer import ChatExplorer, Explorer
-from pacore_graph.fingerprint import SettingsMismatch
-from pacore_graph.folder_lock import FolderInUse, FolderLock
+from pacore_graph.explorers.chat import ChatExplorer
+from pacore_graph.explorers.protocol import Explorer
+from pacore_graph.graph.exploration import Exploration, passed_on
+from pacore_graph.graph.runner import PaCoReRunner
 from pacore_graph.models import (
     EmbeddedServer,
     OpenAICompatibleChatModel,
@@ -78,16 +85,13 @@ from pacore_graph.models.embedded import DEFAULT_CONTEXT as EMBEDDED_CONTEXT
 from pacore_graph.models.embedded import EMBEDDED_MAX_TOKENS, free_port
 from pacore_graph.models.embedded import MODEL_ALIAS as EMBEDDED_MODEL
 from pacore_graph.models.vllm_server import ROUTER_POLICY, ServerProcess, router_command
-from pacore_graph.progress import RunProgress
-from pacore_graph.prompt import DEFAULT_TEMPLATE, message_text, render_synthesis_prompt, synthesis_messages
 from pacore_graph.records import RoundRecord, Trajectory, TrajectoryRecord
-from pacore_graph.results_file import ResultsFile, write_json_atomically
-from pacore_graph.resume import open_checkpointer, thread_id
-from pacore_graph.retry import with_retries
-from pacore_graph.run import PaCoReRunner
-from pacore_graph.sync import run_sync
-from pacore_graph.text import cut_middle
-from pacore_graph.trajectory import OneTrajectory, passed_on
+from pacore_graph.synthesis.compaction import compact
+from pacore_graph.synthesis.context_window import cut_middle
+from pacore_graph.synthesis.prompt import DEFAULT_TEMPLATE, message_text, render_synthesis_prompt, synthesis_messages
+from pacore_graph.synthesis.tokens import completion_tokens, count_tokens
+
+OneTrajectory = Exploration  # the name before Exploration, kept for existing callers
 
 __all__ = [
     "DEFAULT_TEMPLATE",
@@ -104,6 +108,7 @@ __all__ = [
     "ChatExplorer",
     "EarlyStop",
     "EmbeddedServer",
+    "Exploration",
     "Explorer",
     "FolderInUse",
     "FolderLock",

@@ -17,7 +17,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from pacore_graph.prompt import message_text
+from pacore_graph.synthesis.prompt import message_text
 
 MAX_DEPTH = 100  # nesting of arrays and objects; a tool's JSON schema needs a few dozen at most
 MAX_INTEGER = 2**63  # beyond 64 bits no server reads a number as the integer it was

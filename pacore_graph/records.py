@@ -12,7 +12,7 @@ from typing import Any, TypedDict
 from langchain_core.messages import AIMessage
 from pydantic import BaseModel, ConfigDict, Field
 
-from pacore_graph.compaction import reference_text
+from pacore_graph.synthesis.compaction import reference_text
 
 
 class ToolCallData(TypedDict):

@@ -10,7 +10,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
-from pacore_graph.prompt import message_text
+from pacore_graph.synthesis.prompt import message_text
 
 
 def digest(text: str) -> str:

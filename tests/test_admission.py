@@ -12,9 +12,9 @@ import asyncio
 import pytest
 
 from pacore_graph import PaCoReConfig
+from pacore_graph.concurrency.limiter import Admission
 from pacore_graph.extend import Trajectory
-from pacore_graph.limits import Admission
-from pacore_graph.run import PaCoReRunner
+from pacore_graph.graph.runner import PaCoReRunner
 
 
 async def test_rounds_are_admitted_in_order_while_fewer_than_the_limit_are_unfinished():

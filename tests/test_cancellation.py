@@ -17,7 +17,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 
 from pacore_graph import PaCoReConfig, PaCoReNode, asolve, chat_model
 from pacore_graph.coordination import EarlyStop
-from pacore_graph.run import PaCoReRunner
+from pacore_graph.graph.runner import PaCoReRunner
 
 HELD_SECONDS = 60.0  # far longer than any test waits: a request still open at the end was never closed
 

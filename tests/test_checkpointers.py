@@ -14,8 +14,8 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 
 from pacore_graph import PaCoReConfig, PaCoReNode, RoundFailedError, chat_model
+from pacore_graph.batch.resume import checkpoint_serde
 from pacore_graph.extend import RetryPolicy
-from pacore_graph.resume import checkpoint_serde
 
 QUICK = RetryPolicy(max_attempts=2, initial_delay=0.0, max_delay=0.0)
 

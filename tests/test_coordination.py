@@ -15,13 +15,13 @@ import time
 import pytest
 
 from pacore_graph import PaCoReConfig, PaCoReContext, asolve, build_pacore_graph, chat_model, solve
+from pacore_graph.batch.resume import open_checkpointer, solve_resumable, thread_id
 from pacore_graph.coordination import RSA_TEMPLATE, Budget, EarlyStop, boxed_answer
 from pacore_graph.coordination.rsa import rsa_config
 from pacore_graph.errors import BudgetExhaustedError
-from pacore_graph.prompt import render_synthesis_prompt
+from pacore_graph.graph.runner import PaCoReRunner, to_messages
 from pacore_graph.records import RoundRecord
-from pacore_graph.resume import open_checkpointer, solve_resumable, thread_id
-from pacore_graph.run import PaCoReRunner, to_messages
+from pacore_graph.synthesis.prompt import render_synthesis_prompt
 
 SLOW = 60.0  # seconds a reply that must be cut would take
 

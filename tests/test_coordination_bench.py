@@ -8,7 +8,7 @@ import pytest
 
 from pacore_benchmarks.perf import coordination_cli
 from pacore_benchmarks.perf.coordination import CoordinationSettings, bench_emulator, problems, run_benchmark
-from pacore_benchmarks.perf.emulator_replies import majority_answer
+from pacore_emulator.replies import majority_answer
 from pacore_graph.cli import main as pacore
 
 FAST = {"ttft": 0.01, "token_delay": 0.0005, "output_tokens": (40, 400)}

@@ -15,8 +15,8 @@ import pytest
 from langgraph.graph import END, START, MessagesState, StateGraph
 
 from pacore_graph import PaCoReConfig, PaCoReNode, asolve, chat_model
+from pacore_graph.concurrency.sync import run_sync
 from pacore_graph.models.embedded import free_port
-from pacore_graph.sync import run_sync
 
 pytestmark = pytest.mark.embedded
 
@@ -98,9 +98,9 @@ def test_serve_local_serves_and_stops():
 def test_the_embedded_client_reads_the_servers_context_and_caps_replies(embedded_server):
     """The context comes from the server (``/props``, as llama.cpp's own server reports it) and fits PaCoRe's
     synthesis prompts; a reply that names no max_tokens is capped; one that names it is not."""
-    from pacore_graph.fit import with_model_context
     from pacore_graph.models.embedded import EMBEDDED_MAX_TOKENS
     from pacore_graph.models.preflight import served_context
+    from pacore_graph.synthesis.context_window import with_model_context
 
     assert served_context(embedded_server.base_url) == embedded_server.n_ctx == 8192
     model = chat_model(embedded_server.base_url)

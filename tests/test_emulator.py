@@ -10,8 +10,9 @@ import sys
 import aiohttp
 import pytest
 
-from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig, FaultRates, build_parser, config_from_args
-from pacore_benchmarks.perf.emulator_gpu import GpuClock, PrefixCache
+from pacore_emulator import Emulator, EmulatorConfig, FaultRates
+from pacore_emulator.gpu import GpuClock, PrefixCache
+from pacore_emulator.process import build_parser, config_from_args
 
 MODEL = "emulated-model"
 FAST = {"ttft": 0.0, "token_delay": 0.0, "output_tokens": 40}
@@ -155,7 +156,7 @@ async def test_no_usage_when_disabled():
 
 
 async def test_synthesis_prompt_answers_with_the_majority_of_its_references(emu):
-    from pacore_graph.prompt import render_synthesis_prompt
+    from pacore_graph.synthesis.prompt import render_synthesis_prompt
 
     references = ["so \\boxed{7}.", "I get \\boxed{3}.", "The answer is \\boxed{7}."]
     prompt = render_synthesis_prompt("What is 3 + 4?", references)
@@ -326,7 +327,7 @@ def test_command_line_flags_build_the_config():
 
 def test_module_entry_serves_and_exits_with_its_parent():
     process = subprocess.Popen(
-        [sys.executable, "-m", "pacore_benchmarks.perf.emulator", "--port", "0", "--exit-with-stdin"],
+        [sys.executable, "-m", "pacore_emulator", "--port", "0", "--exit-with-stdin"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )
     try:
@@ -470,7 +471,7 @@ async def test_a_long_context_sibling_slows_decoding_until_it_leaves():
 def test_problems_are_easy_split_or_hard_and_replies_follow_their_kind():
     from collections import Counter
 
-    from pacore_benchmarks.perf.emulator_replies import majority_answer, plan_reply, problem_answers, problem_kind
+    from pacore_emulator.replies import majority_answer, plan_reply, problem_answers, problem_kind
 
     config = EmulatorConfig(**FAST)
     problems = [f"Problem {n}: how many?" for n in range(400)]
@@ -486,7 +487,7 @@ def test_problems_are_easy_split_or_hard_and_replies_follow_their_kind():
 
 
 def test_replies_off_the_majority_answer_are_longer_when_asked():
-    from pacore_benchmarks.perf.emulator_replies import majority_answer, plan_reply
+    from pacore_emulator.replies import majority_answer, plan_reply
 
     config = EmulatorConfig(**{**FAST, "answers": {"minority_length": 1.5}})
     plans = [plan_reply(config, body("Which one?"), n) for n in range(50)]
@@ -497,7 +498,7 @@ def test_replies_off_the_majority_answer_are_longer_when_asked():
 
 async def test_a_deduplicated_reference_counts_as_often_as_its_note_says(emu):
     from pacore_graph.coordination.references import DUPLICATES_NOTE
-    from pacore_graph.prompt import render_synthesis_prompt
+    from pacore_graph.synthesis.prompt import render_synthesis_prompt
 
     references = ["so \\boxed{3}." + DUPLICATES_NOTE.format(count=3), "I get \\boxed{7}.", "Also \\boxed{7}."]
     _, raw = await post(emu.base_url, body(render_synthesis_prompt("What is 1 + 2?", references)))

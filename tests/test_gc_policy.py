@@ -8,7 +8,7 @@ import gc
 import pytest
 
 from pacore_graph import PaCoReConfig, asolve
-from pacore_graph.gc_policy import FULL_PASS_THRESHOLD, spaced_full_collections
+from pacore_graph.graph.gc_policy import FULL_PASS_THRESHOLD, spaced_full_collections
 from pacore_graph.records import Trajectory
 
 

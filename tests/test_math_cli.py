@@ -152,7 +152,7 @@ def test_two_identical_runs_into_one_folder_one_runs_the_other_refuses_with_one_
     import subprocess
     import time
 
-    from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
+    from pacore_emulator import Emulator, EmulatorConfig
 
     out = tmp_path / "out"
     with Emulator(EmulatorConfig(ttft=3.0, output_tokens=8)) as emulator:

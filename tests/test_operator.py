@@ -21,11 +21,11 @@ from pacore_graph import (
     build_pacore_graph,
     solve,
 )
-from pacore_graph.compaction import compact
 from pacore_graph.config import parse_rounds
 from pacore_graph.extend import RetryPolicy, RoundRecord, Trajectory, count_tokens, synthesis_messages
-from pacore_graph.fit import cap_text, fit_references
-from pacore_graph.prompt import message_text, order_references
+from pacore_graph.synthesis.compaction import compact
+from pacore_graph.synthesis.context_window import cap_text, fit_references
+from pacore_graph.synthesis.prompt import message_text, order_references
 
 # ---- config ---------------------------------------------------------------------------------------
 
@@ -320,7 +320,7 @@ async def test_agent_episodes_get_the_payload_and_hand_records_to_the_sink(tmp_p
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
     from pacore_graph import EpisodeContext
-    from pacore_graph.run import PaCoReRunner
+    from pacore_graph.graph.runner import PaCoReRunner
 
     seen: list[EpisodeContext] = []
 
@@ -387,7 +387,7 @@ async def test_a_crashing_episode_is_recorded_and_left_out():
 
 
 def test_ttc_is_marked_approximate_exactly_when_it_is_estimated():
-    from pacore_graph.accounting import count_tokens
+    from pacore_graph.synthesis.tokens import count_tokens
 
     model = PromptFunctionChatModel(reply=lambda m: AIMessage(content="<think>abc def</think>ghi"), seen=[])
     result = solve(model, "q", PaCoReConfig(rounds=[1]))

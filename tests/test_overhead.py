@@ -12,11 +12,11 @@ from collections import Counter
 import pytest
 
 from pacore_benchmarks.perf import overhead_cli
-from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
 from pacore_benchmarks.perf.floor import render_synthesis, run_floor
 from pacore_benchmarks.perf.overhead import expected_trajectories
 from pacore_benchmarks.perf.overhead_worker import WorkerSpec, make_problems, measure
-from pacore_graph.prompt import render_synthesis_prompt
+from pacore_emulator import Emulator, EmulatorConfig
+from pacore_graph.synthesis.prompt import render_synthesis_prompt
 
 TINY_EMULATOR = {"ttft": 0.01, "token_delay": 0.0005, "output_tokens": (20, 60)}
 

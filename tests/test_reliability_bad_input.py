@@ -12,15 +12,15 @@ from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import ValidationError
 
 from pacore_benchmarks.math.data import DataError, load_problems
-from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
+from pacore_emulator import Emulator, EmulatorConfig
 from pacore_graph import PaCoReConfig, PaCoReContext, PaCoReError, Problem, RoundFailedError, RunFolder
 from pacore_graph.cli import main as pacore_main
 from pacore_graph.extend import ResultsFile, RetryPolicy, Trajectory
-from pacore_graph.graph import build_pacore_graph
+from pacore_graph.graph.builder import build_pacore_graph
+from pacore_graph.graph.runner import PaCoReRunner, to_messages
 from pacore_graph.models.embedded import free_port
 from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
 from pacore_graph.models.preflight import check_server
-from pacore_graph.run import PaCoReRunner, to_messages
 
 NO_RETRY = RetryPolicy(max_attempts=1)
 

@@ -1,5 +1,5 @@
 """Context budget: before a synthesis call the prompt is measured, and references that would overflow the
-model's context are capped (pacore_graph/fit.py policy) instead of failing the round.
+model's context are capped (pacore_graph/synthesis/context_window.py policy) instead of failing the round.
 
 Checked three ways: the policy itself, the emulator (whose HTTP 400 is vLLM's), and the real embedded
 model (llama.cpp, n_ctx 8192, its own tokenizer).
@@ -11,14 +11,14 @@ import random
 
 import pytest
 
-from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
+from pacore_emulator import Emulator, EmulatorConfig
 from pacore_graph import PaCoReConfig, RoundFailedError
-from pacore_graph.accounting import count_tokens
 from pacore_graph.extend import ChatExplorer, RetryPolicy, Trajectory
-from pacore_graph.fit import MIN_SHARE, fit_references
+from pacore_graph.graph.runner import PaCoReRunner, to_messages
 from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
-from pacore_graph.prompt import render_synthesis_prompt
-from pacore_graph.run import PaCoReRunner, to_messages
+from pacore_graph.synthesis.context_window import MIN_SHARE, fit_references
+from pacore_graph.synthesis.prompt import render_synthesis_prompt
+from pacore_graph.synthesis.tokens import count_tokens
 
 NO_RETRY = RetryPolicy(max_attempts=1)
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig, FaultRates
 from pacore_benchmarks.perf.faults import FaultSettings, run_fault_scenario
+from pacore_emulator import Emulator, EmulatorConfig, FaultRates
 from pacore_graph import PaCoReConfig, RoundFailedError
 from pacore_graph.extend import ChatExplorer, RetryPolicy
+from pacore_graph.graph.runner import PaCoReRunner
 from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
-from pacore_graph.run import PaCoReRunner
 
 EVERY_FAULT = FaultRates(http_500=0.05, http_503=0.03, drop=0.04, timeout=0.02, malformed=0.03, cut_stream=0.03)
 FAST_RETRY = RetryPolicy(max_attempts=8, initial_delay=0.02, max_delay=0.2)

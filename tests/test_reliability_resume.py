@@ -25,9 +25,9 @@ from pacore_benchmarks.perf.faults import (
     trajectories_on_disk,
 )
 from pacore_graph import PaCoReConfig, Problem, RoundFailedError, RunFolder
+from pacore_graph.batch.resume import solve_resumable
 from pacore_graph.extend import ResultsFile, RetryPolicy, Trajectory, open_checkpointer, thread_id
-from pacore_graph.resume import solve_resumable
-from pacore_graph.run import PaCoReRunner, to_messages
+from pacore_graph.graph.runner import PaCoReRunner, to_messages
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
-from pacore_benchmarks.perf.emulator_replies import estimate_prompt_tokens
 from pacore_benchmarks.perf.replicas import ReplicasSettings, prefill_floor, run_benchmark
 from pacore_benchmarks.perf.replicas_spread import SpreadChatModel
+from pacore_emulator import Emulator, EmulatorConfig
+from pacore_emulator.replies import estimate_prompt_tokens
 from pacore_graph.config import PaCoReConfig
+from pacore_graph.graph.runner import asolve
 from pacore_graph.models import chat_model
 from pacore_graph.models.embedded import free_port
 from pacore_graph.models.routing import SHORT_PROMPT_CHARS, prefix_key, session_key
 from pacore_graph.models.vllm_server import ROUTER_POLICY, Cluster, ServerProcess, router_command
-from pacore_graph.run import asolve
 
 # Small and quick replies; prompts long enough (over a thousand tokens) to be kept on one replica.
 SMALL_REPLICA = {"ttft": 0.01, "token_delay": 0.0005, "output_tokens": (60, 120), "answer_tokens": (20, 40),

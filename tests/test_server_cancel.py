@@ -12,7 +12,7 @@ import pytest
 from endpoint import endpoint, is_synthesis, scripted
 from openai import OpenAI
 
-from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
+from pacore_emulator import Emulator, EmulatorConfig
 from pacore_graph import PaCoReConfig, chat_model
 from pacore_graph.server import BackgroundServer, create_app
 

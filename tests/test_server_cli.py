@@ -12,7 +12,7 @@ import time
 import httpx
 from openai import OpenAI
 
-from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
+from pacore_emulator import Emulator, EmulatorConfig
 
 QUESTION = [{"role": "user", "content": "What is 17*23?"}]
 

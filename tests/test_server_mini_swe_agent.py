@@ -21,7 +21,7 @@ from endpoint import endpoint, is_synthesis
 
 from pacore_agents.swe.images import commit_repo, copy_repo
 from pacore_agents.swe.tasks import load_tasks
-from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
+from pacore_emulator import Emulator, EmulatorConfig
 from pacore_graph import PaCoReConfig, chat_model
 from pacore_graph.server import BackgroundServer, create_app
 

@@ -10,7 +10,7 @@ import pytest
 from endpoint import FINAL_ANSWER, endpoint, is_synthesis, scripted
 from openai import APIError, OpenAI
 
-from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig, FaultRates
+from pacore_emulator import Emulator, EmulatorConfig, FaultRates
 from pacore_graph import PaCoReConfig, chat_model
 from pacore_graph.server import BackgroundServer, create_app
 from pacore_graph.server.schedule import split_model_name

@@ -25,7 +25,7 @@ from pacore_agents.swe.repair_settings import RepairSettings
 from pacore_agents.swe.sandbox import CommandResult
 from pacore_agents.swe.tasks import load_tasks
 from pacore_graph.extend import OpenAICompatibleChatModel, cut_middle
-from pacore_graph.prompt import message_text
+from pacore_graph.synthesis.prompt import message_text
 
 ROW = {"instance_id": "fake__task-1", "repo": "fake/task", "problem_statement": "add() subtracts", "base_commit": "0"}
 

@@ -26,7 +26,7 @@ from pacore_agents.swe.run import PREDICTIONS_FILE, run_instances, swe_folder, t
 from pacore_agents.swe.sandbox import CommandResult
 from pacore_graph import PaCoReConfig
 from pacore_graph.extend import SettingsMismatch
-from pacore_graph.prompt import message_text
+from pacore_graph.synthesis.prompt import message_text
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW = {"instance_id": "fake__task-1", "repo": "fake/task", "problem_statement": "add() subtracts", "base_commit": "0"}

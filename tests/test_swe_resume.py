@@ -88,7 +88,7 @@ def finished_trajectory_writes(folder: Path) -> int:
 
 
 def episode_logs(folder: Path) -> list[Path]:
-    """The run engine's record files of the instances in flight (one per instance)."""
+    """The batch engine's record files of the instances in flight (one per instance)."""
     return sorted((folder / "records").glob("*.jsonl"))
 
 

@@ -16,7 +16,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from pacore_graph import PaCoReConfig, PaCoReNode, chat_model
-from pacore_graph.compaction import reference_text
+from pacore_graph.synthesis.compaction import reference_text
 
 
 @tool

@@ -8,7 +8,7 @@ episode that crashed or left no patch compacts to an empty conclusion, which the
 and never passes on.
 
 An instance is a :class:`~pacore_graph.Problem` whose payload is its task row: every episode receives it
-as ``EpisodeContext.payload`` and hands its record to ``EpisodeContext.record``, so the run engine keeps
+as ``EpisodeContext.payload`` and hands its record to ``EpisodeContext.record``, so the batch engine keeps
 the records of an instance in flight across a kill. Episodes are isolated (``AgentExplorer(isolate=True)``):
 an interrupted one starts over in a new sandbox instead of continuing a half-done episode in a sandbox that
 lacks its edits.
@@ -23,7 +23,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import BaseModel, Field
 
-from pacore_agents.swe.prompts import Protocol
+from pacore_agents.swe.prompts import PaCoReProtocol
 from pacore_agents.swe.repair_episode import RepairEpisode
 from pacore_agents.swe.repair_settings import RepairSettings
 from pacore_graph import AgentExplorer, EpisodeContext, PaCoReConfig, Problem, RoundFailedError
@@ -76,7 +76,7 @@ class InstanceOutcome(BaseModel):
 class SweSolver:
     """PaCoRe's explorer over repair episodes, reused for every instance of a run.
 
-    ``problem(row)`` is what the run engine solves for a task row; ``outcome(...)`` reads what came of it.
+    ``problem(row)`` is what the batch engine solves for a task row; ``outcome(...)`` reads what came of it.
     ``model_step`` replaces each model call of an episode and ``protocol`` says what its references are
     (see :mod:`~pacore_agents.swe.per_call`).
     """
@@ -90,7 +90,7 @@ class SweSolver:
         patch_cap: int = DEFAULT_PATCH_CAP,
         open_sandbox: Callable[[dict], Any] | None = None,
         model_step: Callable[[Runnable], Runnable] | None = None,
-        protocol: Protocol = "episodes",
+        protocol: PaCoReProtocol = "episodes",
     ):
         self.config = config
         self.episode = RepairEpisode(

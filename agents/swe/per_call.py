@@ -74,7 +74,7 @@ def per_call_solver(
     open_sandbox: Callable[[dict], Any] | None = None,
     progress: RunProgress | None = None,
 ) -> SweSolver:
-    """A solver for the run engine: one episode per instance, each of its model calls PaCoRe with ``config``."""
+    """A solver for the batch engine: one episode per instance, each of its model calls PaCoRe with ``config``."""
     on_event = count_model_calls(progress) if progress is not None else None
     return SweSolver(
         model,

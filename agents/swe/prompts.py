@@ -12,7 +12,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from pacore_agents.swe.images import CONTAINER_WORKDIR
 
-Protocol = Literal["episodes", "per-call"]
+PaCoReProtocol = Literal["episodes", "per-call"]  # K whole episodes per round, or PaCoRe per model call
 Runtime = Literal["docker", "local"]
 
 _RULES = """You are fixing an issue in a software repository {place}.
@@ -56,7 +56,7 @@ submit
 def system_prompt(
     workdir: str = CONTAINER_WORKDIR,
     tool_calling: bool = True,
-    protocol: Protocol = "episodes",
+    protocol: PaCoReProtocol = "episodes",
     runtime: Runtime = "docker",
 ) -> str:
     """The rules, saying truthfully where the repository is and which shell runs each command: docker runs
@@ -79,7 +79,7 @@ def task_prompt(row: dict) -> str:
 
 
 def task_messages(
-    row: dict, *, tool_calling: bool = True, protocol: Protocol = "episodes", runtime: Runtime = "docker"
+    row: dict, *, tool_calling: bool = True, protocol: PaCoReProtocol = "episodes", runtime: Runtime = "docker"
 ) -> list[BaseMessage]:
     """System rules plus the task: what round 1 sends; later rounds replace only the user message."""
     workdir = row.get("workdir") or CONTAINER_WORKDIR  # where a docker sandbox opens the row's repository

@@ -16,7 +16,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
 from pacore_agents.swe.episode_records import episode_record
-from pacore_agents.swe.prompts import Protocol, task_messages
+from pacore_agents.swe.prompts import PaCoReProtocol, task_messages
 from pacore_agents.swe.repair_graph import build_repair_graph, uses_tool_calling
 from pacore_agents.swe.repair_settings import RepairSettings
 
@@ -37,7 +37,7 @@ class RepairEpisode:
         *,
         open_sandbox: Callable[[dict], Any] | None = None,
         model_step: Callable[[Runnable], Runnable] | None = None,
-        protocol: Protocol = "episodes",
+        protocol: PaCoReProtocol = "episodes",
     ):
         self.settings = settings or RepairSettings()
         self.protocol = protocol  # what the rules say the references of a synthesis are

@@ -1,4 +1,4 @@
-"""A SWE run: PaCoRe over repair episodes for many instances, on the run engine (``pacore_graph.RunFolder``).
+"""A SWE run: PaCoRe over repair episodes for many instances, on the batch engine (``pacore_graph.RunFolder``).
 
 Output folder (besides the engine's ``run.json``, ``.lock``, ``checkpoints.sqlite`` and ``records/``):
     predictions.jsonl          swebench's format (``instance_id``, ``model_name_or_path``, ``model_patch``),

@@ -26,7 +26,7 @@ from langchain_core.messages import BaseMessage
 from pacore_benchmarks.math.data import Problem
 from pacore_benchmarks.math.grading import Verdict, grading_rules
 from pacore_graph import EpisodeContext, PaCoReConfig, PaCoReError, RunFolder
-from pacore_graph.extend import ModelRequestError, OneTrajectory, ResultsFile, Trajectory
+from pacore_graph.extend import Exploration, ModelRequestError, ResultsFile, Trajectory
 
 Pools = dict[str, tuple[Problem, list[dict[str, Any]]]]  # problem id -> the problem and its graded pool
 
@@ -158,7 +158,7 @@ async def fill_pool(
     messages: list[BaseMessage] = problem.messages()
 
     async def one(index: int) -> None:
-        trajectory = OneTrajectory(explorer, messages, EpisodeContext(round_index=0, index=index), config)
+        trajectory = Exploration(explorer, messages, EpisodeContext(round_index=0, index=index), config)
         outcome = await trajectory.explore(slot=slot)
         record = trajectory.record(outcome)
         verdict = grade(outcome.content, problem.answer)

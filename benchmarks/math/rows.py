@@ -22,7 +22,7 @@ def pacore_label(rounds: list[int], variant: str = "") -> str:
 
 
 def unit_key(label: str, problem_id: str, sample: int) -> str:
-    """The id of one evaluation unit: its row's key, and its problem id in the run engine."""
+    """The id of one evaluation unit: its row's key, and its problem id in the batch engine."""
     return f"{label}|{problem_id}|{sample}"
 
 

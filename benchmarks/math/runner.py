@@ -5,7 +5,7 @@ Protocol (the paper's pool replay): per problem, a pool of first-round trajector
 - single: every pooled trajectory is one sample of a single-trajectory run;
 - vote@k: per sample, k pooled trajectories drawn reproducibly, majority vote over their answers;
 - PaCoRe: per sample, the first round is the same draw as vote@k1, later rounds call the model through
-  the operator (the run engine, with a pool-replaying Explorer);
+  the operator (the batch engine, with a pool-replaying Explorer);
 - PaCoRe with a coordination option (``pacore+early_stop``, ``+budget``, ``+subset``, ``+dedup``, ``+vote``,
   ``+verifier``: the settings of ``pacore bench coordination``), on the same draws.
 
@@ -158,7 +158,7 @@ class MathBenchmark:
                     if unit_key(f"vote@{k}", problem.id, sample) not in done:
                         results.append(vote_row(problem, rows, k, sample, settings.seed, self.grader))
 
-    # -- PaCoRe through the run engine -------------------------------------------------------------------
+    # -- PaCoRe through the batch engine -------------------------------------------------------------------
     async def _pacore(self, pools: Pools, run: RunFolder) -> None:
         """One engine run per (schedule, variant, sample): its problems are the problems with a full pool, each
         with its drawn first round as the payload the replaying explorer reads."""

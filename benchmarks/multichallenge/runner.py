@@ -1,6 +1,6 @@
 """Run MultiChallenge: respond through PaCoRe, judge, append one row per (conversation, sample).
 
-It runs on the run engine (``pacore_graph.RunFolder``): one problem per (conversation, sample), keyed
+It runs on the batch engine (``pacore_graph.RunFolder``): one problem per (conversation, sample), keyed
 ``QUESTION_ID#SAMPLE``. Finished rows are in ``results.jsonl`` and are never redone. A row in flight when
 the run was killed resumes from its checkpoint: finished trajectories of the interrupted round, and a
 finished but unjudged response, are not computed again.

@@ -8,7 +8,7 @@ references, deduplicated references and a final vote. Per method it reports
   a cancelled request's tokens never reach the client);
 - wall time of the whole batch (every problem in flight at once);
 - agreement: the share of problems whose final extracted answer is the emulator's majority answer (the
-  answer most trajectories of that problem reach; :class:`~pacore_benchmarks.perf.emulator_config.AnswerMix`).
+  answer most trajectories of that problem reach; :class:`~pacore_emulator.config.AnswerMix`).
 
 ``tokens_saved_early_stop`` is the share of the paper pipeline's tokens that early stop did not spend;
 ``agreement_kept_early_stop`` the share of the problems the paper pipeline answered with the majority answer
@@ -24,9 +24,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
-from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
-from pacore_benchmarks.perf.emulator_config import AnswerMix
-from pacore_benchmarks.perf.emulator_replies import majority_answer
+from pacore_emulator import Emulator, EmulatorConfig
+from pacore_emulator.config import AnswerMix
+from pacore_emulator.replies import majority_answer
 from pacore_graph import PaCoReConfig, asolve
 from pacore_graph.extend import Budget, EarlyStop, OpenAICompatibleChatModel, boxed_answer
 

@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def settings_from_args(args: argparse.Namespace):  # -> CoordinationSettings
     from pacore_benchmarks.perf.coordination import CoordinationSettings
-    from pacore_benchmarks.perf.emulator_config import AnswerMix
+    from pacore_emulator.config import AnswerMix
     from pacore_graph.extend import parse_rounds
 
     overrides: dict = {name: value for name, value in (("problems", args.problems), ("lead", args.lead),

@@ -25,7 +25,6 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig, FaultRates
 from pacore_benchmarks.perf.faults_worker import (
     RESULTS_FILE,
     fingerprint,
@@ -33,6 +32,7 @@ from pacore_benchmarks.perf.faults_worker import (
     scenario_config,
     synthetic_problems,
 )
+from pacore_emulator import Emulator, EmulatorConfig, FaultRates
 from pacore_graph import RunFolder
 from pacore_graph.extend import OpenAICompatibleChatModel, ResultsFile, open_checkpointer
 

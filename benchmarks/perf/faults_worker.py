@@ -2,7 +2,7 @@
 
     python -m pacore_benchmarks.perf.faults_worker --base-url URL --model M --output DIR --problems 8
 
-It is what ``pacore bench faults`` runs in a subprocess and kills with SIGKILL; it runs on the run engine
+It is what ``pacore bench faults`` runs in a subprocess and kills with SIGKILL; it runs on the batch engine
 (``pacore_graph.RunFolder``): results go to ``DIR/results.jsonl`` (one atomic row per problem), checkpoints
 to ``DIR/checkpoints.sqlite``. A line ``DONE <id> <status>`` is printed as each problem's row is made; the
 last line is the run summary as JSON.

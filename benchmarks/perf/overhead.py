@@ -26,8 +26,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
 from pacore_benchmarks.perf.overhead_worker import ClientCost, WorkerResult, WorkerSpec, make_problems
+from pacore_emulator import Emulator, EmulatorConfig
 
 TARGETS = {"wall_ratio": 1.05, "cpu_ms_per_trajectory": 1.5, "stream_ratio": 0.8}
 # the operator against the reference pipeline (issue 27), checked when it ran: wall, client CPU, peak RSS

@@ -15,7 +15,7 @@ cache (each distinct prefix block once, from the replicas' request logs). No rou
 prefill over its floor says how much routing left on the table, and the spreading's floor over its prefill is the
 lowest the headline ratio could go on that run.
 
-What the emulator models, and what not, is in :mod:`pacore_benchmarks.perf.emulator_gpu`.
+What the emulator models, and what not, is in :mod:`pacore_emulator.gpu`.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig
-from pacore_benchmarks.perf.emulator_gpu import PrefixCache, prompt_text
-from pacore_benchmarks.perf.emulator_replies import estimate_prompt_tokens
 from pacore_benchmarks.perf.replicas_workloads import CHAT, ONE, PACORE, Workload, chat_workload, pacore_workload
+from pacore_emulator import Emulator, EmulatorConfig
+from pacore_emulator.gpu import PrefixCache, prompt_text
+from pacore_emulator.replies import estimate_prompt_tokens
 from pacore_graph import PaCoReConfig, asolve, chat_model
 from pacore_graph.extend import ROUTER_POLICY, ServerProcess, free_port, router_command
 

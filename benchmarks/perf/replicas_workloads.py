@@ -19,7 +19,7 @@ import random
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from pacore_benchmarks.perf.emulator_replies import VOCAB
+from pacore_emulator.replies import VOCAB
 from pacore_graph import Problem
 
 Workload = list[tuple[list[int], Problem]]  # (schedule, problem), all sent at once

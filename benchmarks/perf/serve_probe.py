@@ -43,7 +43,7 @@ from typing import Any
 
 import httpx
 
-from pacore_benchmarks.perf.emulator import Emulator, EmulatorConfig, FaultRates
+from pacore_emulator import Emulator, EmulatorConfig, FaultRates
 
 K = 4  # trajectories of the schedule the load runs ([4]: K + 1 upstream requests per answer)
 RESULTS: list[dict[str, Any]] = []

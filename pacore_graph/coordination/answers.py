@@ -24,7 +24,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Literal
 
-from pacore_graph.compaction import compact
+from pacore_graph.synthesis.compaction import compact
 
 Flag = Literal["no_conclusion", "no_boxed", "unboxed", "unparsable", "timeout"]
 

@@ -5,7 +5,7 @@ cancelled task closes its HTTP request (so vLLM aborts the generation) and the t
 :class:`TrajectoryCut`: it is recorded with ``cut`` set to the reason, neither failed nor a reference.
 Trajectories that had not started yet (waiting for a concurrency slot, say) are cut the same way.
 
-All trajectories of a run share one event loop (see :mod:`pacore_graph.barrier`), so no lock is needed.
+All trajectories of a run share one event loop (see :mod:`pacore_graph.graph.barrier`), so no lock is needed.
 What a round knows is what finished in this process: after a resume, trajectories that had finished
 before the restart count in the collector, not in the early-stop rule.
 """

@@ -1,6 +1,6 @@
 """Which of the previous round's conclusions each trajectory of the next round sees.
 
-The paper: every trajectory sees all of them (template order: :func:`~pacore_graph.prompt.order_references`).
+The paper: every trajectory sees all of them (template order: :func:`~pacore_graph.synthesis.prompt.order_references`).
 Two options change that, both recorded on the trajectories that saw the lists:
 
 - ``reference_subset=k`` (Recursive Self-Aggregation): trajectory i sees a random subset of k, drawn with

@@ -1,7 +1,7 @@
 """``PaCoReChatModel``: PaCoRe wherever LangChain takes a chat model (agents, supervisors, LCEL chains).
 
 Every call (``invoke``, ``stream``, ``batch``, their async forms) is one PaCoRe run over ``model``, on the same
-runner as :class:`~pacore_graph.node.PaCoReNode`: sum(K) proposals, then one synthesis. The reply is the final
+runner as :class:`~pacore_graph.graph.node.PaCoReNode`: sum(K) proposals, then one synthesis. The reply is the final
 trajectory's message (text, reasoning in ``additional_kwargs["reasoning_content"]``, tool calls) with
 ``usage_metadata`` counting every trajectory and ``response_metadata["pacore"]`` holding the rounds.
 
@@ -12,7 +12,7 @@ tokens: the final synthesis's, as the server sends them. A usage callback that a
 counts the tokens twice (each trajectory, then this run's total).
 
 One call is one run, not a subgraph: the PaCoRe graph never checkpoints into the caller's thread, so any
-saver works around it, sync or async; sync calls run on the background loop of :mod:`pacore_graph.sync`
+saver works around it, sync or async; sync calls run on the background loop of :mod:`pacore_graph.concurrency.sync`
 (safe inside a running event loop). Tools: ``bind_tools`` binds them on ``model`` for every trajectory.
 """
 
@@ -43,15 +43,15 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.constants import TAG_NOSTREAM
 from pydantic import ConfigDict, Field, PrivateAttr, SecretStr
 
+from pacore_graph.concurrency.limiter import ConcurrencyLimiter
+from pacore_graph.concurrency.sync import iterate_sync, run_sync
 from pacore_graph.config import PaCoReConfig
+from pacore_graph.graph.node import enclosing_graph_options
+from pacore_graph.graph.runner import PaCoReRunner, chosen_trajectory
 from pacore_graph.integrations.final_tokens import FinalRoundTokens
-from pacore_graph.limits import ConcurrencyLimiter
 from pacore_graph.models.structured import StructuredOutputMixin
 from pacore_graph.models.unwrap import WrappedChatModel, find_chat_model, with_model
-from pacore_graph.node import _run_context
 from pacore_graph.records import PaCoReResult, Trajectory
-from pacore_graph.run import PaCoReRunner, chosen_trajectory
-from pacore_graph.sync import iterate_sync, run_sync
 
 CACHED_RUNNERS = 32  # compiled PaCoRe graphs kept per model: one per distinct set of call arguments (tools, ...)
 _DONE = object()
@@ -263,7 +263,7 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
     ) -> PaCoReResult:
         """One PaCoRe run, its model calls children of this model's run, detached from any enclosing graph
         (its progress events still go to that graph's custom stream)."""
-        context = _run_context(False)
+        context = enclosing_graph_options(False)
         callbacks = child_callbacks(run_manager)
         if tokens is not None:
             callbacks.add_handler(tokens, inherit=True)

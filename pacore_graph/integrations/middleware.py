@@ -26,13 +26,13 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import var_child_runnable_config
 
-from pacore_graph.chat_explorer import trajectory_from_message
+from pacore_graph.concurrency.sync import run_sync
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.episode import EpisodeContext
+from pacore_graph.explorers.chat import trajectory_from_message
+from pacore_graph.explorers.episode import EpisodeContext
+from pacore_graph.graph.runner import PaCoReRunner
 from pacore_graph.integrations.chat_model import final_trajectory
 from pacore_graph.records import PaCoReResult, Trajectory
-from pacore_graph.run import PaCoReRunner
-from pacore_graph.sync import run_sync
 
 
 @dataclass(frozen=True)

@@ -167,7 +167,7 @@ def llama_cpp_defaults(base_url: str, model: str, api_key: str | None = None) ->
     for other servers (they do not answer ``/props``).
 
     - ``profile["max_input_tokens"]``: the context the server reports; a PaCoRe run uses it as its
-      ``context_window`` when its config sets none (:func:`pacore_graph.fit.with_model_context`);
+      ``context_window`` when its config sets none (:func:`pacore_graph.synthesis.context_window.with_model_context`);
     - the embedded SmolLM2 only: ``profile["max_output_tokens"]``, the cap of a reply that names no
       ``max_tokens`` (:data:`EMBEDDED_MAX_TOKENS`, at most a quarter of the context).
     """

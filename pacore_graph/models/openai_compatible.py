@@ -50,6 +50,8 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_core.utils.utils import LC_ID_PREFIX
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
+from pacore_graph.concurrency.retry import with_retries
+from pacore_graph.concurrency.sync import run_sync
 from pacore_graph.config import RetryPolicy
 from pacore_graph.errors import ModelRequestError, PaCoReError, status_is_retryable
 from pacore_graph.models.http import LoopPools
@@ -57,8 +59,6 @@ from pacore_graph.models.routing import SESSION_HEADER, fresh_key, prefix_key, s
 from pacore_graph.models.sse import Delta, read_stream, reasoning_of
 from pacore_graph.models.structured import StructuredOutputMixin
 from pacore_graph.models.tool_choice import openai_tool_choice
-from pacore_graph.retry import with_retries
-from pacore_graph.sync import run_sync
 
 CONVERTED_ROUNDS = 256  # message lists whose OpenAI form is kept: rounds of this many problems in flight
 CONVERTED_CHARS = 64 * 2**20  # ... and their text at most: a few huge conversations must not stay in memory

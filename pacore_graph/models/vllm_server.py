@@ -57,8 +57,8 @@ def vllm_command(model: str, *, port: int = 8000, host: str = "127.0.0.1", extra
 
 
 def emulator_command(replica: int, *, port: int, model: str | None = None) -> list[str]:
-    """An emulated GPU replica (prefix cache, prefill cost): the serving emulator of ``pacore_benchmarks``."""
-    command = [sys.executable, "-m", "pacore_benchmarks.perf.emulator", "--gpu-replica", str(replica),
+    """An emulated GPU replica (prefix cache, prefill cost) of the serving emulator, ``pacore_emulator``."""
+    command = [sys.executable, "-m", "pacore_emulator", "--gpu-replica", str(replica),
                "--port", str(port)]  # fmt: skip
     return command + (["--model", model] if model else [])
 

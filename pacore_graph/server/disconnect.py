@@ -33,7 +33,7 @@ async def cancel_and_wait(*tasks: asyncio.Future[Any]) -> None:
 
     Starlette stops a stream through an anyio cancel scope, which cancels this wait again at once: the run
     is then cancelled a second time while it winds down, and its runner's teardown still closes every
-    trajectory (:meth:`~pacore_graph.run_context.PaCoReContext.close`).
+    trajectory (:meth:`~pacore_graph.graph.context.PaCoReContext.close`).
     """
     for task in tasks:
         task.cancel()

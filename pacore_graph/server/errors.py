@@ -18,10 +18,9 @@ import re
 from collections import Counter
 from typing import Any
 
-from pacore_graph.errors import BudgetExhaustedError, RoundFailedError
+from pacore_graph.errors import BudgetExhaustedError, RoundFailedError, redact_credentials
 from pacore_graph.inputs import one_line
 from pacore_graph.records import RoundRecord
-from pacore_graph.text import redact_credentials
 
 log = logging.getLogger("pacore_graph.server")
 

@@ -19,9 +19,9 @@ from typing import Any
 
 from langchain_core.messages import AIMessage
 
-from pacore_graph.compaction import compact
+from pacore_graph.graph.runner import chosen_trajectory
 from pacore_graph.records import PaCoReResult
-from pacore_graph.run import chosen_trajectory
+from pacore_graph.synthesis.compaction import compact
 
 
 def new_completion_id() -> str:

@@ -34,10 +34,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.inputs import InputError, check_messages, check_problem_text, json_type, one_line
-from pacore_graph.prompt import last_user_index
 from pacore_graph.server.errors import RequestError
 from pacore_graph.server.schedule import ScheduleField, split_model_name
 from pacore_graph.server.tools import check_tool_choice, check_tools
+from pacore_graph.synthesis.prompt import last_user_index
 
 MESSAGE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id")  # what reaches the upstream
 IGNORED_FIELDS = frozenset(

@@ -9,12 +9,12 @@ import sys
 import uvicorn
 
 from pacore_graph.config import PaCoReConfig
+from pacore_graph.errors import redact_credentials
 from pacore_graph.models import serving
 from pacore_graph.server.app import create_app
 from pacore_graph.server.connections import uvicorn_config
 from pacore_graph.server.errors import log
 from pacore_graph.server.limits import ServerLimits, connection_limit, raise_open_file_limit
-from pacore_graph.text import redact_credentials
 
 LOOPBACK_NAMES = ("localhost",)
 

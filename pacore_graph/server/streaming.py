@@ -28,10 +28,9 @@ from typing import Any
 
 from langchain_core.messages import AIMessageChunk, BaseMessage
 
+from pacore_graph.graph.runner import START_INPUT, PaCoReRunner, build_result
 from pacore_graph.models.sse import reasoning_of
-from pacore_graph.prompt import message_text
 from pacore_graph.records import PaCoReResult
-from pacore_graph.run import START_INPUT, PaCoReRunner, build_result
 from pacore_graph.server.disconnect import cancel_and_wait
 from pacore_graph.server.errors import RequestError, failure_error, log
 from pacore_graph.server.replies import (
@@ -42,6 +41,7 @@ from pacore_graph.server.replies import (
     usage_chunk_body,
 )
 from pacore_graph.server.request import PlannedCall
+from pacore_graph.synthesis.prompt import message_text
 
 KEEPALIVE_SECONDS = 15.0  # a comment line this often keeps idle proxies from closing a long first round
 DONE = b"data: [DONE]\n\n"
@@ -58,12 +58,12 @@ async def run_streaming(
     The tokens come from LangGraph's ``messages`` stream mode: earlier rounds are tagged nostream, so
     only the final round's chat-model run streams, and only while someone listens like this.
     """
-    run = runner.context(messages, trace=True, on_event=on_event)
+    context = runner.context(messages, trace=True, on_event=on_event)
     final_round = len(runner.config.schedule) - 1
     state: dict[str, Any] | None = None
-    with runner.running(run):
+    with runner.running(context):
         async for mode, data in runner.graph.astream(
-            START_INPUT, runner.run_config(None, sync=False), context=run, stream_mode=["messages", "values"]
+            START_INPUT, runner.run_config(None, sync=False), context=context, stream_mode=["messages", "values"]
         ):
             if mode == "values":
                 state = data
@@ -72,7 +72,7 @@ async def run_streaming(
             if isinstance(chunk, AIMessageChunk) and metadata.get("pacore_round") == final_round:
                 on_token(chunk)
     assert state is not None
-    return build_result(state, run.trace)
+    return build_result(state, context.trace)
 
 
 def sse_data(payload: dict[str, Any]) -> bytes:

@@ -18,11 +18,11 @@ from typing import Any
 
 from langchain_core.runnables import Runnable
 
+from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.errors import PaCoReError
+from pacore_graph.graph.runner import PaCoReRunner
 from pacore_graph.inputs import one_line
-from pacore_graph.limits import ConcurrencyLimiter
 from pacore_graph.models import OpenAICompatibleChatModel, served_models
-from pacore_graph.run import PaCoReRunner
 from pacore_graph.server.errors import RequestError
 from pacore_graph.server.request import PlannedCall
 

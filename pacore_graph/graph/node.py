@@ -9,7 +9,7 @@ from langgraph.config import get_stream_writer
 from langgraph.runtime import get_runtime
 
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.run import PaCoReRunner
+from pacore_graph.graph.runner import PaCoReRunner
 
 
 class PaCoReNode(Runnable[dict[str, Any], dict[str, Any]]):
@@ -53,15 +53,15 @@ class PaCoReNode(Runnable[dict[str, Any], dict[str, Any]]):
         return input[self.messages_key]
 
     async def ainvoke(self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any):
-        result = await self.runner.arun(self._messages(input), config, **_run_context(self.trace))
+        result = await self.runner.arun(self._messages(input), config, **enclosing_graph_options(self.trace))
         return {self.messages_key: [result.message]}
 
     def invoke(self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any):
-        result = self.runner.run(self._messages(input), config, **_run_context(self.trace))
+        result = self.runner.run(self._messages(input), config, **enclosing_graph_options(self.trace))
         return {self.messages_key: [result.message]}
 
 
-def _run_context(trace: bool) -> dict[str, Any]:
+def enclosing_graph_options(trace: bool) -> dict[str, Any]:
     """Progress events to the enclosing graph's custom stream; its runtime context as the payload."""
     try:
         return {"trace": trace, "on_event": get_stream_writer(), "payload": get_runtime().context}

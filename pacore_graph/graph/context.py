@@ -22,13 +22,13 @@ from langgraph.config import get_stream_writer
 from langgraph.constants import TAG_NOSTREAM
 from langgraph.runtime import get_runtime
 
-from pacore_graph.barrier import RoundBarrier
+from pacore_graph.concurrency.limiter import Admission, ConcurrencyLimiter
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.coordination.control import RunControl
-from pacore_graph.fit import fit_references
-from pacore_graph.limits import Admission, ConcurrencyLimiter
-from pacore_graph.prompt import synthesis_messages
+from pacore_graph.graph.barrier import RoundBarrier
 from pacore_graph.records import Trajectory
+from pacore_graph.synthesis.context_window import fit_references
+from pacore_graph.synthesis.prompt import synthesis_messages
 
 
 @dataclass
@@ -101,7 +101,7 @@ class PaCoReContext:
         is cancelled before it starts; langgraph issue 5682), which would leave the trajectories' HTTP
         requests open upstream. The runner calls this in its own ``finally``; it is synchronous, so no
         further cancellation can interrupt it. A sync run's trajectories run on the background loop of
-        :mod:`pacore_graph.sync`: they are cancelled through their own loop.
+        :mod:`pacore_graph.concurrency.sync`: they are cancelled through their own loop.
         """
         self._closed = True
         if self._admitted:  # admitted trajectories that will not finish here (never started, or cancelled)

@@ -21,8 +21,8 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import merge_configs
 
-from pacore_graph.chat_explorer import trajectory_from_message
-from pacore_graph.episode import EpisodeContext
+from pacore_graph.explorers.chat import trajectory_from_message
+from pacore_graph.explorers.episode import EpisodeContext
 from pacore_graph.records import Trajectory
 
 

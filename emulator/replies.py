@@ -5,7 +5,7 @@ seen before). Identical requests (PaCoRe's K parallel trajectories) therefore ge
 set of replies is repeatable, and a retry is a fresh draw (a fault does not repeat forever).
 
 Every reply ends with a conclusion holding ``\\boxed{N}``: N is drawn from the problem's own answer
-distribution (:class:`~pacore_benchmarks.perf.emulator_config.AnswerMix`: easy, split or hard), and a
+distribution (:class:`~pacore_emulator.config.AnswerMix`: easy, split or hard), and a
 synthesis prompt (the Table-6 template) answers with the majority of its references, so a benchmark on
 the emulator sees PaCoRe-like behaviour (synthesis beats a single sample).
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from pacore_benchmarks.perf.emulator_config import EmulatorConfig
+from pacore_emulator.config import EmulatorConfig
 
 ANSWER_RANGE = 1000
 VOCAB = (

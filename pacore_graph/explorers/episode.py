@@ -11,7 +11,7 @@ from langchain_core.runnables import RunnableConfig
 
 @dataclass(frozen=True)
 class EpisodeContext:
-    """The per-trajectory context every :class:`~pacore_graph.explorer.Explorer` receives.
+    """The per-trajectory context every :class:`~pacore_graph.explorers.protocol.Explorer` receives.
 
     - ``round_index`` / ``index``: which round (0-based; the final round is ``len(rounds)``) and which
       of its K trajectories this is.

@@ -1,6 +1,7 @@
-"""One trajectory: an explorer called with the operator's retries and timeout, then its plain-data record.
+"""One trajectory's exploration: an explorer called with the operator's retries and timeout, then its
+plain-data record.
 
-The graph runs every trajectory through :class:`OneTrajectory`; so does anything that needs single model
+The graph runs every trajectory through an :class:`Exploration`; so does anything that needs single model
 calls with the same retries and token accounting (a benchmark's pool of first-round trajectories).
 """
 
@@ -12,23 +13,24 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from pacore_graph.accounting import completion_tokens
-from pacore_graph.compaction import compact
-from pacore_graph.compat import ReferenceRetries, passes_on, reference_text
+from pacore_graph.concurrency.retry import with_retries
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.episode import EpisodeContext
 from pacore_graph.errors import error_status, is_transient
+from pacore_graph.explorers.episode import EpisodeContext
+from pacore_graph.graph.compat import ReferenceRetries, passes_on, pipeline_conclusion
 from pacore_graph.records import Trajectory, TrajectoryData, TrajectoryRecord, usable
-from pacore_graph.retry import with_retries
+from pacore_graph.synthesis.compaction import compact
+from pacore_graph.synthesis.tokens import completion_tokens
 
 
-class OneTrajectory:
+class Exploration:
     """``explorer.explore(messages, episode)`` as the operator runs it: retried on transient failures
     (``settings.retry``), each attempt holding ``slot`` and limited to ``settings.request_timeout``.
 
     ``attempts`` counts the attempts made so far, also when the work is cancelled midway. With
-    ``compat="reference"`` the reference pipeline's retry rule holds (:class:`~pacore_graph.compat.ReferenceRetries`):
-    ``uncapped``, the same explorer without ``max_tokens``, takes over after a refusal as too long.
+    ``compat="reference"`` the reference pipeline's retry rule holds
+    (:class:`~pacore_graph.graph.compat.ReferenceRetries`): ``uncapped``, the same explorer without
+    ``max_tokens``, takes over after a refusal as too long.
     """
 
     def __init__(
@@ -70,7 +72,7 @@ class OneTrajectory:
         compacted = compact(outcome.content, outcome.reasoning, outcome.finish_reason)
         conclusion = compacted.conclusion if compacted.conclusion.strip() else ""
         if self.settings.compat == "reference":
-            conclusion = outcome.content if self.episode.final else reference_text(outcome.content)
+            conclusion = outcome.content if self.episode.final else pipeline_conclusion(outcome.content)
         elif not conclusion and compacted.truncated and self.settings.truncated_policy == "keep":
             conclusion = outcome.content  # the reference pipeline passes such raw text on
         tokens, approximate = completion_tokens(outcome.completion_tokens, outcome.content, outcome.reasoning)
@@ -115,6 +117,6 @@ def passed_on(trajectory: Trajectory, settings: PaCoReConfig) -> str | None:
     For work outside a run that must see trajectories exactly as the operator's next round does: the
     message sets of PaCoRe training data, say.
     """
-    record = OneTrajectory(None, [], EpisodeContext(round_index=0, index=0), settings).record(trajectory)
+    record = Exploration(None, [], EpisodeContext(round_index=0, index=0), settings).record(trajectory)
     passes = passes_on if settings.compat == "reference" else usable
     return TrajectoryRecord.model_validate(record).reference if passes(record) else None

@@ -16,16 +16,17 @@ The README section "Differences from the reference pipeline" lists every differe
 
 from __future__ import annotations
 
-from pacore_graph.compaction import THINK_CLOSE
 from pacore_graph.errors import error_status
 from pacore_graph.records import TrajectoryData
+from pacore_graph.synthesis.compaction import THINK_CLOSE
 
 SHORTER_STATUSES = (400, 413)
 SHORTER_MESSAGES = ("reduce the length", "too large")
 
 
-def reference_text(content: str) -> str:
-    """``Exp.parse_answer``: what follows the last ``</think>``, else the whole reply."""
+def pipeline_conclusion(content: str) -> str:
+    """The conclusion the reference pipeline passes on (its ``Exp.parse_answer``): what follows the last
+    ``</think>``, else the whole reply."""
     return content.rpartition(THINK_CLOSE)[2] if THINK_CLOSE in content else content
 
 

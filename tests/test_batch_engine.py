@@ -1,4 +1,4 @@
-"""The run engine (``RunFolder``): folder lock, settings fingerprint, path checks, payloads, records that
+"""The batch engine (``RunFolder``): folder lock, settings fingerprint, path checks, payloads, records that
 survive a restart, bad problems refused before anything runs, one bound on model calls, and
 ``pacore solve --output`` resuming through it. Real processes hold the locks; real SQLite checkpoints."""
 
@@ -19,10 +19,10 @@ import pytest
 from rich.console import Console
 
 from pacore_graph import PaCoReConfig, PaCoReError, Problem, RunFolder
+from pacore_graph.batch.fingerprint import ForeignFolder
+from pacore_graph.batch.results_file import ResultsFileError
 from pacore_graph.cli import main as pacore_main
 from pacore_graph.extend import FolderInUse, ResultsFile, RetryPolicy, RunProgress, SettingsMismatch, Trajectory
-from pacore_graph.fingerprint import ForeignFolder
-from pacore_graph.results_file import ResultsFileError
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = RetryPolicy(max_attempts=1)

@@ -13,13 +13,13 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphInterrupt
 from langgraph.types import Durability
 
+from pacore_graph.concurrency.limiter import ConcurrencyLimiter
+from pacore_graph.concurrency.sync import call_interruptibly, run_sync
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.gc_policy import spaced_full_collections
-from pacore_graph.graph import build_pacore_graph
-from pacore_graph.limits import ConcurrencyLimiter
+from pacore_graph.graph.builder import build_pacore_graph
+from pacore_graph.graph.context import PaCoReContext, unobserved
+from pacore_graph.graph.gc_policy import spaced_full_collections
 from pacore_graph.records import Outcome, PaCoReResult, RoundRecord, Trajectory, TrajectoryRecord
-from pacore_graph.run_context import PaCoReContext, unobserved
-from pacore_graph.sync import call_interruptibly, run_sync
 
 MessagesInput = str | Sequence[BaseMessage | dict[str, Any] | tuple[str, str]]
 
@@ -82,14 +82,14 @@ class PaCoReRunner:
         )
 
     @contextmanager
-    def running(self, run: PaCoReContext) -> Iterator[None]:
+    def running(self, context: PaCoReContext) -> Iterator[None]:
         """Around one graph run: GC spacing if configured, and the run closed at the end however it ends
         (its trajectories still in flight cancelled, whatever LangGraph's own cleanup managed)."""
         with spaced_full_collections(self.config.spaced_gc):
             try:
                 yield
             finally:
-                run.close()
+                context.close()
 
     def run_config(self, runnable_config: RunnableConfig | None, *, sync: bool) -> RunnableConfig:
         """All K trajectory tasks start together: a graph-level max_concurrency of the caller does not
@@ -107,19 +107,19 @@ class PaCoReRunner:
         *,
         resume: bool = False,
         durability: Durability | None = None,
-        **context: Any,
+        **options: Any,
     ) -> PaCoReResult:
         """Run (or with ``resume=True`` continue) PaCoRe over ``messages``.
 
-        ``context``: ``trace``, ``on_event``, ``payload``, ``on_record`` (see :class:`PaCoReContext`).
+        ``options``: ``trace``, ``on_event``, ``payload``, ``on_record`` (see :class:`PaCoReContext`).
         """
-        run = self.context(messages, runnable_config, **context)
+        context = self.context(messages, runnable_config, **options)
         graph_input = None if resume else START_INPUT
-        with self.running(run):
+        with self.running(context):
             state = await self.graph.ainvoke(
-                graph_input, self.run_config(runnable_config, sync=False), context=run, durability=durability
+                graph_input, self.run_config(runnable_config, sync=False), context=context, durability=durability
             )
-        return build_result(state, run.trace)
+        return build_result(state, context.trace)
 
     def run(
         self,
@@ -128,17 +128,17 @@ class PaCoReRunner:
         *,
         resume: bool = False,
         durability: Durability | None = None,
-        **context: Any,
+        **options: Any,
     ) -> PaCoReResult:
         """Sync :meth:`arun`: a sync LangGraph run (sync checkpointers work); Ctrl-C stops its requests."""
-        run = self.context(messages, runnable_config, **context)
+        context = self.context(messages, runnable_config, **options)
         graph_input = None if resume else START_INPUT
         config = self.run_config(runnable_config, sync=True)
-        with self.running(run):
+        with self.running(context):
             state = call_interruptibly(
-                partial(self.graph.invoke, graph_input, config, context=run, durability=durability), run.close
+                partial(self.graph.invoke, graph_input, config, context=context, durability=durability), context.close
             )
-        return build_result(state, run.trace)
+        return build_result(state, context.trace)
 
 
 def build_result(state: dict[str, Any], trace: list[Trajectory] | None = None) -> PaCoReResult:
@@ -198,7 +198,7 @@ async def asolve(
     """Run PaCoRe once over ``messages`` (a problem string or a conversation).
 
     ``context``: ``trace=True`` keeps every full trajectory, ``on_event`` receives progress events,
-    ``payload`` / ``on_record`` reach the explorer (see :class:`~pacore_graph.run_context.PaCoReContext`).
+    ``payload`` / ``on_record`` reach the explorer (see :class:`~pacore_graph.graph.context.PaCoReContext`).
     """
     runner = PaCoReRunner(model_or_explorer, config, checkpointer=checkpointer)
     return await runner.arun(messages, runnable_config, **context)

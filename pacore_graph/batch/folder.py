@@ -1,4 +1,4 @@
-"""The run engine: many problems through PaCoRe into one output folder, resumable after any stop.
+"""The batch engine: many problems through PaCoRe into one output folder, resumable after any stop.
 
     FOLDER/run.json            settings fingerprint (a run with other settings is refused) and settings;
                                a folder with other files and no run.json is not taken over
@@ -10,7 +10,7 @@
 A problem whose row is in the results is skipped. Any other runs on its checkpoint thread (its id plus a
 digest of its messages, of what the config sends and of ``salt``): a thread cut by a kill continues
 without redoing finished trajectories, a finished thread whose row was not written yet is read back, a
-thread whose round failed runs that round's failed trajectories again (:mod:`pacore_graph.resume`).
+thread whose round failed runs that round's failed trajectories again (:mod:`pacore_graph.batch.resume`).
 ``row(outcome)`` turns what came of the problem (result or error, records) into the row to append, or
 None to leave the problem to the next run; once its row is on disk, its thread and records are deleted.
 
@@ -36,16 +36,16 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from pacore_graph.batch.fingerprint import check_fingerprint, refuse_foreign, save_settings
+from pacore_graph.batch.folder_lock import FolderLock
+from pacore_graph.batch.progress import RunProgress
+from pacore_graph.batch.results_file import ResultsFile
+from pacore_graph.batch.resume import Status, open_checkpointer, thread_id, thread_status
+from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.errors import ModelRequestError, PaCoReError, RoundFailedError
-from pacore_graph.fingerprint import check_fingerprint, refuse_foreign, save_settings
-from pacore_graph.folder_lock import FolderLock
-from pacore_graph.limits import ConcurrencyLimiter
-from pacore_graph.progress import RunProgress
+from pacore_graph.graph.runner import MessagesInput, PaCoReRunner, to_messages
 from pacore_graph.records import PaCoReResult
-from pacore_graph.results_file import ResultsFile
-from pacore_graph.resume import Status, open_checkpointer, thread_id, thread_status
-from pacore_graph.run import MessagesInput, PaCoReRunner, to_messages
 
 RESULTS_FILE = "results.jsonl"
 RECORDS_DIR = "records"

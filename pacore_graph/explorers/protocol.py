@@ -10,10 +10,10 @@ from typing import Any, Protocol, runtime_checkable
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import Runnable
 
-from pacore_graph.agent_explorer import AgentExplorer
-from pacore_graph.chat_explorer import ChatExplorer
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.episode import EpisodeContext
+from pacore_graph.explorers.agent import AgentExplorer
+from pacore_graph.explorers.chat import ChatExplorer
+from pacore_graph.explorers.episode import EpisodeContext
 from pacore_graph.models.unwrap import find_chat_model
 from pacore_graph.records import Trajectory
 

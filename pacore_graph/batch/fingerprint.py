@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pacore_graph.batch.results_file import write_json_atomically
 from pacore_graph.errors import PaCoReError
-from pacore_graph.results_file import write_json_atomically
 
 SETTINGS_FILE = "run.json"
 _SHOWN = 80  # characters of a value a message shows

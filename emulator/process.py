@@ -6,7 +6,7 @@
 It runs in a child process so that its CPU never counts as the client's, and the client's event loop
 never slows it down. The child exits when its parent goes away (it watches its stdin).
 
-Command line: ``python -m pacore_benchmarks.perf.emulator --port 8000 --ttft 0.5 --fault http_500=0.05``;
+Command line: ``python -m pacore_emulator --port 8000 --ttft 0.5 --fault http_500=0.05``;
 ``--gpu-replica 2`` serves as replica 2 of an emulated GPU cluster (:meth:`EmulatorConfig.gpu_replica`).
 """
 
@@ -24,7 +24,7 @@ import time
 import urllib.request
 from typing import Any
 
-from pacore_benchmarks.perf.emulator_config import AnswerMix, EmulatorConfig, FaultRates
+from pacore_emulator.config import AnswerMix, EmulatorConfig, FaultRates
 
 READY = "EMULATOR READY port="
 __all__ = ["AnswerMix", "Emulator", "EmulatorConfig", "FaultRates", "main"]
@@ -57,7 +57,7 @@ class Emulator:
     def start(self) -> Emulator:
         if self.config.host not in ("127.0.0.1", "localhost", "::1"):
             raise EmulatorError(f"the emulator serves loopback only, not {self.config.host!r}")
-        command = [sys.executable, "-m", "pacore_benchmarks.perf.emulator", "--config-json",
+        command = [sys.executable, "-m", "pacore_emulator", "--config-json",
                    self.config.model_dump_json(), "--exit-with-stdin"]
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.process.stdout is not None
@@ -123,7 +123,7 @@ def _raise_file_limit() -> None:
 
 
 async def _serve(config: EmulatorConfig, exit_with_stdin: bool) -> None:
-    from pacore_benchmarks.perf.emulator_server import EmulatorServer
+    from pacore_emulator.server import EmulatorServer
 
     server = EmulatorServer(config)
     port = await server.start()
@@ -153,7 +153,7 @@ def _parse_length(text: str) -> int | tuple[int, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m pacore_benchmarks.perf.emulator", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m pacore_emulator", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config-json", help="a whole EmulatorConfig as JSON (other flags override it)")
     parser.add_argument("--gpu-replica", type=int, metavar="N",

@@ -51,7 +51,7 @@ class AnswerMix(BaseModel):
     A problem's kind is drawn from ``weights`` by a seeded hash of its text. ``kinds[kind]`` lists the shares
     of the problem's first, second, ... answers (distinct, fixed per problem); the rest of the mass is noise,
     spread over a thousand values. The first answer is the problem's *majority answer*
-    (:func:`~pacore_benchmarks.perf.emulator_replies.majority_answer`). ``minority_length`` stretches the
+    (:func:`~pacore_emulator.replies.majority_answer`). ``minority_length`` stretches the
     replies that miss it (longer reasoning is more often wrong: Hassid et al. 2025, "Don't Overthink It").
     A synthesis prompt answers with the majority of its references, counting a deduplicated one as often as
     its note says.

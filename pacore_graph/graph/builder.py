@@ -8,7 +8,7 @@ one more superstep (and checkpoint) per round.
 
 State is plain JSON data: the round counter, this round's trajectory records and every finished
 round's records (conclusions and counts, never reasoning). The conversation is not in state: it comes
-with every run in the runtime context (:class:`~pacore_graph.run_context.PaCoReContext`), so the
+with every run in the runtime context (:class:`~pacore_graph.graph.context.PaCoReContext`), so the
 checkpoints of a chat thread do not grow with the chat. A Send carries indices plus the one thing only
 it knows, the previous round's references.
 
@@ -30,21 +30,21 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Overwrite, Send
 
-from pacore_graph.compat import passes_on
+from pacore_graph.concurrency.limiter import ConcurrencyLimiter
+from pacore_graph.concurrency.sync import run_sync
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.coordination.control import TrajectoryCut
 from pacore_graph.coordination.ending import ending
 from pacore_graph.coordination.references import next_round_references
-from pacore_graph.episode import EpisodeContext
 from pacore_graph.errors import RoundFailedError
-from pacore_graph.explorer import Explorer, as_explorer
-from pacore_graph.fit import with_model_context
-from pacore_graph.limits import ConcurrencyLimiter
-from pacore_graph.prompt import last_user_index, order_references
+from pacore_graph.explorers.episode import EpisodeContext
+from pacore_graph.explorers.protocol import Explorer, as_explorer
+from pacore_graph.graph.compat import passes_on
+from pacore_graph.graph.context import PaCoReContext, current_context
+from pacore_graph.graph.exploration import Exploration
 from pacore_graph.records import OutcomeData, RoundData, RoundRecord, TrajectoryData, usable
-from pacore_graph.run_context import PaCoReContext, current_context
-from pacore_graph.sync import run_sync
-from pacore_graph.trajectory import OneTrajectory
+from pacore_graph.synthesis.context_window import with_model_context
+from pacore_graph.synthesis.prompt import last_user_index, order_references
 
 
 class PaCoReState(TypedDict, total=False):
@@ -110,19 +110,20 @@ def build_pacore_graph(
 
     def begin(state: PaCoReState, config: RunnableConfig) -> dict[str, Any]:
         """A new input starts at round 1, also on a thread that already ran (checkpointer, next turn)."""
-        run = current_context()
-        run.begin()
-        if not run.messages:
+        context = current_context()
+        context.begin()
+        if not context.messages:
             raise ValueError("the message list is empty: PaCoRe needs at least one user message")
         if len(schedule) > 1:
-            last_user_index(run.messages)  # fail now, not after round 1 was paid for
-        announce(run, 0)
+            last_user_index(context.messages)  # fail now, not after round 1 was paid for
+        announce(context, 0)
         return {"round_index": 0, "results": Overwrite([]), "rounds": Overwrite([]), "answer": None, "outcome": None}
 
-    def announce(run: PaCoReContext, round_index: int) -> None:
+    def announce(context: PaCoReContext, round_index: int) -> None:
         """The round is fanned out from this node's task, in this process (routers see no runtime)."""
-        run.fanned_out(round_index)
-        run.emit({"event": "round_started", "round": round_index, "k": schedule[round_index], "rounds": len(schedule)})
+        context.fanned_out(round_index)
+        k = schedule[round_index]
+        context.emit({"event": "round_started", "round": round_index, "k": k, "rounds": len(schedule)})
 
     async def abegin(state: PaCoReState, config: RunnableConfig) -> dict[str, Any]:
         update = begin(state, config)
@@ -153,38 +154,40 @@ def build_pacore_graph(
 
     async def trajectory(task: TrajectoryTask, config: RunnableConfig) -> dict[str, Any]:
         """One trajectory, retried on transient failures; a final failure is recorded, or raised when the
-        whole round failed (see :mod:`pacore_graph.barrier`). Closing the run cancels it."""
-        run = current_context()
+        whole round failed (see :mod:`pacore_graph.graph.barrier`). Closing the run cancels it."""
+        context = current_context()
         round_index, index = task["round_index"], task["index"]
         k = schedule[round_index]
         verifier = round_index == final_round and settings.final_selector == "verifier"
         template = settings.verifier_template if verifier else settings.template
-        messages, barrier = run.round(round_index, k, task["references"], settings, template)
-        control = run.control(settings).round(round_index, k, task.get("spent", 0))
+        messages, barrier = context.round(round_index, k, task["references"], settings, template)
+        control = context.control(settings).round(round_index, k, task.get("spent", 0))
         final = round_index == final_round and not verifier  # a verifier's reply is not the answer: no streaming
-        running = run.trajectory_started()
+        running = context.trajectory_started()
         barrier.start()
         slot = limiter.slot()
         try:
             await slot.take()  # first: a trajectory still queued for its slot has built nothing of its own
-            child = run.child_config(config, round_index, index, final)
-            episode = EpisodeContext(round_index, index, final, child, run.payload, run.on_record, run.unobserved)
-            one = OneTrajectory(explorer, messages, episode, settings, uncapped=uncapped)
-            work = one.explore(slot=slot)
+            child = context.child_config(config, round_index, index, final)
+            episode = EpisodeContext(
+                round_index, index, final, child, context.payload, context.on_record, context.unobserved
+            )
+            exploration = Exploration(explorer, messages, episode, settings, uncapped=uncapped)
+            work = exploration.explore(slot=slot)
             outcome = await (control.guard(index, work) if control.watching else work)
         except (asyncio.CancelledError, GraphBubbleUp):  # an agent's interrupt goes to the caller, as is
             barrier.leave()
             raise
         except TrajectoryCut as cut:
             record = seen_references(TrajectoryData(round_index=round_index, index=index, cut=cut.reason), task)
-            record["attempts"] = one.attempts
+            record["attempts"] = exploration.attempts
             barrier.finish(record, False)
-            run.emit({"event": "trajectory_cut", "round": round_index, "index": index, "reason": cut.reason})
+            context.emit({"event": "trajectory_cut", "round": round_index, "index": index, "reason": cut.reason})
             return {"results": [record]}
         except Exception as exc:
-            record = seen_references(one.failure(exc), task)
+            record = seen_references(exploration.failure(exc), task)
             control.finished(record)
-            run.emit({"event": "trajectory_failed", "round": round_index, "index": index, "error": record["error"]})
+            context.emit({"event": "trajectory_failed", "round": round_index, "index": index, "error": record["error"]})
             if reference_mode:  # the reference pipeline carries on whatever failed
                 barrier.finish(record, False)
             elif await barrier.fail(record):
@@ -192,15 +195,15 @@ def build_pacore_graph(
             return {"results": [record]}
         finally:
             slot.drop()  # when no attempt ran (cut first); an attempt gives it back as it ends
-            run.trajectory_ended(running, round_index)  # nothing below awaits: close() has nothing left to stop
-        record = seen_references(one.record(outcome), task)
+            context.trajectory_ended(running, round_index)  # nothing below awaits: close() has nothing left to stop
+        record = seen_references(exploration.record(outcome), task)
         control.finished(record)
         barrier.finish(record, passes(record))
-        if run.trace is not None:
+        if context.trace is not None:
             outcome.extra.setdefault("round_index", round_index)
             outcome.extra.setdefault("index", index)
-            run.trace.append(outcome)
-        run.emit(
+            context.trace.append(outcome)
+        context.emit(
             {
                 "event": "trajectory_finished",
                 "round": round_index,
@@ -213,7 +216,7 @@ def build_pacore_graph(
 
     def collect(state: PaCoReState, config: RunnableConfig) -> dict[str, Any]:
         """Order and compact the round; after the final round its one conclusion is the answer."""
-        run = current_context()
+        context = current_context()
         round_index = state["round_index"]
         records = sorted(state.get("results", []), key=lambda record: record["index"])
         order = order_references([r.get("content_length", 0) for r in records], settings.seed, settings.reference_order)
@@ -222,7 +225,7 @@ def build_pacore_graph(
             round_index=round_index, k=schedule[round_index], reference_order=[r["index"] for r in chosen],
             trajectories=records,
         )  # fmt: skip
-        run.emit(
+        context.emit(
             {
                 "event": "round_finished",
                 "round": round_index,
@@ -232,28 +235,28 @@ def build_pacore_graph(
                 "cut": sum(1 for r in records if r.get("cut")),
             }
         )
-        end = ending(state.get("rounds", []), round_data, chosen, run.control(settings), settings, final_round)
+        end = ending(state.get("rounds", []), round_data, chosen, context.control(settings), settings, final_round)
         if not chosen and end is None and not reference_mode:  # the reference pipeline carries on with none
-            if run.ran(round_index):
+            if context.ran(round_index):
                 raise RoundFailedError(RoundRecord.model_validate(round_data))
             # A resume reached the collector of a round that failed before (its trajectories ran elsewhere,
             # e.g. some saved with empty conclusions before a kill, the rest failed on the resume after it):
             # run the whole round again instead of raising the same error on every resume.
-            run.emit({"event": "round_restarted", "round": round_index, "k": round_data["k"]})
-            announce(run, round_index)
+            context.emit({"event": "round_restarted", "round": round_index, "k": round_data["k"]})
+            announce(context, round_index)
             return {"results": Overwrite([]), "round_index": round_index}
         update: dict[str, Any] = {"results": Overwrite([]), "rounds": [round_data], "round_index": round_index + 1}
         if end is not None:
             update.update(round_index=len(schedule), answer=answer_message(end.record), outcome=end.outcome)
-            run.emit({"event": "run_ended", "round": round_index, **end.outcome})
+            context.emit({"event": "run_ended", "round": round_index, **end.outcome})
         elif round_index == final_round:  # compat="reference": a failed final call answers ""
             update["answer"] = answer_message(chosen[0]) if chosen else AIMessage(content="", name="pacore")
         else:
-            announce(run, round_index + 1)
+            announce(context, round_index + 1)
         return update
 
     builder = StateGraph(PaCoReState, context_schema=PaCoReContext)
-    # async runs wait for the limiter to admit each round before it is fanned out (see limits.py)
+    # async runs wait for the limiter to admit each round before it is fanned out (see concurrency/limiter.py)
     builder.add_node("begin", _Step("begin", begin, abegin))
     builder.add_node("trajectory", _Step("trajectory", lambda task, cfg: run_sync(trajectory(task, cfg)), trajectory))
     builder.add_node("collect", _Step("collect", collect, acollect))

@@ -14,9 +14,9 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from pacore_benchmarks.perf.emulator_config import EmulatorConfig
-from pacore_benchmarks.perf.emulator_gpu import GpuClock, PrefixCache, prompt_text
-from pacore_benchmarks.perf.emulator_replies import (
+from pacore_emulator.config import EmulatorConfig
+from pacore_emulator.gpu import GpuClock, PrefixCache, prompt_text
+from pacore_emulator.replies import (
     ReplyPlan,
     completion_body,
     error_body,

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from pacore_benchmarks.perf.emulator_replies import message_text
+from pacore_emulator.replies import message_text
 
 CHARS_PER_TOKEN = 4  # as estimate_prompt_tokens counts
 

@@ -34,8 +34,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from pacore_graph.config import PaCoReConfig
+from pacore_graph.graph.runner import MessagesInput, PaCoReRunner, build_result
 from pacore_graph.records import PaCoReResult
-from pacore_graph.run import MessagesInput, PaCoReRunner, build_result
 
 CHECKPOINT_FILE = "checkpoints.sqlite"
 # Config fields that do not change what a run sends: a resume may change them freely.
@@ -101,7 +101,7 @@ async def solve_resumable(
     """Run PaCoRe for one problem on checkpoint thread ``thread``, resuming whatever it had done.
 
     ``runner`` must be compiled with a checkpointer (see :func:`open_checkpointer`). ``context``:
-    ``trace``, ``on_event``, ``payload``, ``on_record`` (see :class:`~pacore_graph.run_context.PaCoReContext`),
+    ``trace``, ``on_event``, ``payload``, ``on_record`` (see :class:`~pacore_graph.graph.context.PaCoReContext`),
     given again on every resume (none of it is checkpointed).
     """
     status, finished = await thread_status(runner, thread)

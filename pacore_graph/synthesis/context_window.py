@@ -20,15 +20,27 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from pacore_graph.accounting import count_tokens
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
 from pacore_graph.models.unwrap import find_chat_model
-from pacore_graph.prompt import last_user_index, message_text, render_synthesis_prompt
-from pacore_graph.text import cut_middle
+from pacore_graph.synthesis.prompt import last_user_index, message_text, render_synthesis_prompt
+from pacore_graph.synthesis.tokens import count_tokens
 
 MIN_SHARE = 256
 MESSAGE_OVERHEAD = 8  # role markers of a chat template, per message
+
+
+def cut_middle(text: str, head: int, tail: int, what: str | None = None) -> str:
+    """``text`` itself when it has at most ``head + tail`` characters; else its first ``head`` and last
+    ``tail`` characters around a marker line ``[... what ...]`` (default: how many characters were cut).
+
+    The end of a long output (a test failure, a final answer) is usually what matters, so callers keep a
+    tail; ``tail=0`` keeps the head only.
+    """
+    if len(text) <= head + tail:
+        return text
+    marker = what or f"{len(text) - head - tail} characters cut"
+    return f"{text[:head]}\n[... {marker} ...]\n{text[len(text) - tail :] if tail else ''}"
 
 
 def with_model_context(config: PaCoReConfig, model_or_explorer: Any) -> PaCoReConfig:

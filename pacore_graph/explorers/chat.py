@@ -23,12 +23,12 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import ensure_config
 
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.episode import EpisodeContext
+from pacore_graph.explorers.episode import EpisodeContext
 from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
 from pacore_graph.models.sse import reasoning_of
 from pacore_graph.models.unwrap import WrappedChatModel, with_model
-from pacore_graph.prompt import message_text
 from pacore_graph.records import Trajectory
+from pacore_graph.synthesis.prompt import message_text
 
 
 def trajectory_from_message(message: AIMessage, extra: dict[str, Any] | None = None) -> Trajectory:

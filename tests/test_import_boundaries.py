@@ -1,0 +1,98 @@
+"""The import boundaries of docs/architecture.md, as `lint-imports` checks them (contracts in pyproject.toml).
+
+`make test` runs `lint-imports` itself; these tests also show that each contract catches what it is meant to:
+one forbidden import, added to a copy of the packages, breaks exactly the contract that names it.
+"""
+
+import ast
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+PACKAGES = {"pacore_graph": "pacore_graph", "pacore_agents": "agents", "pacore_benchmarks": "benchmarks",
+            "pacore_emulator": "emulator"}  # fmt: skip
+
+
+def lint_imports(cwd: Path, pythonpath: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "400"}  # one line per contract in the report
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)  # ahead of the editable install's finder
+    command = [str(LINT_IMPORTS), "--config", str(ROOT / "pyproject.toml"), "--no-cache"]
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def copy_packages(target: Path) -> None:
+    """The four packages' Python files under their import names (``agents/`` as ``pacore_agents`` ...)."""
+
+    def not_python(folder: str, names: list[str]) -> list[str]:
+        return [n for n in names if n == "__pycache__" or (not n.endswith(".py") and not (Path(folder) / n).is_dir())]
+
+    for name, folder in PACKAGES.items():
+        shutil.copytree(ROOT / folder, target / name, ignore=not_python)
+
+
+def test_the_contracts_hold():
+    run = lint_imports(ROOT)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert re.search(r"Contracts: \d+ kept, 0 broken", run.stdout)
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "contract"),
+    [
+        ("pacore_graph/models/llama_server.py", "import pacore_benchmarks.hub",
+         "the library imports neither the agents nor the benchmarks"),
+        ("pacore_emulator/replies.py", "from pacore_graph.synthesis.prompt import DEFAULT_TEMPLATE",
+         "the serving emulator stands alone"),
+        ("pacore_agents/swe/prompts.py", "from pacore_graph.graph.runner import PaCoReRunner",
+         "agents and benchmarks use the library as users do"),
+        ("pacore_benchmarks/hub.py", "from pacore_graph.batch.folder import RunFolder",
+         "agents and benchmarks use the library as users do"),
+        ("pacore_benchmarks/hub.py", "import pacore_agents.swe.tasks", "the agents and the benchmarks are independent"),
+        ("pacore_graph/models/http.py", "from pacore_graph.graph.runner import PaCoReRunner",
+         "the library's folders, each above what it uses"),
+        ("pacore_graph/explorers/chat.py", "from pacore_graph.batch import folder",
+         "the library's folders, each above what it uses"),
+        ("pacore_graph/records.py", "from pacore_graph.models import chat_model",
+         "the vocabulary (config, errors, records, inputs) and the coordination options run nothing"),
+        ("pacore_graph/synthesis/prompt.py", "from pacore_graph.explorers import episode",
+         "the synthesis prompt reads the model's window but runs no trajectory"),
+    ],
+)  # fmt: skip
+def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract):
+    copy_packages(tmp_path)
+    with open(tmp_path / module, "a") as source:
+        source.write(f"\n{line}  # the violation under test\n")
+    run = lint_imports(tmp_path, pythonpath=tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    broken = [text for text in run.stdout.splitlines() if text.endswith(" BROKEN") or " BROKEN (" in text]
+    assert any(text.startswith(contract) for text in broken), run.stdout
+
+
+def module_strings(path: Path) -> list[tuple[int, str]]:
+    """String constants of a module that are not docstrings (a ``python -m`` command, an importlib name)."""
+    tree = ast.parse(path.read_text())
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docstrings.add(id(first.value))
+    strings = [node for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+    return [(node.lineno, node.value) for node in strings if id(node) not in docstrings]
+
+
+def test_the_library_names_no_agent_or_benchmark_module():
+    """What `lint-imports` cannot see: a module of the agents or benchmarks run by name (``serve-vllm --emulate``
+    once started ``python -m pacore_benchmarks.perf.emulator``; the emulator is its own package now)."""
+    named = [f"{path.relative_to(ROOT)}:{line}: {text!r}"
+             for path in sorted((ROOT / "pacore_graph").rglob("*.py"))
+             for line, text in module_strings(path) if re.search(r"\bpacore_(agents|benchmarks)\b", text)]  # fmt: skip
+    assert not named, named
