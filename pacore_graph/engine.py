@@ -37,7 +37,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.errors import ModelRequestError, PaCoReError, RoundFailedError
+from pacore_graph.errors import ModelRequestError, PaCoReError, RoundFailedError, UsageError
 from pacore_graph.fingerprint import check_fingerprint, refuse_foreign, save_settings
 from pacore_graph.folder_lock import FolderLock
 from pacore_graph.limits import ConcurrencyLimiter
@@ -332,13 +332,13 @@ class RunFolder:
 def prepare_folder(path: Path) -> None:
     """Create the output folder (and its parents); one clear line when it cannot be one, before anything runs."""
     if path.exists() and not path.is_dir():
-        raise PaCoReError(f"{path} is a file: the output must be a folder (a run keeps results and checkpoints there)")
+        raise UsageError(f"{path} is a file: the output must be a folder (a run keeps results and checkpoints there)")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise PaCoReError(f"cannot create the output folder {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot create the output folder {path}: {exc.strerror or exc}") from None
     if not os.access(path, os.W_OK | os.X_OK):
-        raise PaCoReError(f"cannot write in the output folder {path}")
+        raise UsageError(f"cannot write in the output folder {path}")
 
 
 def _checked_messages(problems: list[Problem]) -> dict[str, Any]:

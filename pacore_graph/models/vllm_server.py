@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from pacore_graph.errors import PaCoReError
+from pacore_graph.errors import PaCoReError, UsageError
 from pacore_graph.models.embedded import _die_with_parent, free_port, wait_until_ready
 
 PACORE_FLAGS = [
@@ -158,9 +158,9 @@ class Cluster:
         router_args: Sequence[str] = (), log_dir: str | None = None, ready_timeout: float = 1800.0,
     ):  # fmt: skip
         if replicas < 1:
-            raise PaCoReError(f"--replicas must be at least 1, got {replicas}")
+            raise UsageError(f"--replicas must be at least 1, got {replicas}")
         if not emulate and not model:
-            raise PaCoReError("name the model to serve, e.g. stepfun-ai/PaCoRe-8B (or pass --emulate)")
+            raise UsageError("name the model to serve, e.g. stepfun-ai/PaCoRe-8B (or pass --emulate)")
         self.model, self.replicas, self.port, self.host = model, replicas, port, host
         self.policy, self.emulate = policy, emulate
         self.vllm_args, self.router_args = list(vllm_args), list(router_args)
