@@ -190,6 +190,15 @@ def add_schedule_arguments(parser: argparse.ArgumentParser, *, several: bool = F
         group.add_argument("--rounds", help="trajectories per round, e.g. 32,4 (0: one plain call)")
 
 
+def schedule_from_args(args: argparse.Namespace) -> list[int] | None:
+    """The schedule of a command with ``add_schedule_arguments()``; None when neither flag was given."""
+    if getattr(args, "rounds", None) is not None:
+        return parse_rounds(args.rounds)
+    if getattr(args, "preset", None):
+        return list(PRESETS[args.preset])
+    return None
+
+
 def schedules_from_args(args: argparse.Namespace, default: Sequence[str]) -> list[list[int]]:
     """The schedules of a command with ``add_schedule_arguments(several=True)``; ``default``: preset names."""
     if args.rounds:
@@ -251,10 +260,8 @@ def config_from_args(args: argparse.Namespace, **overrides: Any) -> PaCoReConfig
     The command owns its process, so full GC passes are spaced out during runs (``spaced_gc``).
     """
     fields: dict[str, Any] = {"spaced_gc": True}
-    if getattr(args, "rounds", None) is not None:
-        fields["rounds"] = parse_rounds(args.rounds)
-    elif getattr(args, "preset", None):
-        fields["rounds"] = list(PRESETS[args.preset])
+    if (rounds := schedule_from_args(args)) is not None:
+        fields["rounds"] = rounds
     for name in ("max_concurrency", "max_tokens", "temperature", "top_p", "seed", "context_window"):
         if getattr(args, name, None) is not None:
             fields[name] = getattr(args, name)

@@ -40,7 +40,8 @@ Messages and text
 Schedules and command lines (the command kit, ``pacore_graph.command_kit``: every ``pacore`` command's form)
     ``PRESETS``, ``parse_rounds("32,4")``; arguments: ``add_run_arguments`` (``--base-url``/``--model``/
     ``--api-key``, ``--preset``/``--rounds``, ``--max-concurrency``, ``--max-tokens``, ``--output``) or its parts
-    ``add_model_arguments``, ``add_schedule_arguments`` (``schedules_from_args`` for several),
+    ``add_model_arguments``, ``add_schedule_arguments`` (read by ``schedule_from_args``, or ``schedules_from_args``
+    for several),
     ``add_concurrency_argument``, ``add_output_argument``; ``add_alias`` (an old spelling, hidden);
     ``config_from_args``; ``check_port``. Errors: ``UsageError`` (exit status 2: what was given cannot be used;
     any ``ValueError`` counts as one), every other error of a run exit status 1, each one line
@@ -77,6 +78,7 @@ from pacore_graph.command_kit import (
     report_error,
     run_parsed,
     say,
+    schedule_from_args,
     schedules_from_args,
     summarised,
     warn,
@@ -190,6 +192,7 @@ __all__ = [
     "report_error",
     "run_parsed",
     "say",
+    "schedule_from_args",
     "schedules_from_args",
     "summarised",
     "warn",
