@@ -44,7 +44,7 @@ def test_the_command_prints_a_table_then_one_json_line_and_exits_1_when_a_target
     # Three problems may meet the real targets or not: targets every run meets, or none can, decide here.
     targets = dict.fromkeys(coordination_cli.TARGETS, 0.0 if met else 1.01)
     monkeypatch.setattr(coordination_cli, "TARGETS", targets)
-    code = pacore(["bench", "coordination", "--problems", "3", "--schedule", "4", "--methods", "paper,early_stop",
+    code = pacore(["bench", "coordination", "--problems", "3", "--rounds", "4", "--methods", "paper,early_stop",
                    "--token-delay", "0.0005", "--output-tokens", "40-300", "--lead", "2"])  # fmt: skip
     captured = capsys.readouterr()
     out = captured.out.strip().splitlines()
@@ -58,7 +58,7 @@ def test_the_command_prints_a_table_then_one_json_line_and_exits_1_when_a_target
 
 
 def test_bad_settings_fail_in_one_line_before_anything_runs(capsys):
-    assert pacore(["bench", "coordination", "--methods", "paper,nope"]) == 1
+    assert pacore(["bench", "coordination", "--methods", "paper,nope"]) == 2
     assert "unknown methods ['nope']" in capsys.readouterr().err
-    assert pacore(["bench", "coordination", "--mix", "easy=1,medium=1"]) == 1
+    assert pacore(["bench", "coordination", "--mix", "easy=1,medium=1"]) == 2
     assert "unknown answer kinds ['medium']" in capsys.readouterr().err

@@ -129,5 +129,5 @@ def test_the_project_prompt_stays_an_option(mock_server, tmp_path, capsys):
     assert json.loads((output / "run.json").read_text())["settings"]["judge_prompt"] == "project"
     assert "the project's own judge prompt (not the official one)" in (output / "report.md").read_text()
     # Switching the judge prompt on the same folder would mix two judges in one score: refused.
-    assert cli(args) == 1
+    assert cli(args) == 2
     assert "judge_prompt: folder has 'project', this run 'official'" in " ".join(capsys.readouterr().err.split())
