@@ -17,7 +17,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from pacore_graph.extend import CommandParser, add_alias, item_counts, print_summary, run_parsed, summarised
+from pacore_graph.extend import CommandParser, add_alias, item_counts, print_summary, run_parsed, summarised, warn
 
 COMMAND = "bench multichallenge"
 
@@ -158,11 +158,14 @@ class Keys(NamedTuple):
     judge: str | None
 
 
-def _warn_self_judging(settings, console) -> None:
+def _warn_self_judging(settings, console=None) -> None:
+    """The self-judging warning: a ``pacore: warning:`` line on stderr, or (``console``) in the printed report."""
     from pacore_benchmarks.multichallenge.report import self_judging_warning
 
     warning = self_judging_warning(settings)
-    if warning:
+    if warning and console is None:
+        warn(warning)
+    elif warning:
         console.print(f"[bold red]WARNING:[/] [red]{warning}[/]", highlight=False, soft_wrap=True)
 
 
@@ -186,7 +189,7 @@ async def _run(settings, dataset, conversations, keys: Keys, folder) -> int:
     )
     outcome = RunOutcome()
     if pending:
-        _warn_self_judging(settings, Console(stderr=True))
+        _warn_self_judging(settings)
         try:
             outcome = await _respond_and_judge(settings, conversations, folder, console, keys)
         except _Fatal as exc:
