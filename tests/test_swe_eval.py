@@ -142,6 +142,9 @@ def test_cli_eval_gold_and_instances(rows, tmp_path, capsys):
     assert code == 0
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert printed["resolved_ids"] == ids.split(",")
+    assert printed["command"] == "swe eval" and printed["exit_code"] == 0 and printed["output"] == str(tmp_path / "cli")
+    assert printed["counts"] == {"total": 2, "done": 2, "failed": 0, "dataset": 2, "completed": 2, "resolved": 2,
+                                 "unresolved": 0, "empty_patch": 0}  # fmt: skip
     assert json.loads((tmp_path / "cli" / "summary.json").read_text())["resolved_instances"] == 2
     assert _cli("eval", "--dataset", "local", "--predictions", str(tmp_path / "missing.jsonl"), "--run-id",
                 "x", "--output", str(tmp_path)) == 2

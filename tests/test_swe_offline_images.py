@@ -46,7 +46,12 @@ def built(client) -> list[dict]:
     done = pacore("swe", "images", "build", "--dataset", str(ROWS), "--instances", *IDS, "--repos", str(REPOS))
     assert done.returncode == 0, done.stderr[-4000:]
     rows = load_tasks(str(ROWS))
-    assert done.stdout.split() == [part for row in rows for part in (row["instance_id"], offline_image_name(row))]
+    *built_lines, last = done.stdout.splitlines()  # ID<TAB>image per row, then the JSON summary
+    assert [line.split("\t") for line in built_lines] == [[row["instance_id"], offline_image_name(row)] for row in rows]
+    summary = json.loads(last)
+    assert summary["command"] == "swe images build" and summary["exit_code"] == 0
+    assert summary["counts"] == {"total": len(rows), "done": len(rows), "failed": 0}
+    assert summary["images"] == {row["instance_id"]: offline_image_name(row) for row in rows}
     return rows
 
 
