@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from pacore_graph.command_kit import say
 from pacore_graph.errors import PaCoReError, UsageError
 from pacore_graph.models.embedded import _die_with_parent, free_port, wait_until_ready
 
@@ -236,18 +237,16 @@ def serve_cluster(cluster: Cluster) -> int:
     signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop gets the same clean shutdown as Ctrl-C
     with cluster:
         kind = "emulated replicas" if cluster.emulate else f"vLLM replicas of {cluster.model}"
-        print(f"vllm-router ({cluster.policy}) at {cluster.base_url} over {cluster.replicas} {kind}: "
-              f"{' '.join(cluster.replica_urls())}; logs in {cluster.log_dir} (Ctrl-C stops)",
-              file=sys.stderr, flush=True)  # fmt: skip
+        say(f"vllm-router ({cluster.policy}) at {cluster.base_url} over {cluster.replicas} {kind}: "
+            f"{' '.join(cluster.replica_urls())}; logs in {cluster.log_dir} (Ctrl-C stops)")  # fmt: skip
         if cluster.policy in ("consistent_hash", "sticky_least_loaded"):
-            print(f"note: {cluster.policy}: {KEYLESS_NOTE}", file=sys.stderr, flush=True)
+            say(f"note: {cluster.policy}: {KEYLESS_NOTE}")
         try:
             while (dead := cluster.dead()) is None:
                 time.sleep(1)
         except KeyboardInterrupt:
             return 0
-        print(f"pacore: {dead.name} exited; stopping the cluster\n--- {dead.log} (tail) ---\n{dead.log_tail()}",
-              file=sys.stderr)
+        say(f"error: {dead.name} exited; stopping the cluster\n--- {dead.log} (tail) ---\n{dead.log_tail()}")
         return 1
 
 
