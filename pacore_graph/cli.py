@@ -18,7 +18,7 @@ from pacore_graph.command_kit import (
     item_counts,
     print_summary,
     register_plugins,
-    run_parsed,
+    run_command_line,
     say,
     summarised,
 )
@@ -291,11 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """The ``pacore`` command: its exit status (0 done, 1 the run failed, 2 a refused argument, value or file)."""
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:  # --help (0), or argparse's usage error (2), already printed
-        return exc.code if isinstance(exc.code, int) else 2
-    return run_parsed(args)
+    return run_command_line(build_parser(), argv)
 
 
 if __name__ == "__main__":

@@ -91,6 +91,15 @@ def run_parsed(args: argparse.Namespace) -> int:
         return report_error(exc)
 
 
+def run_command_line(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` and run the command: its exit status, for ``--help`` (0) and argparse's errors (2) too."""
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or argparse's error, already printed
+        return exc.code if isinstance(exc.code, int) else USAGE
+    return run_parsed(args)
+
+
 class CommandParser(argparse.ArgumentParser):
     """argparse's parser with errors in the commands' form: one line, ``pacore: error: ...``, exit status 2.
 

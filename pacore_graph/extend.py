@@ -38,17 +38,16 @@ Messages and text
     ``cut_middle(text, head, tail)`` (keep head and tail, say how much was cut); ``synthesis_messages``,
     ``render_synthesis_prompt`` and ``DEFAULT_TEMPLATE`` (the paper's Table 6).
 Schedules and command lines (the command kit, ``pacore_graph.command_kit``: every ``pacore`` command's form)
-    ``PRESETS``, ``parse_rounds("32,4")``; arguments: ``add_run_arguments`` (``--base-url``/``--model``/
+    ``PRESETS``, ``parse_rounds("32,4")``. Arguments: ``add_run_arguments`` (``--base-url``/``--model``/
     ``--api-key``, ``--preset``/``--rounds``, ``--max-concurrency``, ``--max-tokens``, ``--output``) or its parts
-    ``add_model_arguments``, ``add_schedule_arguments`` (read by ``schedule_from_args``, or ``schedules_from_args``
-    for several),
-    ``add_concurrency_argument``, ``add_output_argument``; ``add_alias`` (an old spelling, hidden);
-    ``config_from_args``; ``check_port``. Errors: ``UsageError`` (exit status 2: what was given cannot be used;
-    any ``ValueError`` counts as one), every other error of a run exit status 1, each one line
-    ``pacore: error: ...`` (``report_error``, ``run_parsed``, ``CommandParser`` for argparse's own); ``say`` /
-    ``warn`` (stderr lines). The JSON summary, the last stdout line of a run command: ``print_summary``,
-    ``item_counts``, ``summarised`` (a failed run's summary). ``register_plugins`` (a plugin that fails to load
-    is named).
+    ``add_model_arguments``, ``add_schedule_arguments`` (read by ``schedule_from_args``, or by
+    ``schedules_from_args`` for several), ``add_concurrency_argument``, ``add_output_argument``; ``add_alias``
+    (an old spelling, hidden); ``config_from_args``; ``check_port``. Errors: ``UsageError`` (exit status 2: what
+    was given cannot be used; any ``ValueError`` counts as one), any other error of a run exit status 1, each
+    one line ``pacore: error: ...`` (``report_error``, ``run_parsed``, ``run_command_line``; ``CommandParser``
+    for argparse's own); ``say`` / ``warn`` (stderr lines). The JSON summary, the last stdout line of a run
+    command: ``print_summary``, ``item_counts``, ``summarised`` (a failed run's summary too).
+    ``register_plugins`` (a plugin that fails to load is named).
 Model servers
     ``serving(base_url, model, api_key)`` (a client for a block; starts the embedded model when no URL is
     given), ``configured_url`` (the URL given, else ``OPENAI_BASE_URL``; several are refused),
@@ -76,6 +75,7 @@ from pacore_graph.command_kit import (
     print_summary,
     register_plugins,
     report_error,
+    run_command_line,
     run_parsed,
     say,
     schedule_from_args,
@@ -190,6 +190,7 @@ __all__ = [
     "print_summary",
     "register_plugins",
     "report_error",
+    "run_command_line",
     "run_parsed",
     "say",
     "schedule_from_args",

@@ -17,7 +17,15 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from pacore_graph.extend import CommandParser, add_alias, item_counts, print_summary, run_parsed, summarised, warn
+from pacore_graph.extend import (
+    CommandParser,
+    add_alias,
+    item_counts,
+    print_summary,
+    run_command_line,
+    summarised,
+    warn,
+)
 
 COMMAND = "bench multichallenge"
 
@@ -294,11 +302,7 @@ def cli(argv: list[str] | None = None) -> int:
     parser = CommandParser(prog="pacore bench multichallenge", description=__doc__)
     add_arguments(parser)
     parser.set_defaults(func=main)
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help, or a usage error already printed
-        return exc.code if isinstance(exc.code, int) else 2
-    return run_parsed(args)
+    return run_command_line(parser, argv)
 
 
 if __name__ == "__main__":
