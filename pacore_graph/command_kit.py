@@ -11,8 +11,8 @@ Output
     Human-readable lines go to stderr (:func:`say`, :func:`warn`) or to stdout before the end. A run command's
     last stdout line is one JSON object (:func:`print_summary`): ``command``, ``exit_code``, ``output`` (the
     folder or file written, or null), ``counts`` (``total`` / ``done`` / ``failed`` where it runs a list of
-    items), then the command's own fields; a run that failed with an error ends with ``error`` instead
-    (:func:`summarised`).
+    items), then the command's own fields; a run with exit status 1 ends stderr with its ``pacore: error: ...``
+    line and its summary with the same ``error`` (a run stopped by an exception: :func:`summarised`).
 Arguments
     :func:`add_run_arguments` (the model, the schedule, ``--max-concurrency``, ``--max-tokens``, ``--output``),
     or its parts :func:`add_model_arguments`, :func:`add_schedule_arguments`, :func:`add_concurrency_argument`,
@@ -117,14 +117,28 @@ def print_summary(
     *,
     output: str | Path | None = None,
     counts: dict[str, Any] | None = None,
+    error: str | None = None,
     **fields: Any,
 ) -> int:
-    """Print a run's summary as one JSON line, the last of stdout; return ``exit_code`` (for ``return``)."""
+    """Print a run's summary as one JSON line, the last of stdout; return ``exit_code`` (for ``return``).
+
+    ``error``: why a run that went to its end failed (problems left failed, a target missed): said as the
+    error line on stderr too, so that every exit status 1 ends stderr with ``pacore: error: ...``."""
+    if error is not None:
+        say(f"error: {error}")
+    _print_summary_line(command, exit_code, output, counts, error, fields)
+    return exit_code
+
+
+def _print_summary_line(
+    command: str, exit_code: int, output: Any, counts: dict[str, Any] | None, error: str | None, fields: dict[str, Any]
+) -> None:
     line = {"command": command, "exit_code": exit_code, "output": None if output is None else str(output),
             "counts": counts or {}, **fields}  # fmt: skip
+    if error is not None:
+        line["error"] = redact_credentials(error)
     sys.stdout.flush()
     print(json.dumps(line, default=str), flush=True)
-    return exit_code
 
 
 def item_counts(total: int, failed: int, **more: Any) -> dict[str, Any]:
@@ -143,8 +157,8 @@ def summarised(command: str) -> Callable[[Callable[[argparse.Namespace], int]], 
             try:
                 return func(args)
             except REPORTED as exc:
-                if exit_status(exc) == FAILED:
-                    print_summary(command, FAILED, output=getattr(args, "output", None), error=error_message(exc))
+                if exit_status(exc) == FAILED:  # the error line itself is run_parsed's
+                    _print_summary_line(command, FAILED, getattr(args, "output", None), None, error_message(exc), {})
                 raise
 
         return run

@@ -2,7 +2,8 @@
 
 - a refused input (bad argument, value, path or file) is one line on stderr, ``pacore: error: ...``, exit status
   2, nothing on stdout and nothing written;
-- a run that fails is one such line and exit status 1, and stdout still ends with the run's JSON summary;
+- a run that fails is exit status 1, its last stderr line such a line, and stdout still ends with the run's JSON
+  summary, whose ``error`` says the same;
 - a run command's last stdout line is its JSON summary: ``command``, ``exit_code``, ``output``, ``counts``;
 - an option's old spelling still works and is left out of ``--help``;
 - a plugin that fails to load is named in one line; the other commands still work.
@@ -218,10 +219,15 @@ def test_multichallenge_ends_with_its_summary(capsys, tmp_path):
     ids=["coordination", "faults", "replicas"],
 )  # fmt: skip
 def test_the_performance_benchmarks_end_with_their_summary(capsys, argv):
-    """The targets of a run this small may be missed (exit status 1): the summary says the same status."""
-    code, out, _ = _run(capsys, *argv)
+    """The targets of a run this small may be missed (exit status 1): the summary says the same status, and
+    why, as the run's error line does."""
+    code, out, err = _run(capsys, *argv)
     summary = _summary(out, " ".join(argv[:2]), code)
     assert code in (0, 1) and summary["counts"]
+    if code == 1:
+        assert err[-1] == f"pacore: error: {summary['error']}"
+    else:
+        assert "error" not in summary and not any(line.startswith("pacore: error: ") for line in err)
 
 
 # ------------------------------------------------------------------------------------------------ plugins

@@ -90,8 +90,9 @@ def run_eval(args: argparse.Namespace) -> int:
     )  # fmt: skip
     ids = summary.model_dump(include={"resolved_ids", "unresolved_ids", "error_ids", "empty_patch_ids", "reused_ids",
                                       "regraded_ids"})  # fmt: skip
+    error = f"{summary.error_instances} instance(s) could not be graded (above)" if summary.error_instances else None
     return print_summary(COMMAND, 1 if summary.error_instances else 0, output=summary_file.parent, counts=counts,
-                         **ids)  # fmt: skip
+                         error=error, **ids)  # fmt: skip
 
 
 def _reuse(summary) -> str:

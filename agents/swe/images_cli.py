@@ -61,4 +61,5 @@ def run_build(args: argparse.Namespace) -> int:
             continue
         print(f"{row['instance_id']}\t{images[row['instance_id']]}")
     failed = sum(name is None for name in images.values())
-    return print_summary(COMMAND, 1 if failed else 0, counts=item_counts(len(rows), failed), images=images)
+    error = f"{failed} of {len(rows)} image(s) failed to build (above)" if failed else None
+    return print_summary(COMMAND, 1 if failed else 0, counts=item_counts(len(rows), failed), error=error, images=images)

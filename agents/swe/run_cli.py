@@ -136,7 +136,9 @@ def run_command(args: argparse.Namespace) -> int:
         folder.release()
     counts = run_counts(summary, folder, rows)
     say(summary_line(counts, folder))
-    return print_summary(COMMAND, 1 if summary.failed else 0, output=args.output, counts=counts)
+    failed = len(summary.failed)
+    error = f"{failed} instance(s) failed; rerun the same command to retry them" if failed else None
+    return print_summary(COMMAND, 1 if summary.failed else 0, output=args.output, counts=counts, error=error)
 
 
 def check_images(rows: list[dict]) -> None:

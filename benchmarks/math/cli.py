@@ -264,10 +264,9 @@ def run_command(args: argparse.Namespace) -> int:
     if report.png is not None:
         print(f"curve:   {report.png}")
         print(f"table:   {report.table}")
-    if report.failures:
-        say(f"{len(report.failures)} unit(s) failed; rerun the same command to retry them (finished work is kept)")
+    failed = f"{len(report.failures)} unit(s) failed; rerun the same command to retry them (finished work is kept)"
     return print_summary(
-        "bench math", 1 if report.failures else 0, output=report.output,
+        "bench math", 1 if report.failures else 0, output=report.output, error=failed if report.failures else None,
         counts=item_counts(report.problems, len({f.problem_id for f in report.failures}), rows=report.rows,
                            failed_units=len(report.failures)),
         results=report.output / "results.jsonl", curve=report.png, table=report.table,

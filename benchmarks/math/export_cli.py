@@ -100,10 +100,9 @@ def export_command(args: argparse.Namespace) -> int:
     print(f"summary:    {report.summary}")
     if report.png is not None:
         print(f"histograms: {report.png}")
-    if report.failures:
-        say(f"{len(report.failures)} problem(s) failed; rerun the same command to retry them (finished work is kept)")
+    failed = f"{len(report.failures)} problem(s) failed; rerun the same command to retry them (finished work is kept)"
     return print_summary(
-        COMMAND, 1 if report.failures else 0, output=settings.output,
+        COMMAND, 1 if report.failures else 0, output=settings.output, error=failed if report.failures else None,
         counts=item_counts(counts.problems, len(report.failures), **counts.model_dump(exclude={"problems"})),
         export=report.export, summary=report.summary, histograms=report.png,
     )  # fmt: skip

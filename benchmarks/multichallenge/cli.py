@@ -207,12 +207,11 @@ async def _run(settings, dataset, conversations, keys: Keys, folder) -> int:
     for line in outcome.unfinished[:20]:
         console.print(f"[yellow]unfinished {line}[/]", highlight=False)
     scores = _write_reports(settings, dataset, conversations, results, console)
-    if unfinished:
-        console.print(f"[yellow]{unfinished} row(s) unfinished: rerun the same command to finish them[/]")
+    failed = f"{unfinished} row(s) unfinished: rerun the same command to finish them" if unfinished else None
     passed = sum(bool(row.get("passed")) for row in results.rows if row_key(row) in wanted)
     counts = item_counts(len(wanted), unfinished, conversations=len(conversations), passed=passed,
                          response_errors=scores.response_errors, judge_errors=scores.judge_errors)  # fmt: skip
-    return print_summary(COMMAND, 1 if unfinished else 0, output=output, counts=counts,
+    return print_summary(COMMAND, 1 if unfinished else 0, output=output, counts=counts, error=failed,
                          pass_at_1=scores.overall_pass_at_1, official=scores.overall_official)  # fmt: skip
 
 

@@ -91,11 +91,10 @@ def main(args: argparse.Namespace) -> int:
             "machine?): cuts came late, so early stop and budgets look worse than they are"
         )
     summary = report.summary()
-    missed = missed_targets(summary)
-    for name in missed:
-        console.print(f"[red]missed target: {name} {summary[name]} < {TARGETS[name]}[/]", highlight=False)
+    missed = [f"{name} {summary[name]} < {TARGETS[name]}" for name in missed_targets(summary)]
+    error = f"missed target(s): {', '.join(missed)}" if missed else None
     counts = {"problems": settings.problems, "methods": len(report.runs)}
-    return print_summary(COMMAND, 1 if missed else 0, counts=counts, **summary)
+    return print_summary(COMMAND, 1 if missed else 0, counts=counts, error=error, **summary)
 
 
 def missed_targets(summary: dict) -> list[str]:

@@ -79,8 +79,10 @@ def main(args: argparse.Namespace) -> int:
         table.add_row(name, value, "[green]yes[/]" if ok else "[red]NO[/]")
     Console().print(table)
     summary = final_summary(faults, resume)
-    good = summary["answered"] == summary["problems"] and not summary["duplicates"] and not summary["lost"]
+    wrong = [name for name, value in (("problems unanswered", summary["problems"] - summary["answered"]),
+                                      ("duplicate results", summary["duplicates"]), ("lost", summary["lost"]),
+                                      ("resume not clean", not summary["resumed_ok"])) if value]  # fmt: skip
     counts = item_counts(summary["problems"], summary["problems"] - summary["answered"], lost=summary["lost"],
                          duplicates=summary["duplicates"])  # fmt: skip
-    return print_summary(COMMAND, 0 if good and summary["resumed_ok"] else 1, output=args.output, counts=counts,
-                         **summary)  # fmt: skip
+    error = f"checks failed: {', '.join(wrong)} (the table above)" if wrong else None
+    return print_summary(COMMAND, 1 if wrong else 0, output=args.output, counts=counts, error=error, **summary)

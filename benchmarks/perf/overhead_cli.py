@@ -115,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
     if (line := versus_reference_line(summary)) is not None:
         out.print(line)
     out.print(f"report: {markdown}")
-    code = 1 if args.strict and not summary["targets_met"] else 0
+    missed = [name for name, met in summary["targets"].items() if not met]
+    error = f"missed target(s) (--strict): {', '.join(missed)}" if args.strict and missed else None
     counts = {"problems": settings.problems, "schedules": len(settings.schedules), "repeats": settings.repeats}
-    return print_summary(COMMAND, code, output=settings.output_dir, counts=counts, **summary)
+    return print_summary(COMMAND, 1 if error else 0, output=settings.output_dir, counts=counts, error=error, **summary)

@@ -81,7 +81,9 @@ def main(args: argparse.Namespace) -> int:
     console.print(f"{summary['default_policy']} computes {summary['prefill_ratio_best_vs_spread']} of the spreading's "
                   f"prefill (target at most {TARGETS['prefill_ratio']}); the least any routing could compute is "
                   f"{summary['prefill_floor_ratio_vs_spread']} of it (each distinct prefix once)")  # fmt: skip
-    good = (summary["prefill_ratio_best_vs_spread"] <= TARGETS["prefill_ratio"]
-            and summary["wall_ratio_best_vs_spread"] <= TARGETS["wall_ratio"] and not summary["lost"])  # fmt: skip
+    missed = [f"{name} {summary[key]} > {TARGETS[name]}" for name, key in
+              (("prefill_ratio", "prefill_ratio_best_vs_spread"), ("wall_ratio", "wall_ratio_best_vs_spread"))
+              if summary[key] > TARGETS[name]] + ([f"lost {summary['lost']}"] if summary["lost"] else [])  # fmt: skip
+    error = f"missed target(s): {', '.join(missed)}" if missed else None
     counts = {"replicas": settings.replicas, "runs": len(report.runs) + len(report.kills)}
-    return print_summary(COMMAND, 0 if good else 1, output=args.log_dir, counts=counts, **summary)
+    return print_summary(COMMAND, 1 if missed else 0, output=args.log_dir, counts=counts, error=error, **summary)
