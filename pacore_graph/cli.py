@@ -261,9 +261,13 @@ def build_parser() -> argparse.ArgumentParser:
     vllm.add_argument("vllm_args", nargs=argparse.REMAINDER, help="further flags passed to vllm serve")
     vllm.set_defaults(func=_serve_vllm)
 
-    endpoint = commands.add_parser("serve", help="PaCoRe behind an OpenAI-compatible endpoint (/v1/chat/completions)")
+    endpoint = commands.add_parser(
+        "serve", help="PaCoRe behind an OpenAI-compatible endpoint (/v1/chat/completions)",
+        description="PaCoRe behind an OpenAI-compatible endpoint, in front of the upstream --base-url names (its "
+        "--model for requests that name none); until Ctrl-C.",
+    )  # fmt: skip
     add_run_arguments(
-        endpoint, output=None, role="upstream (the model of requests that name none)",
+        endpoint, output=None, role="upstream",
         api_key_option="--upstream-api-key",
         concurrency="trajectories in flight upstream at most, over all requests (default 256)",
         max_tokens="default cap on each generated message (default: none; embedded model: "
