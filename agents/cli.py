@@ -6,18 +6,12 @@ import argparse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from pacore_agents.swe.eval_cli import register_eval
+    from pacore_agents.swe.images_cli import register_images
     from pacore_agents.swe.run_cli import register_run
 
     swe = subparsers.add_parser("swe", help="SWE-bench repair episodes in sandboxes, and their evaluation")
     inner = swe.add_subparsers(dest="swe_command", required=True, metavar="COMMAND")
     register_run(inner)
-    try:
-        from pacore_agents.swe.eval_cli import register_eval
-    except ModuleNotFoundError as exc:
-        if exc.name != "pacore_agents.swe.eval_cli":
-            raise
-    else:
-        register_eval(inner)
-        from pacore_agents.swe.images_cli import register_images
-
-        register_images(inner)
+    register_eval(inner)
+    register_images(inner)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+from functools import partial
+from typing import Any
 
-# sub-command name -> module with ``register(subparsers)``; imported lazily so a missing
-# optional extra (math-verify, matplotlib) only breaks the benchmark that needs it.
+# sub-command name -> module with ``register(subparsers)``; each imported on its own so a missing
+# optional extra (math-verify, matplotlib) only takes out the benchmark that needs it, with a line saying so.
 BENCHMARKS = {
     "math": "pacore_benchmarks.math.cli",
     "multichallenge": "pacore_benchmarks.multichallenge.cli",
@@ -18,13 +20,14 @@ BENCHMARKS = {
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from pacore_graph.extend import register_plugins
+
     bench = subparsers.add_parser("bench", help="evaluation and performance benchmarks")
     inner = bench.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
-    for module_name in BENCHMARKS.values():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name.startswith("pacore_benchmarks"):
-                continue  # not written yet
-            raise
-        module.register(inner)
+    # A benchmark whose module fails to import (a misspelled name, a missing extra) is named with its error.
+    register_plugins(inner, [(f"benchmark {name!r} ({module})", partial(_register_function, module))
+                             for name, module in BENCHMARKS.items()])  # fmt: skip
+
+
+def _register_function(module_name: str) -> Any:
+    return importlib.import_module(module_name).register

@@ -4,6 +4,7 @@
 error; one request with a short timeout first says so in a second or less. With ``HF_HUB_OFFLINE`` or
 ``HF_DATASETS_OFFLINE`` set, ``datasets`` reads its local cache without the network, so it is asked directly.
 The way out offline is a local file: ``--data``, such as the excerpts this clone ships in ``tests/fixtures/``.
+Without ``--data`` a benchmark reads the shared local copy when it is here, else the hub (:class:`DefaultData`).
 """
 
 from __future__ import annotations
@@ -11,8 +12,14 @@ from __future__ import annotations
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pacore_graph.extend import UsageError, say
+
+T = TypeVar("T")
 
 HUB_TIMEOUT = 3.0  # seconds: the hub answers well within this when it can be reached at all
 # The benchmark excerpts in the clone this package is installed from (pip install -e), when it is one.
@@ -68,3 +75,33 @@ def load_from_hub(name: str, split: str, what: str, excerpt: str) -> Any:
         first_line = (str(exc).strip().splitlines() or [""])[0][:200]
         raise ValueError(f"cannot load {name!r} from the hub ({type(exc).__name__}: {first_line}); "
                          f"offline, {offline_hint(what, excerpt)}") from exc  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DefaultData:
+    """What a benchmark reads when no ``--data`` is given: ``local`` (the shared copy, relative to the working
+    folder) when it is here, else ``hub_name`` from the dataset hub, saying so first."""
+
+    local: Path
+    hub_name: str
+
+    def source(self, given: str | None, cwd: Path | None = None) -> str:
+        """``--data`` when given, else the local copy when it exists under ``cwd`` (default: here), else the hub."""
+        if given:
+            return given
+        return str(self.local) if ((cwd or Path.cwd()) / self.local).exists() else self.hub_name
+
+    def help(self, what: str) -> str:
+        return f"{what} (default: {self.local} when it exists, else {self.hub_name} from the hub)"
+
+    def read(self, given: str | None, load: Callable[[str], T]) -> T:
+        """``load(source)``; when the hub was chosen for want of ``--data``, a line says so, and a refusal
+        (``ValueError``) says why it was the hub."""
+        source = self.source(given)
+        if given or source != self.hub_name:
+            return load(source)
+        say(f"no --data given and {self.local} is not here: reading {self.hub_name} from the hub")
+        try:
+            return load(source)
+        except ValueError as exc:
+            raise UsageError(f"no --data given and {self.local} is not here, so {exc}") from None

@@ -10,53 +10,26 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from pacore_graph.config import PRESETS, PaCoReConfig, parse_rounds
-from pacore_graph.errors import PaCoReError, redact_credentials
+from pacore_graph.command_kit import (
+    CommandParser,
+    add_run_arguments,
+    check_port,
+    config_from_args,
+    item_counts,
+    print_summary,
+    register_plugins,
+    run_command_line,
+    say,
+    summarised,
+)
+from pacore_graph.config import PaCoReConfig
+from pacore_graph.errors import PaCoReError, UsageError
 from pacore_graph.models.embedded import EMBEDDED_MAX_TOKENS
-
-
-def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
-    """--preset / --rounds, shared by every command that runs PaCoRe."""
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--preset", choices=list(PRESETS), help="low [4] (the default), medium [16], high [32,4]")
-    group.add_argument("--rounds", help="trajectories per round, e.g. 32,4 (0: one plain call)")
-
-
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """--base-url and --model; none: the embedded model. ``args.base_url`` is a list so that a repeated flag is
-    refused (by :func:`~pacore_graph.models.serving`) rather than silently cut to its last URL."""
-    parser.add_argument(
-        "--base-url",
-        action="append",
-        metavar="URL",
-        help="OpenAI-compatible server, e.g. http://localhost:8000/v1 (replicas: vllm-router's URL, see serve-vllm); "
-        "default: $OPENAI_BASE_URL, else the embedded SmolLM2-135M, started here (a tiny CPU model that exercises "
-        "the plumbing, not one that answers well)",
-    )
-    parser.add_argument("--model", help="model name (default: the server's first model)")
-    parser.add_argument("--api-key", help="API key (default: $OPENAI_API_KEY)")
-
-
-def config_from_args(args: argparse.Namespace, **overrides: Any) -> PaCoReConfig:
-    """A PaCoReConfig from --preset / --rounds and the optional sampling flags.
-
-    The command owns its process, so full GC passes are spaced out during runs (``spaced_gc``).
-    """
-    fields: dict[str, Any] = {"spaced_gc": True}
-    if getattr(args, "rounds", None) is not None:
-        fields["rounds"] = parse_rounds(args.rounds)
-    elif getattr(args, "preset", None):
-        fields["rounds"] = list(PRESETS[args.preset])
-    for name in ("max_concurrency", "max_tokens", "temperature", "top_p", "seed", "context_window"):
-        if getattr(args, name, None) is not None:
-            fields[name] = getattr(args, name)
-    fields.update(overrides)
-    return PaCoReConfig(**fields)
-
 
 SOLVE_ID = "problem"  # the one problem of a `pacore solve --output` folder
 
 
+@summarised("solve")
 def _solve(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -104,7 +77,7 @@ def _solve(args: argparse.Namespace) -> int:
     try:
         if folder is not None and folder.results.rows:
             row = folder.results.rows[0]
-            print(f"answered before; read from {folder.results.path}", file=sys.stderr)
+            say(f"answered before; read from {folder.results.path}")
         else:
             with serving(base_url, args.model, args.api_key) as model, progress:
                 row = asyncio.run(run(model))
@@ -113,8 +86,11 @@ def _solve(args: argparse.Namespace) -> int:
             folder.release()
     print(row["answer"])
     approx = " (approximate)" if row["ttc_approximate"] else ""
-    print(f"effective TTC: {row['ttc']} tokens{approx}; failed trajectories: {len(row['failures'])}", file=sys.stderr)
-    return 0
+    say(f"effective TTC: {row['ttc']} tokens{approx}; failed trajectories: {len(row['failures'])}")
+    trajectories = sum(len(record["trajectories"]) for record in row["rounds"])
+    counts = item_counts(1, 0, trajectories=trajectories, failed_trajectories=len(row["failures"]))
+    return print_summary("solve", output=args.output, counts=counts, answer=row["answer"], ttc=row["ttc"],
+                         ttc_approximate=row["ttc_approximate"])  # fmt: skip
 
 
 def read_messages_file(path: str) -> list[Any]:
@@ -123,7 +99,11 @@ def read_messages_file(path: str) -> list[Any]:
     from pacore_graph.inputs import check_messages, parse_json
 
     where = f"--messages-file {path}"
-    messages = parse_json(Path(path).read_bytes(), where)
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {where}: {exc.strerror or exc}") from None
+    messages = parse_json(raw, where)
     check_messages(messages, where)
     return messages
 
@@ -136,11 +116,6 @@ def check_api_keys(args: argparse.Namespace) -> None:
         if value is not None and not value.strip():
             source = " or $PACORE_API_KEY" if flag == "api_key" and args.command == "serve" else ""
             raise ValueError(f"--{flag.replace('_', '-')}{source} is empty: give the key, or leave it unset")
-
-
-def check_port(port: int | None) -> None:
-    if port is not None and not 1 <= port <= 65535:
-        raise ValueError(f"--port {port} is not a TCP port (1-65535)")
 
 
 MESSAGES_KEPT_INLINE = 64 * 1024  # characters of a problem that run.json keeps as text; beyond, a digest
@@ -183,7 +158,7 @@ def _serve_local(args: argparse.Namespace) -> int:
 
     check_port(args.port)
     with EmbeddedServer(port=args.port, n_ctx=args.n_ctx) as server:
-        print(f"serving {server.model} at {server.base_url} (Ctrl-C stops)", file=sys.stderr, flush=True)
+        say(f"serving {server.model} at {server.base_url} (Ctrl-C stops)")
         try:
             while server.process is not None and server.process.poll() is None:
                 time.sleep(1)
@@ -210,7 +185,7 @@ def _serve_vllm(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from pacore_graph.errors import PaCoReError
+    from pacore_graph.models import configured_url
 
     config = config_from_args(args)
     check_api_keys(args)
@@ -229,12 +204,17 @@ def _serve(args: argparse.Namespace) -> int:
         if getattr(args, name) is not None:
             fields[name] = getattr(args, name)
     limits = ServerLimits(**fields)
-    return serve(config, base_url=args.base_url, model=args.model, upstream_api_key=args.upstream_api_key,
+    base_url = configured_url(args.base_url)  # several URLs are refused here, before anything runs
+    return serve(config, base_url=base_url, model=args.model, upstream_api_key=args.upstream_api_key,
                  host=args.host, port=args.port, api_key=args.api_key, limits=limits)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pacore", description="PaCoRe: parallel coordinated reasoning")
+    parser = CommandParser(
+        prog="pacore", description="PaCoRe: parallel coordinated reasoning. Errors are one line on stderr "
+        "(pacore: error: ...) with exit status 2 for a refused argument, value or file and 1 for a failed run; "
+        "a run command's last stdout line is its JSON summary.",
+    )  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     solve = commands.add_parser(
@@ -245,14 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     solve.add_argument("problem", nargs="?", help="the problem (a user message)")
     solve.add_argument("--messages-file", help="JSON list of OpenAI-style messages (a conversation)")
-    add_schedule_arguments(solve)
-    add_model_arguments(solve)
-    solve.add_argument("--max-concurrency", type=int, help="in-flight trajectories at most")
-    solve.add_argument("--max-tokens", type=int,
-                       help=f"cap on each generated message (default: none; embedded model: {EMBEDDED_MAX_TOKENS})")
-    solve.add_argument(
-        "--output", metavar="DIR",
-        help="a folder for the run: its row (answer, rounds, usage, TTC, failures) in results.jsonl and its "
+    add_run_arguments(
+        solve, concurrency="trajectories in flight at most (default 256)",
+        output="a folder for the run: its row (answer, rounds, usage, TTC, failures) in results.jsonl and its "
         "checkpoint; the same command again continues an interrupted run or prints the answer",
     )  # fmt: skip
     solve.set_defaults(func=_solve)
@@ -286,14 +261,18 @@ def build_parser() -> argparse.ArgumentParser:
     vllm.add_argument("vllm_args", nargs=argparse.REMAINDER, help="further flags passed to vllm serve")
     vllm.set_defaults(func=_serve_vllm)
 
-    endpoint = commands.add_parser("serve", help="PaCoRe behind an OpenAI-compatible endpoint (/v1/chat/completions)")
-    endpoint.add_argument("--base-url", help="the upstream: a vLLM server or vllm-router, e.g. "
-                          "http://localhost:8000/v1 (default: $OPENAI_BASE_URL, else the embedded model)")
-    endpoint.add_argument("--model", help="upstream model of requests that name none (default: the upstream's first)")
-    endpoint.add_argument("--upstream-api-key", help="key sent to the upstream (default: $OPENAI_API_KEY)")
-    add_schedule_arguments(endpoint)
-    endpoint.add_argument("--max-concurrency", type=int, help="trajectories in flight upstream, over all requests")
-    endpoint.add_argument("--max-tokens", type=int, help="default cap on each generated message (default: none)")
+    endpoint = commands.add_parser(
+        "serve", help="PaCoRe behind an OpenAI-compatible endpoint (/v1/chat/completions)",
+        description="PaCoRe behind an OpenAI-compatible endpoint, in front of the upstream --base-url names (its "
+        "--model for requests that name none); until Ctrl-C.",
+    )  # fmt: skip
+    add_run_arguments(
+        endpoint, output=None, role="upstream",
+        api_key_option="--upstream-api-key",
+        concurrency="trajectories in flight upstream at most, over all requests (default 256)",
+        max_tokens="default cap on each generated message (default: none; embedded model: "
+        f"{EMBEDDED_MAX_TOKENS})",
+    )  # fmt: skip
     endpoint.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: loopback only)")
     endpoint.add_argument("--port", type=int, default=8100)
     endpoint.add_argument("--api-key", default=os.environ.get("PACORE_API_KEY"),
@@ -309,30 +288,14 @@ def build_parser() -> argparse.ArgumentParser:
                           help="a connection that sends no complete request head this long is closed (default 30)")
     endpoint.set_defaults(func=_serve)
 
-    for plugin in entry_points(group="pacore.commands"):
-        try:
-            register = plugin.load()
-        except ImportError:
-            continue  # an optional extra is missing; its commands are not offered
-        register(commands)
+    plugins = entry_points(group="pacore.commands")
+    register_plugins(commands, [(f"plugin {p.name!r} ({p.value})", p.load) for p in plugins])
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pydantic import ValidationError
-
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args) or 0
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        print(f"pacore: invalid {'.'.join(map(str, first['loc']))}: {first['msg']}", file=sys.stderr)
-    except (PaCoReError, ValueError, OSError) as exc:
-        print(f"pacore: {redact_credentials(str(exc))}", file=sys.stderr)
-    except KeyboardInterrupt:
-        print("pacore: interrupted", file=sys.stderr)
-        return 130
-    return 1
+    """The ``pacore`` command: its exit status (0 done, 1 the run failed, 2 a refused argument, value or file)."""
+    return run_command_line(build_parser(), argv)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,12 @@ class PaCoReError(RuntimeError):
     """Base class of the operator's own errors."""
 
 
+class UsageError(PaCoReError, ValueError):
+    """What was given cannot be used (an argument, a value, a path, a file, a folder made for other settings):
+    nothing was started. A ``ValueError``, as every refusal of a bad input is here, so a command exits with the
+    usage status (2) for it; a ``PaCoReError``, so callers that catch the operator's errors catch it too."""
+
+
 class RoundFailedError(PaCoReError):
     """No trajectory of a round produced a usable conclusion: there is nothing to synthesise over.
 

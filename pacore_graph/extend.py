@@ -38,9 +38,17 @@ Messages and text
     ``message_text(message)``; ``compact(content, reasoning, finish_reason)`` (a message's conclusion);
     ``cut_middle(text, head, tail)`` (keep head and tail, say how much was cut); ``synthesis_messages``,
     ``render_synthesis_prompt`` and ``DEFAULT_TEMPLATE`` (the paper's Table 6).
-Schedules and command lines
-    ``PRESETS``, ``parse_rounds("32,4")``, ``add_schedule_arguments`` / ``add_model_arguments`` (the
-    ``--preset``/``--rounds`` and ``--base-url``/``--model``/``--api-key`` flags) and ``config_from_args``.
+Schedules and command lines (the command kit, ``pacore_graph.command_kit``: every ``pacore`` command's form)
+    ``PRESETS``, ``parse_rounds("32,4")``. Arguments: ``add_run_arguments`` (``--base-url``/``--model``/
+    ``--api-key``, ``--preset``/``--rounds``, ``--max-concurrency``, ``--max-tokens``, ``--output``) or its parts
+    ``add_model_arguments``, ``add_schedule_arguments`` (read by ``schedule_from_args``, or by
+    ``schedules_from_args`` for several), ``add_concurrency_argument``, ``add_output_argument``; ``add_alias``
+    (an old spelling, hidden); ``config_from_args``; ``check_port``. Errors: ``UsageError`` (exit status 2: what
+    was given cannot be used; any ``ValueError`` counts as one), any other error of a run exit status 1, each
+    one line ``pacore: error: ...`` (``report_error``, ``run_parsed``, ``run_command_line``; ``CommandParser``
+    for argparse's own); ``say`` / ``warn`` (stderr lines). The JSON summary, the last stdout line of a run
+    command: ``print_summary``, ``item_counts``, ``summarised`` (a failed run's summary too).
+    ``register_plugins`` (a plugin that fails to load is named).
 Model servers
     ``serving(base_url, model, api_key)`` (a client for a block; starts the embedded model when no URL is
     given), ``configured_url`` (the URL given, else ``OPENAI_BASE_URL``; several are refused),
@@ -59,7 +67,28 @@ from pacore_graph.batch.folder_lock import FolderInUse, FolderLock
 from pacore_graph.batch.progress import RunProgress
 from pacore_graph.batch.results_file import ResultsFile, write_json_atomically
 from pacore_graph.batch.resume import open_checkpointer, thread_id
-from pacore_graph.cli import add_model_arguments, add_schedule_arguments, config_from_args
+from pacore_graph.command_kit import (
+    CommandParser,
+    add_alias,
+    add_concurrency_argument,
+    add_model_arguments,
+    add_output_argument,
+    add_run_arguments,
+    add_schedule_arguments,
+    check_port,
+    config_from_args,
+    item_counts,
+    print_summary,
+    register_plugins,
+    report_error,
+    run_command_line,
+    run_parsed,
+    say,
+    schedule_from_args,
+    schedules_from_args,
+    summarised,
+    warn,
+)
 from pacore_graph.concurrency.retry import with_retries
 from pacore_graph.concurrency.sync import run_sync
 from pacore_graph.config import PRESETS, RetryPolicy, parse_rounds
@@ -67,7 +96,7 @@ from pacore_graph.coordination import RSA_TEMPLATE, Budget, EarlyStop, boxed_ans
 from pacore_graph.coordination.answers import TEXT_GROUP, strip_math_delimiters
 from pacore_graph.coordination.answers import Flag as AnswerFlag
 from pacore_graph.coordination.rsa import rsa_config
-from pacore_graph.errors import BudgetExhaustedError, ModelRequestError, is_transient
+from pacore_graph.errors import BudgetExhaustedError, ModelRequestError, UsageError, is_transient
 from pacore_graph.explorers.chat import ChatExplorer
 from pacore_graph.explorers.protocol import Explorer
 from pacore_graph.graph.exploration import Exploration, passed_on
@@ -156,6 +185,24 @@ __all__ = [
     "thread_id",
     "with_retries",
     "write_json_atomically",
+    "CommandParser",
+    "add_alias",
+    "add_concurrency_argument",
+    "add_output_argument",
+    "add_run_arguments",
+    "check_port",
+    "item_counts",
+    "print_summary",
+    "register_plugins",
+    "report_error",
+    "run_command_line",
+    "run_parsed",
+    "say",
+    "schedule_from_args",
+    "schedules_from_args",
+    "summarised",
+    "warn",
+    "UsageError",
 ]
 
 

@@ -313,16 +313,22 @@ def test_solve_output_resumes_reads_back_and_refuses_another_problem(capsys, tmp
     with mock_server(reply) as server:
         args = ["--rounds", "2", "--base-url", server.base_url, "--model", "mock-model", "--output", out]
         code, _, printed = _cli(capsys, "solve", "What is 17*23?", *args)
-        assert code == 0 and printed.strip() == "final 391" and len(server.requests) == 3
+        answer, last = printed.splitlines()
+        assert code == 0 and answer == "final 391" and len(server.requests) == 3
+        summary = json.loads(last)
+        assert summary == {"command": "solve", "exit_code": 0, "output": out,
+                           "counts": {"total": 1, "done": 1, "failed": 0, "trajectories": 3, "failed_trajectories": 0},
+                           "answer": "final 391", "ttc": summary["ttc"], "ttc_approximate": False}  # fmt: skip
         (row,) = [json.loads(line) for line in Path(out, "results.jsonl").read_text().splitlines()]
         assert row["answer"] == "final 391" and [r["k"] for r in row["rounds"]] == [2, 1]
 
-        code, lines, printed = _cli(capsys, "solve", "What is 17*23?", *args)
-        assert code == 0 and printed.strip() == "final 391" and len(server.requests) == 3  # nothing sent
+        code, lines, again = _cli(capsys, "solve", "What is 17*23?", *args)
+        assert code == 0 and again == printed and len(server.requests) == 3  # nothing sent
         assert any("answered before" in line for line in lines)
 
-        code, lines, _ = _cli(capsys, "solve", "What is 18*23?", *args)
-        assert code == 1 and len(lines) == 1 and "holds results made with other settings (messages:" in lines[0]
+        code, lines, printed = _cli(capsys, "solve", "What is 18*23?", *args)
+        assert code == 2 and len(lines) == 1 and "holds results made with other settings (messages:" in lines[0]
+        assert lines[0].startswith("pacore: error: ") and printed == ""  # refused: nothing ran, no summary
         assert len(server.requests) == 3
 
 
@@ -335,14 +341,16 @@ def test_solve_output_path_is_checked_before_any_server_or_call(capsys, tmp_path
     (tmp_path / "a-file").write_text("x")
     closed = "http://127.0.0.1:9/v1"  # never reached: the path is checked first
     code, lines, _ = _cli(capsys, "solve", "q", "--base-url", closed, "--output", str(tmp_path / output))
-    assert code == 1 and len(lines) == 1 and named in lines[0]
+    assert code == 2 and len(lines) == 1 and named in lines[0]
 
 
 def test_solve_into_a_folder_in_use_is_refused(capsys, tmp_path):
     held = folder(tmp_path / "out").claim()
     try:
-        code, lines, _ = _cli(capsys, "solve", "q", "--base-url", "http://127.0.0.1:9/v1", "--output",
-                              str(tmp_path / "out"))  # fmt: skip
+        code, lines, printed = _cli(capsys, "solve", "q", "--base-url", "http://127.0.0.1:9/v1", "--output",
+                                    str(tmp_path / "out"))  # fmt: skip
     finally:
         held.release()
     assert code == 1 and len(lines) == 1 and f"in use by another run (pid {os.getpid()})" in lines[0]
+    summary = json.loads(printed)  # a run that could not go on (the folder is busy): its summary says why
+    assert summary["exit_code"] == 1 and "in use by another run" in summary["error"]

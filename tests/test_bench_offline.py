@@ -29,10 +29,10 @@ def test_offline_without_data_fails_at_once_naming_data_and_the_shipped_excerpt(
     monkeypatch.setattr(datasets, "load_dataset", never)
     code = main(["bench", bench, "--limit", "1", "--output", str(tmp_path / "out")])
     lines = capsys.readouterr().err.strip().splitlines()
-    assert code == 1
-    assert lines[0].startswith("no --data given") and lines[0].endswith("from the hub")  # what it tries
+    assert code == 2  # the default source cannot be read: a refused input, before anything started
+    assert lines[0].startswith("pacore: no --data given") and lines[0].endswith("from the hub")  # what it tries
     (error,) = lines[1:]
-    assert error.startswith("pacore: ") and "the dataset hub (http://127.0.0.1:9) cannot be reached" in error
+    assert error.startswith("pacore: error: ") and "the dataset hub (http://127.0.0.1:9) cannot be reached" in error
     assert "pass --data PATH" in error and f"--data {FIXTURES / excerpt}" in error
     assert not (tmp_path / "out").exists()
 
@@ -41,4 +41,4 @@ def test_offline_without_data_fails_at_once_naming_data_and_the_shipped_excerpt(
 def test_both_benchmarks_report_bad_input_in_one_form(bench, excerpt, tmp_path, capsys):
     code = main(["bench", bench, "--data", str(tmp_path / "missing.jsonl"), "--output", str(tmp_path / "out")])
     (error,) = capsys.readouterr().err.strip().splitlines()
-    assert code == 1 and error.startswith("pacore: ") and "missing.jsonl" in error
+    assert code == 2 and error.startswith("pacore: error: ") and "missing.jsonl" in error

@@ -21,7 +21,7 @@ def _help(*command: str, raw: bool = False) -> str:
 def test_solve_help_names_the_default_model_preset_and_cap():
     text = _help("solve")
     assert "else the embedded SmolLM2-135M" in text and "$OPENAI_BASE_URL" in text
-    assert "low [4] (the default)" in text and "preset low" in text
+    assert "low [4], medium [16], high [32,4] (default: low)" in text and "preset low" in text
     assert f"embedded model: {EMBEDDED_MAX_TOKENS}" in text
 
 

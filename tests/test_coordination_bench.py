@@ -44,21 +44,22 @@ def test_the_command_prints_a_table_then_one_json_line_and_exits_1_when_a_target
     # Three problems may meet the real targets or not: targets every run meets, or none can, decide here.
     targets = dict.fromkeys(coordination_cli.TARGETS, 0.0 if met else 1.01)
     monkeypatch.setattr(coordination_cli, "TARGETS", targets)
-    code = pacore(["bench", "coordination", "--problems", "3", "--schedule", "4", "--methods", "paper,early_stop",
+    code = pacore(["bench", "coordination", "--problems", "3", "--rounds", "4", "--methods", "paper,early_stop",
                    "--token-delay", "0.0005", "--output-tokens", "40-300", "--lead", "2"])  # fmt: skip
     captured = capsys.readouterr()
     out = captured.out.strip().splitlines()
     summary = json.loads(out[-1])
-    assert code == (0 if met else 1)
-    assert ("missed target: tokens_saved_early_stop" in captured.err) != met
-    assert ("missed target: agreement_kept_early_stop" in captured.err) != met
+    assert code == (0 if met else 1) and summary["exit_code"] == code
+    last = captured.err.strip().splitlines()[-1]  # a missed target is the run's error line, and its summary's error
+    assert last.startswith("pacore: error: missed target(s): ") != met and ("error" in summary) != met
+    assert ("tokens_saved_early_stop" in last) != met and ("agreement_kept_early_stop" in last) != met
     assert {"tokens_saved_early_stop", "agreement_kept_early_stop", "methods"} <= set(summary)
     assert set(summary["methods"]) == {"paper", "early_stop"} and summary["problems"] == 3
     assert "pacore bench coordination" in "\n".join(out[:-1])
 
 
 def test_bad_settings_fail_in_one_line_before_anything_runs(capsys):
-    assert pacore(["bench", "coordination", "--methods", "paper,nope"]) == 1
+    assert pacore(["bench", "coordination", "--methods", "paper,nope"]) == 2
     assert "unknown methods ['nope']" in capsys.readouterr().err
-    assert pacore(["bench", "coordination", "--mix", "easy=1,medium=1"]) == 1
+    assert pacore(["bench", "coordination", "--mix", "easy=1,medium=1"]) == 2
     assert "unknown answer kinds ['medium']" in capsys.readouterr().err

@@ -33,13 +33,14 @@ def test_pacore_solve_runs_on_the_embedded_model_with_no_server_given(tmp_path):
                "--max-tokens", "96", "--output", str(output)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=_clean_env())
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip()
+    answer, last = done.stdout.rstrip("\n").rsplit("\n", 1)  # the answer, then the JSON summary line
+    assert answer.strip() and json.loads(last)["answer"] == answer
     assert "effective TTC" in done.stderr and "final round" in done.stderr
     (summary,) = [json.loads(line) for line in (output / "results.jsonl").read_text().splitlines()]
     assert [r["k"] for r in summary["rounds"]] == [2, 1]
     assert summary["ttc"] == sum(t["completion_tokens"] for r in summary["rounds"] for t in r["trajectories"])
     assert summary["ttc"] > 0 and not summary["ttc_approximate"]  # llama.cpp reports usage
-    assert summary["answer"] == done.stdout.strip()
+    assert summary["answer"] == answer
     # The same command again reads the answer back: no server is started, nothing is spent.
     again = subprocess.run(command, capture_output=True, text=True, timeout=60, env=_clean_env())
     assert again.returncode == 0 and again.stdout == done.stdout

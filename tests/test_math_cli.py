@@ -111,18 +111,18 @@ def test_grade_held_out_style_responses(tmp_path: Path, capsys) -> None:
 def test_grade_bad_predictions(tmp_path: Path, capsys, content: str, message: str) -> None:
     path = tmp_path / "p.jsonl"
     path.write_text(content)
-    assert main(["bench", "math", "grade", "--data", str(DATA / "aime_2025.jsonl"), "--predictions", str(path)]) == 1
+    assert main(["bench", "math", "grade", "--data", str(DATA / "aime_2025.jsonl"), "--predictions", str(path)]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1  # one clear message, no traceback
 
 
 def test_grade_without_data_or_predictions_says_what_to_pass(tmp_path: Path, capsys, monkeypatch) -> None:
-    assert main(["bench", "math", "grade", "--data", str(DATA / "aime_2025.jsonl")]) == 1
+    assert main(["bench", "math", "grade", "--data", str(DATA / "aime_2025.jsonl")]) == 2
     assert "grade needs --predictions FILE" in capsys.readouterr().err
     predictions = _write(tmp_path / "p.jsonl", [{"id": "aime_2025_I_1", "response": "70"}])
     monkeypatch.chdir(tmp_path)  # no ../shared here, and the hub is out of reach (or `datasets` is missing)
     monkeypatch.setitem(sys.modules, "datasets", None)
-    assert main(["bench", "math", "grade", "--predictions", str(predictions)]) == 1
+    assert main(["bench", "math", "grade", "--predictions", str(predictions)]) == 2
     note, error = capsys.readouterr().err.splitlines()  # what it tries, then one line saying what to pass
     assert note.endswith("is not here: reading MathArena/aime_2025 from the hub")
     assert "no --data given and ../shared/data/math/aime_2025.jsonl is not here, so" in error
@@ -132,16 +132,16 @@ def test_grade_without_data_or_predictions_says_what_to_pass(tmp_path: Path, cap
 def test_run_rejects_bad_input_before_starting_a_model(tmp_path: Path, capsys) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "x", "problem": "", "answer": "1"}\n')
-    assert main(["bench", "math", "--data", str(bad), "--output", str(tmp_path / "o")]) == 1
+    assert main(["bench", "math", "--data", str(bad), "--output", str(tmp_path / "o")]) == 2
     assert "field 'problem' is empty" in capsys.readouterr().err
     args = ["bench", "math", "--data", str(DATA / "aime_2025.jsonl"), "--output", str(tmp_path / "o")]
-    assert main([*args, "--rounds", "4,x"]) == 1
+    assert main([*args, "--rounds", "4,x"]) == 2
     assert "comma-separated integers" in capsys.readouterr().err
-    assert main([*args, "--methods", "single,best"]) == 1
+    assert main([*args, "--methods", "single,best"]) == 2
     assert "unknown method 'best'" in capsys.readouterr().err
-    assert main([*args, "--rounds", "8", "--pool", "4"]) == 1
+    assert main([*args, "--rounds", "8", "--pool", "4"]) == 2
     assert "--pool 4 is too small" in capsys.readouterr().err
-    assert main([*args, "--preset", "huge"]) == 1
+    assert main([*args, "--preset", "huge"]) == 2
     assert "unknown preset 'huge'" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 

@@ -76,7 +76,7 @@ def test_export_holds_conclusions_exact_accuracy_and_ground_truth_and_resumes(tm
         rows = _rows(out / "train.jsonl")
         assert _export(server, out) == 0  # a resume redoes nothing
         assert len(server.requests) == 3 * POOL
-        assert _export(server, out, "--temperature", "0.6") == 1  # other sampling: not mixed into this folder
+        assert _export(server, out, "--temperature", "0.6") == 2  # other sampling: not mixed into this folder
         assert len(server.requests) == 3 * POOL
     assert _rows(out / "train.jsonl") == rows
     refused = [line for line in capsys.readouterr().err.splitlines() if "other settings" in line]
@@ -209,7 +209,7 @@ def test_bad_rows_are_refused_in_one_line_before_a_model_starts(tmp_path: Path, 
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps(good) + "\n" + json.dumps(row) + "\n")
     for action in ([], ["export-train"]):
-        assert main(["bench", "math", *action, "--data", str(path), "--output", str(tmp_path / "o")]) == 1
+        assert main(["bench", "math", *action, "--data", str(path), "--output", str(tmp_path / "o")]) == 2
         err = capsys.readouterr().err
         assert f"{path}:2: " in err and message in err and err.count("\n") == 1, err
     assert not (tmp_path / "o").exists()
@@ -217,11 +217,11 @@ def test_bad_rows_are_refused_in_one_line_before_a_model_starts(tmp_path: Path, 
 
 def test_export_without_a_pool_says_what_to_pass(tmp_path: Path, capsys) -> None:
     assert main(["bench", "math", "export-train", "--data", str(DATA), "--output", str(tmp_path / "o"),
-                 "--model", "m", "--no-progress"]) == 1  # fmt: skip
+                 "--model", "m", "--no-progress"]) == 2  # fmt: skip
     err = capsys.readouterr().err
     assert "holds no pooled trajectories of these problems: pass --pool N" in err and err.count("\n") == 1
     assert main(["bench", "math", "export-train", "--data", str(DATA), "--output", str(tmp_path / "p"),
-                 "--min-message-accuracy", "0.5", "--max-message-accuracy", "0.2"]) == 1  # fmt: skip
+                 "--min-message-accuracy", "0.5", "--max-message-accuracy", "0.2"]) == 2  # fmt: skip
     assert "must be below --max-message-accuracy" in capsys.readouterr().err
 
 

@@ -41,7 +41,7 @@ def test_register_adds_the_subcommand():
 )
 def test_bad_arguments_get_one_clear_message(capsys, tmp_path, args, message):
     code, text = run(capsys, *args, "--output", str(tmp_path / "out"))
-    assert code == 1 and message in " ".join(text.split())
+    assert code == 2 and text.startswith("pacore: error: ") and message in " ".join(text.split())
     assert not (tmp_path / "out" / "results.jsonl").exists()
 
 
@@ -50,7 +50,7 @@ def test_no_data_and_no_shared_copy_says_what_to_pass(capsys, tmp_path, monkeypa
     monkeypatch.setitem(sys.modules, "datasets", None)
     code, text = run(capsys, "--output", str(tmp_path / "out"))
     text = " ".join(text.split())
-    assert code == 1
+    assert code == 2
     assert "no --data given and ../shared/data/multichallenge/benchmark_questions.jsonl is not here" in text
     assert "--data PATH" in text and not (tmp_path / "out").exists()
 
@@ -88,7 +88,7 @@ def test_resuming_into_a_folder_of_another_run_is_refused_and_keeps_its_rows(cap
         rows = (out / "results.jsonl").read_bytes()
         code, text = run(capsys, *base, "--rounds", "2")
         text = " ".join(text.split())
-        assert code == 1 and "holds results made with other settings" in text
+        assert code == 2 and "holds results made with other settings" in text
         assert "rounds: folder has [], this run [2]" in text
         assert len(server.calls) == calls and (out / "results.jsonl").read_bytes() == rows
         # More conversations later into the same folder: only the new ones run.
@@ -122,8 +122,8 @@ def test_the_clients_are_closed_however_the_run_ends(capsys, tmp_path, monkeypat
                 raise RuntimeError("the run crashed")
 
             monkeypatch.setattr(MultiChallengeRunner, "arun", crash)
-            with pytest.raises(RuntimeError, match="the run crashed"):
-                cli(args)
+            code, text = run(capsys, *args)
+            assert code == 1 and "pacore: error: the run crashed" in text
             assert closed == ["mock", "mock"]  # the responder and the judge's own client
         else:
             code, text = run(capsys, *args, "--judge-base-url", server.url, "--judge-model", "nope")

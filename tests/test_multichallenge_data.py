@@ -11,10 +11,10 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from pacore_benchmarks.multichallenge.data import (
     AXES,
+    DEFAULT_DATA,
     HUB_NAME,
     LOCAL_PATH,
     DataError,
-    default_source,
     load_dataset,
     select,
 )
@@ -129,11 +129,12 @@ def test_directory_and_empty_file_are_refused(tmp_path):
 def test_default_source_prefers_the_local_copy(tmp_path):
     project = tmp_path / "project"
     project.mkdir()
-    assert default_source(project) == HUB_NAME
+    assert DEFAULT_DATA.source(None, project) == HUB_NAME
     shared = project / LOCAL_PATH
     shared.parent.mkdir(parents=True)
     shared.write_bytes(FIXTURE.read_bytes())
-    assert default_source(project) == str(LOCAL_PATH)
+    assert DEFAULT_DATA.source(None, project) == str(LOCAL_PATH)
+    assert DEFAULT_DATA.source("mine.jsonl", project) == "mine.jsonl"  # --data wins
 
 
 def test_select_filters_axis_then_limits_in_file_order():

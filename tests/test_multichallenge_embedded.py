@@ -26,7 +26,7 @@ def test_embedded_run_writes_rows_table_report_then_resumes_without_model(tmp_pa
     printed = capsys.readouterr()
     first = printed.out
     assert "INFERENCE_MEMORY" in first and "OVERALL" in first  # the terminal table
-    assert "WARNING: the judge is the responder itself" in " ".join(printed.err.split())  # one model, both sides
+    assert "warning: the judge is the responder itself" in " ".join(printed.err.split())  # one model both sides
 
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert [r["question_id"] for r in rows] == ["674552683acc22154b07a598", "674552684d7f0f0dad442da6"]

@@ -131,7 +131,7 @@ def write_data(path: Path, n: int) -> None:
 def cli_command(data: Path, output: Path, url: str) -> list[str]:
     return [
         sys.executable, "-m", "pacore_benchmarks.multichallenge.cli",
-        "--data", str(data), "--base-url", url, "--rounds", "4", "--concurrency", "4",
+        "--data", str(data), "--base-url", url, "--rounds", "4", "--workers", "4",
         "--max-tokens", "32", "--output", str(output),
     ]  # fmt: skip
 

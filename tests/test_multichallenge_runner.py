@@ -58,7 +58,7 @@ def conversation(qid: str, last: str, axis: str = "SELF_COHERENCE", criteria: st
 
 def make_runner(tmp_path, rounds, *, samples=1, responder=None, judge=None):
     """A runner in the run folder ``tmp_path``; run it inside ``async with runner.folder:``."""
-    settings = RunSettings(data="fixture", output=str(tmp_path), rounds=rounds, samples=samples, concurrency=3)
+    settings = RunSettings(data="fixture", output=str(tmp_path), rounds=rounds, samples=samples, workers=3)
     responder = responder or Fake(reply=responder_reply)
     judge = judge or Fake(reply=judge_reply)
     config = pacore_config(settings, None).model_copy(update={"retry": FAST_RETRY})

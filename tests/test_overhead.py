@@ -16,6 +16,7 @@ from pacore_benchmarks.perf.floor import render_synthesis, run_floor
 from pacore_benchmarks.perf.overhead import expected_trajectories
 from pacore_benchmarks.perf.overhead_worker import WorkerSpec, make_problems, measure
 from pacore_emulator import Emulator, EmulatorConfig
+from pacore_graph.extend import run_parsed
 from pacore_graph.synthesis.prompt import render_synthesis_prompt
 
 TINY_EMULATOR = {"ttft": 0.01, "token_delay": 0.0005, "output_tokens": (20, 60)}
@@ -96,7 +97,7 @@ def test_tiny_overhead_run_prints_the_json_verdict_last(tmp_path, capsys):
     parser = argparse.ArgumentParser()
     overhead_cli.register(parser.add_subparsers())
     args = parser.parse_args([
-        "overhead", "--problems", "2", "--schedules", "2;2,2", "--ttft", "0.01", "--token-delay", "0.0005",
+        "overhead", "--problems", "2", "--rounds", "2", "--rounds", "2,2", "--ttft", "0.01", "--token-delay", "0.0005",
         "--output-tokens", "20-60", "--no-scaling", "--output", str(tmp_path),
     ])
     assert args.func(args) == 0
@@ -114,7 +115,9 @@ def test_tiny_overhead_run_prints_the_json_verdict_last(tmp_path, capsys):
     assert "[2, 2]" in markdown and "Checkpoints" in markdown and "Streaming" in markdown
     assert "[16] via endpoint" in markdown and "The endpoint adds" in markdown
     saved = json.loads((tmp_path / "overhead.json").read_text())
-    assert saved["summary"] == summary
+    kit = {"command": "bench overhead", "exit_code": 0, "output": str(tmp_path),
+           "counts": {"problems": 2, "schedules": 2, "repeats": 1}}  # the command kit's envelope
+    assert summary == {**kit, **saved["summary"]}
 
 
 def test_bad_schedules_are_refused_with_a_clear_message(capsys):
@@ -213,7 +216,7 @@ def test_a_wrong_reference_path_fails_at_once_with_one_line(tmp_path, capsys):
     parser = argparse.ArgumentParser()
     overhead_cli.register(parser.add_subparsers())
     args = parser.parse_args(["overhead", "--quick", "--reference", str(tmp_path), "--output", str(tmp_path)])
-    assert args.func(args) == 1
+    assert run_parsed(args) == 2  # a refused path
     err = capsys.readouterr().err
     assert "not a checkout of stepfun-ai/PaCoRe" in err and "base_exp.py" in err
     assert not (tmp_path / "overhead.md").exists()  # nothing ran

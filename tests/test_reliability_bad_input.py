@@ -42,8 +42,8 @@ def _cli(capsys, *argv: str) -> tuple[int, list[str]]:
 def test_invalid_schedule_is_one_line_naming_it(capsys, rounds, named):
     closed = f"http://127.0.0.1:{free_port()}/v1"  # never reached: the schedule is checked first
     code, lines = _cli(capsys, "solve", "q", f"--rounds={rounds}", "--base-url", closed, "--model", "m")
-    assert code == 1
-    assert len(lines) == 1 and lines[0].startswith("pacore: ") and named in lines[0]
+    assert code == 2  # a refused input
+    assert len(lines) == 1 and lines[0].startswith("pacore: error: ") and named in lines[0]
 
 
 def test_invalid_config_fails_at_construction_naming_the_field():
@@ -87,7 +87,7 @@ def test_messages_file_that_is_not_json_is_named(capsys, tmp_path):
     broken.write_text('[{"role": "user", "content": "hi"')
     code, lines = _cli(capsys, "solve", "--messages-file", str(broken), "--base-url",
                        f"http://127.0.0.1:{free_port()}/v1", "--model", "m")  # fmt: skip
-    assert code == 1 and len(lines) == 1
+    assert code == 2 and len(lines) == 1
     assert str(broken) in lines[0] and "JSON" in lines[0]
 
 
@@ -109,7 +109,7 @@ def test_a_messages_file_of_anything_but_messages_is_one_line_before_anything_st
     path.write_text(content)
     closed = f"http://127.0.0.1:{free_port()}/v1"  # never reached: the file is checked first
     code, lines = _cli(capsys, "solve", "--messages-file", str(path), "--base-url", closed, "--model", "m")
-    assert code == 1 and len(lines) == 1 and lines[0].startswith(f"pacore: --messages-file {path}")
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"pacore: error: --messages-file {path}")
     assert named in lines[0]
 
 
@@ -127,14 +127,14 @@ def test_a_messages_file_of_anything_but_messages_is_one_line_before_anything_st
 def test_bad_ports_and_empty_keys_are_one_line_before_anything_starts(capsys, argv, named):
     closed = f"http://127.0.0.1:{free_port()}/v1"  # never reached: refused first
     code, lines = _cli(capsys, *argv, *(["--base-url", closed] if argv[0] in ("solve", "serve") else []))
-    assert code == 1 and len(lines) == 1 and named in lines[0]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("pacore: error: ") and named in lines[0]
 
 
 def test_an_empty_pacore_api_key_is_refused_at_start_up(capsys, monkeypatch):
     """PACORE_API_KEY="" used to start a server that refused every request (no client can send an empty key)."""
     monkeypatch.setenv("PACORE_API_KEY", "")
     code, lines = _cli(capsys, "serve", "--base-url", f"http://127.0.0.1:{free_port()}/v1")
-    assert code == 1 and len(lines) == 1 and "--api-key or $PACORE_API_KEY is empty" in lines[0]
+    assert code == 2 and len(lines) == 1 and "--api-key or $PACORE_API_KEY is empty" in lines[0]
 
 
 def test_a_password_in_a_base_url_is_never_printed(capsys):
@@ -142,6 +142,7 @@ def test_a_password_in_a_base_url_is_never_printed(capsys):
     for command in ("solve", "serve"):
         code, lines = _cli(capsys, command, *(["q"] if command == "solve" else []), "--base-url", url)
         assert code == 1 and len(lines) == 1 and "s3cr3t" not in lines[0] and "alice:***@" in lines[0]
+        assert lines[0].startswith("pacore: error: ")
 
 
 def test_a_huge_problem_the_server_refuses_keeps_run_json_small_and_says_a_rerun_would_fail_too(
@@ -165,7 +166,8 @@ def test_a_huge_problem_the_server_refuses_keeps_run_json_small_and_says_a_rerun
 def test_missing_messages_file_is_named(capsys, tmp_path):
     code, lines = _cli(capsys, "solve", "--messages-file", str(tmp_path / "nope.json"), "--model", "m",
                        "--base-url", f"http://127.0.0.1:{free_port()}/v1")  # fmt: skip
-    assert code == 1 and len(lines) == 1 and "nope.json" in lines[0]
+    missing = tmp_path / "nope.json"
+    assert code == 2 and lines == [f"pacore: error: cannot read --messages-file {missing}: No such file or directory"]
 
 
 async def test_a_thread_that_already_ran_accepts_a_new_input():
@@ -212,8 +214,8 @@ def test_math_cli_reports_a_bad_dataset_in_one_line(capsys, tmp_path):
     rows.write_text(json.dumps({"id": "a", "problem": "1+1"}) + "\n")
     code, lines = _cli(capsys, "bench", "math", "--data", str(rows), "--output", str(tmp_path / "out"),
                        "--base-url", f"http://127.0.0.1:{free_port()}/v1", "--model", "m")  # fmt: skip
-    assert code == 1
-    assert lines[-1].startswith("pacore: ") and "rows.jsonl:1" in lines[-1] and "answer" in lines[-1]
+    assert code == 2
+    assert lines[-1].startswith("pacore: error: ") and "rows.jsonl:1" in lines[-1] and "answer" in lines[-1]
 
 
 # -------------------------------------------------------------------------------------------- servers
@@ -221,8 +223,8 @@ def test_math_cli_reports_a_bad_dataset_in_one_line(capsys, tmp_path):
 
 @pytest.mark.parametrize(
     ("command", "code", "prefix"),
-    [(["solve", "q"], 1, "pacore: "), (["bench", "math", "--data", "rows.jsonl"], 1, "pacore: "),
-     (["bench", "multichallenge", "--data", "rows.jsonl"], 1, "pacore: ")],
+    [(["solve", "q"], 2, "pacore: error: "), (["bench", "math", "--data", "rows.jsonl"], 2, "pacore: error: "),
+     (["bench", "multichallenge", "--data", "rows.jsonl"], 2, "pacore: error: ")],
 )  # fmt: skip
 def test_several_base_urls_are_one_line_pointing_at_the_router(capsys, command, code, prefix):
     closed = [f"http://127.0.0.1:{free_port()}/v1" for _ in range(2)]  # never reached: refused first

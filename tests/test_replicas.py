@@ -279,5 +279,5 @@ def test_serve_vllm_says_what_is_missing_without_vllm_or_gpus():
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 1
     message = done.stderr.strip()
-    assert message.startswith("pacore: ") and "\n" not in message
+    assert message.startswith("pacore: error: ") and "\n" not in message
     assert ("vLLM is not installed" in message or "no NVIDIA GPU" in message or "999 GPUs" in message), message

@@ -78,4 +78,5 @@ def test_pacore_serve_says_in_one_line_when_the_upstream_is_down():
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert run.returncode == 1
-    assert run.stderr.strip().startswith("pacore: cannot reach the model server") and "\n" not in run.stderr.strip()
+    error = run.stderr.strip()
+    assert error.startswith("pacore: error: cannot reach the model server") and "\n" not in error

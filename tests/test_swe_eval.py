@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from pathlib import Path
@@ -14,6 +13,7 @@ from pacore_agents.swe.evaluation import PredictionError, evaluate, load_predict
 from pacore_agents.swe.images import ensure_images
 from pacore_agents.swe.sandbox import open_sandbox
 from pacore_agents.swe.tasks import listed_tests, load_tasks
+from pacore_graph.extend import CommandParser, run_parsed
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("own_sandboxes_removed")]
 VERIFIED_ROWS = Path(__file__).parent / "fixtures" / "swe" / "verified_rows.jsonl"
@@ -130,10 +130,9 @@ def test_bad_predictions_get_one_clear_error(rows, tmp_path):
 
 
 def _cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser(prog="pacore swe")
+    parser = CommandParser(prog="pacore swe")
     register_eval(parser.add_subparsers(required=True))
-    args = parser.parse_args(list(argv))
-    return args.func(args)
+    return run_parsed(parser.parse_args(list(argv)))  # as `pacore` runs it: an error is one line and its status
 
 
 def test_cli_eval_gold_and_instances(rows, tmp_path, capsys):
@@ -143,6 +142,9 @@ def test_cli_eval_gold_and_instances(rows, tmp_path, capsys):
     assert code == 0
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert printed["resolved_ids"] == ids.split(",")
+    assert printed["command"] == "swe eval" and printed["exit_code"] == 0 and printed["output"] == str(tmp_path / "cli")
+    assert printed["counts"] == {"total": 2, "done": 2, "failed": 0, "dataset": 2, "completed": 2, "resolved": 2,
+                                 "unresolved": 0, "empty_patch": 0}  # fmt: skip
     assert json.loads((tmp_path / "cli" / "summary.json").read_text())["resolved_instances"] == 2
     assert _cli("eval", "--dataset", "local", "--predictions", str(tmp_path / "missing.jsonl"), "--run-id",
                 "x", "--output", str(tmp_path)) == 2

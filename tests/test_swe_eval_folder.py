@@ -69,11 +69,10 @@ def test_a_second_eval_into_a_folder_in_use_is_refused_in_one_line(row, tmp_path
         if first.poll() is None:
             first.kill()
             first.wait()
-    assert second.returncode == 1 and second.stdout == ""
-    assert second.stderr.strip().splitlines() == [
-        f"pacore: {output} is in use by another run (pid {first.pid}): wait for it to end or choose another output "
-        "folder"
-    ]
+    in_use = f"{output} is in use by another run (pid {first.pid}): wait for it to end or choose another output folder"
+    assert second.returncode == 1 and second.stderr.strip().splitlines() == [f"pacore: error: {in_use}"]
+    assert json.loads(second.stdout) == {"command": "swe eval", "exit_code": 1, "output": str(output), "counts": {},
+                                         "error": in_use}  # fmt: skip
     assert first.returncode == 0, stderr[-3000:]
     assert json.loads(stdout.splitlines()[-1])["unresolved_ids"] == [ROMAN]
     assert not (output / "run" / "gold").exists(), "the refused evaluation wrote nothing"

@@ -7,7 +7,6 @@ real Docker images: gold, empty, null, non-applying, wrong, and all of them mixe
 
 from __future__ import annotations
 
-import argparse
 import json
 import uuid
 from pathlib import Path
@@ -21,6 +20,7 @@ from pacore_agents.swe.images import ensure_images
 from pacore_agents.swe.output_paths import folder_name, inside
 from pacore_agents.swe.run import trajectory_path
 from pacore_agents.swe.tasks import load_tasks
+from pacore_graph.extend import CommandParser, run_parsed
 
 pytestmark = pytest.mark.docker
 COUNTS = ("total_instances", "submitted_instances", "completed_instances", "resolved_instances",
@@ -38,10 +38,9 @@ def rows(client) -> list[dict]:
 
 
 def _cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser(prog="pacore swe")
+    parser = CommandParser(prog="pacore swe")
     register_eval(parser.add_subparsers(required=True))
-    args = parser.parse_args(list(argv))
-    return args.func(args)
+    return run_parsed(parser.parse_args(list(argv)))  # as `pacore` runs it: an error is one line and its status
 
 
 def _wrong(row: dict) -> str:

@@ -90,6 +90,9 @@ def test_every_process_of_an_episode_ends_when_pacore_is_killed_and_the_next_run
         rerun = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "removed 1 local sandbox(es) left by a killed run" in rerun.stderr
+    summary = json.loads(rerun.stdout.splitlines()[-1])  # the run's JSON summary, the last line of stdout
+    assert summary["command"] == "swe run" and summary["exit_code"] == 0 and summary["output"] == str(tmp_path / "run")
+    assert summary["counts"]["total"] == summary["counts"]["done"] == 1 and summary["counts"]["failed"] == 0
     assert not left.exists() and owned_by(killed.pid) == []
 
 

@@ -46,7 +46,12 @@ def built(client) -> list[dict]:
     done = pacore("swe", "images", "build", "--dataset", str(ROWS), "--instances", *IDS, "--repos", str(REPOS))
     assert done.returncode == 0, done.stderr[-4000:]
     rows = load_tasks(str(ROWS))
-    assert done.stdout.split() == [part for row in rows for part in (row["instance_id"], offline_image_name(row))]
+    *built_lines, last = done.stdout.splitlines()  # ID<TAB>image per row, then the JSON summary
+    assert [line.split("\t") for line in built_lines] == [[row["instance_id"], offline_image_name(row)] for row in rows]
+    summary = json.loads(last)
+    assert summary["command"] == "swe images build" and summary["exit_code"] == 0
+    assert summary["counts"] == {"total": len(rows), "done": len(rows), "failed": 0}
+    assert summary["images"] == {row["instance_id"]: offline_image_name(row) for row in rows}
     return rows
 
 
@@ -96,7 +101,8 @@ def test_rows_without_a_recipe_or_a_snapshot_get_one_clear_line(tmp_path, client
     assert "astropy__astropy-1: FAILED: astropy__astropy-1: no offline recipe for astropy/astropy" in done.stderr
     assert "psf__requests-99999: FAILED: psf__requests-99999: no snapshot in" in done.stderr
     missing = pacore("swe", "images", "build", "--dataset", str(rows), "--instances", "nope", "--repos", str(REPOS))
-    assert missing.returncode == 2 and "no such instance(s): nope" in missing.stderr
+    assert missing.returncode == 2 and missing.stderr.startswith("pacore: error: ")
+    assert "no such instance(s): nope" in missing.stderr
 
 
 # ------------------------------------------------------------------------------------------ pieces
@@ -208,5 +214,5 @@ def test_pypi_before_checks_pip_first_and_says_in_one_line_what_to_do(tmp_path, 
     code = main(["swe", "images", "build", "--dataset", str(ROWS), "--instances", IDS[0], "--repos", str(REPOS),
                  "--pypi-before", "2024-08-01"])
     [line] = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and line.startswith("pacore: error: --pypi-before needs a pip that knows --uploaded-prior-to")
+    assert code == 1 and line.startswith("pacore: error: --pypi-before needs a pip that knows --uploaded-prior-to")
     assert f"run `{old_python} -m pip install -U 'pip>=26'`, or pass --pypi-before now" in line

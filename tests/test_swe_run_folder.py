@@ -50,7 +50,7 @@ def test_a_second_run_into_a_folder_in_use_refuses_in_one_line(tmp_path):
                 first.wait()
 
     lines = second.stderr.strip().splitlines()
-    assert second.returncode != 0 and len(lines) == 1, second.stderr[-2000:]
+    assert second.returncode == 1 and len(lines) == 1 and lines[0].startswith("pacore: error: "), second.stderr[-2000:]
     assert "is in use by another run" in lines[0] and f"pid {first.pid}" in lines[0]
     assert held == 1, "the refused run sent no model request"
     assert first.returncode == 0, first_stderr[-3000:]

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
+
+from pacore_agents.swe.run_cli import add_instances_argument
+from pacore_graph.extend import add_output_argument, item_counts, print_summary, say, summarised
+
+COMMAND = "swe eval"
 
 
 def register_eval(subparsers: argparse._SubParsersAction) -> None:
@@ -25,9 +29,9 @@ def register_eval(subparsers: argparse._SubParsersAction) -> None:
                         help="predictions .jsonl/.json; 'gold' (the rows' patches); 'no-patch' (tests on the "
                         "unchanged repository: FAIL_TO_PASS should fail)")
     parser.add_argument("--run-id", required=True, help="names the log folder OUTPUT/RUN_ID")
-    parser.add_argument("--output", default="logs/run_evaluation",
-                        help="log and report folder (one evaluation at a time: a second one into it is refused)")
-    parser.add_argument("--instances", nargs="+", metavar="ID", help="only these instances (commas or spaces)")
+    add_output_argument(parser, "log and report folder (one evaluation at a time: a second one into it is refused; "
+                        "default: logs/run_evaluation)", default="logs/run_evaluation")
+    add_instances_argument(parser, "only these instances")
     parser.add_argument("--harness", choices=["offline", "swebench"], default="offline")
     parser.add_argument("--workers", type=int, default=2, help="instances graded in parallel")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds for one instance's tests")
@@ -36,61 +40,59 @@ def register_eval(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_eval)
 
 
+@summarised(COMMAND)
 def run_eval(args: argparse.Namespace) -> int:
+    import json
     from pathlib import Path
 
-    from rich.console import Console
-
-    from pacore_agents.swe.evaluation import (
-        NO_PATCH,
-        PredictionError,
-        evaluate,
-        load_predictions,
-        run_swebench_harness,
-    )
-    from pacore_agents.swe.images import ImageBuildError
+    from pacore_agents.swe.evaluation import NO_PATCH, evaluate, load_predictions, run_swebench_harness
     from pacore_agents.swe.output_paths import inside
     from pacore_agents.swe.owners import sweep_orphans
-    from pacore_agents.swe.tasks import TaskLoadError, load_tasks, parse_instances
-    from pacore_graph.extend import FolderLock
+    from pacore_agents.swe.tasks import load_tasks, parse_instances
+    from pacore_graph.extend import FolderLock, UsageError
 
-    console = Console(stderr=True)
     output = Path(args.output)
-    try:
-        if output.exists() and not output.is_dir():
-            raise ValueError(f"--output {output} is a file, not a folder")
-        every_row = load_tasks(args.dataset, split=args.split)
-        wanted = parse_instances(args.instances)
-        rows = load_tasks(args.dataset, instances=wanted, split=args.split) if wanted else every_row
-        predictions = load_predictions(args.predictions, rows if args.predictions in ("gold", NO_PATCH) else every_row)
-        output.mkdir(parents=True, exist_ok=True)
-        # One evaluation at a time into a folder, locked before anything is spent (images, containers): a
-        # second one is refused in one line, as a second `swe run` into a run's folder is.
-        with FolderLock(output):
-            if args.harness == "swebench":
-                chosen = [row for row in rows if row["instance_id"] in predictions]
-                report = run_swebench_harness(args.dataset, chosen, args.predictions, run_id=args.run_id,
-                                              output_dir=output, workers=args.workers, timeout=args.timeout)
-                console.print(f"swebench report: {report}")
-                return 0
-            sweep_orphans(log=lambda line: print(f"pacore: {line}", file=sys.stderr))
-            summary = evaluate(rows, predictions, run_id=args.run_id, output_dir=output, timeout=args.timeout,
-                               workers=args.workers, memory=args.memory, skip_patch=args.predictions == NO_PATCH)
-    except (TaskLoadError, PredictionError, ImageBuildError, ValueError) as exc:
-        console.print(f"error: {exc}", markup=False)
-        return 2
-    console.print(
+    if output.exists() and not output.is_dir():
+        raise UsageError(f"--output {output} is a file, not a folder")
+    every_row = load_tasks(args.dataset, split=args.split)
+    wanted = parse_instances(args.instances)
+    rows = load_tasks(args.dataset, instances=wanted, split=args.split) if wanted else every_row
+    predictions = load_predictions(args.predictions, rows if args.predictions in ("gold", NO_PATCH) else every_row)
+    output.mkdir(parents=True, exist_ok=True)
+    # One evaluation at a time into a folder, locked before anything is spent (images, containers): a
+    # second one is refused in one line, as a second `swe run` into a run's folder is.
+    with FolderLock(output):
+        if args.harness == "swebench":
+            chosen = [row for row in rows if row["instance_id"] in predictions]
+            report = run_swebench_harness(args.dataset, chosen, args.predictions, run_id=args.run_id,
+                                          output_dir=output, workers=args.workers, timeout=args.timeout)
+            say(f"swebench report: {report}")
+            made = json.loads(Path(report).read_text())
+            counts = item_counts(made.get("submitted_instances", len(chosen)), made.get("error_instances", 0),
+                                 resolved=made.get("resolved_instances"))  # fmt: skip
+            return print_summary(COMMAND, output=output, counts=counts, report=str(report))
+        sweep_orphans(log=say)
+        summary = evaluate(rows, predictions, run_id=args.run_id, output_dir=output, timeout=args.timeout,
+                           workers=args.workers, memory=args.memory, skip_patch=args.predictions == NO_PATCH)
+    summary_file = inside(output, args.run_id) / "summary.json"
+    say(
         f"run {summary.run_id}: {summary.resolved_instances}/{summary.submitted_instances} resolved "
         f"(dataset {summary.total_instances}, completed {summary.completed_instances}, empty patches "
         f"{summary.empty_patch_instances}, errors {summary.error_instances}); {_reuse(summary)}; summary: "
-        f"{inside(output, args.run_id) / 'summary.json'}",
-        markup=False,
+        f"{summary_file}"
     )
     for instance_id, error in summary.errors.items():
-        console.print(f"{instance_id}: {error}"[:2000], markup=False)
-    print(summary.model_dump_json(include={"resolved_ids", "unresolved_ids", "error_ids", "empty_patch_ids",
-                                           "reused_ids", "regraded_ids"}), file=sys.stdout)
-    return 1 if summary.error_instances else 0
+        say(f"{instance_id}: {error}"[:2000])
+    counts = item_counts(
+        summary.submitted_instances, summary.error_instances, dataset=summary.total_instances,
+        completed=summary.completed_instances, resolved=summary.resolved_instances,
+        unresolved=summary.unresolved_instances, empty_patch=summary.empty_patch_instances,
+    )  # fmt: skip
+    ids = summary.model_dump(include={"resolved_ids", "unresolved_ids", "error_ids", "empty_patch_ids", "reused_ids",
+                                      "regraded_ids"})  # fmt: skip
+    error = f"{summary.error_instances} instance(s) could not be graded (above)" if summary.error_instances else None
+    return print_summary(COMMAND, 1 if summary.error_instances else 0, output=summary_file.parent, counts=counts,
+                         error=error, **ids)  # fmt: skip
 
 
 def _reuse(summary) -> str:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
+
+from pacore_agents.swe.run_cli import add_instances_argument
+from pacore_graph.extend import item_counts, print_summary, say, summarised
+
+COMMAND = "swe images build"
 
 
 def register_images(subparsers: argparse._SubParsersAction) -> None:
@@ -18,7 +22,7 @@ def register_images(subparsers: argparse._SubParsersAction) -> None:
     inner = images.add_subparsers(dest="images_command", required=True, metavar="COMMAND")
     build = inner.add_parser("build", help="build the images of the given rows (skips those that exist)")
     build.add_argument("--dataset", required=True, help="a .parquet/.jsonl/.json file of SWE-bench rows, or a hub name")
-    build.add_argument("--instances", nargs="+", metavar="ID", required=True, help="instance ids (commas or spaces)")
+    add_instances_argument(build, "instance ids", required=True)
     build.add_argument("--repos", required=True,
                        help="folder of snapshots: ID.tar.gz (git archive of base_commit), ID/ or owner__name/ clones")
     build.add_argument("--rebuild", action="store_true", help="rebuild images that already exist")
@@ -29,36 +33,33 @@ def register_images(subparsers: argparse._SubParsersAction) -> None:
     build.set_defaults(func=run_build)
 
 
+@summarised(COMMAND)
 def run_build(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from pacore_agents.swe.images import ImageBuildError, docker_client
     from pacore_agents.swe.offline_images import PYPI_BEFORE, ensure_offline_image
     from pacore_agents.swe.tasks import TaskLoadError, load_tasks, parse_instances
-    from pacore_agents.swe.wheelhouse import WheelhouseError, check_pip_date_filter
-
-    def say(line: str) -> None:
-        print(f"pacore: {line}", file=sys.stderr)
+    from pacore_agents.swe.wheelhouse import check_pip_date_filter
 
     repos = Path(args.repos)
     before = None if args.pypi_before == "now" else args.pypi_before or PYPI_BEFORE
-    try:
-        if not repos.is_dir():
-            raise TaskLoadError(f"--repos {repos}: not a folder")
-        rows = load_tasks(args.dataset, instances=parse_instances(args.instances), split=args.split)
-        if before is not None:
-            check_pip_date_filter()  # before any image is built
-        client = docker_client()
-    except (TaskLoadError, ImageBuildError, WheelhouseError) as exc:
-        say(f"error: {exc}")
-        return 2
-    failed = 0
+    if not repos.is_dir():
+        raise TaskLoadError(f"--repos {repos}: not a folder")
+    rows = load_tasks(args.dataset, instances=parse_instances(args.instances), split=args.split)
+    if before is not None:
+        check_pip_date_filter()  # before any image is built
+    client = docker_client()
+    images: dict[str, str | None] = {}
     for row in rows:
         try:
-            name = ensure_offline_image(row, repos, client, pypi_before=before, log=say, rebuild=args.rebuild)
+            images[row["instance_id"]] = ensure_offline_image(row, repos, client, pypi_before=before, log=say,
+                                                              rebuild=args.rebuild)  # fmt: skip
         except ImageBuildError as exc:
-            failed += 1
+            images[row["instance_id"]] = None
             say(f"{row['instance_id']}: FAILED: {exc}")
             continue
-        print(f"{row['instance_id']}\t{name}")
-    return 1 if failed else 0
+        print(f"{row['instance_id']}\t{images[row['instance_id']]}")
+    failed = sum(name is None for name in images.values())
+    error = f"{failed} of {len(rows)} image(s) failed to build (above)" if failed else None
+    return print_summary(COMMAND, 1 if failed else 0, counts=item_counts(len(rows), failed), error=error, images=images)

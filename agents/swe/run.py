@@ -24,7 +24,7 @@ from pacore_agents.swe.episodes import DEFAULT_PATCH_CAP, InstanceOutcome, SweSo
 from pacore_agents.swe.output_paths import folder_name, inside
 from pacore_agents.swe.repair_settings import RepairSettings
 from pacore_graph import PaCoReConfig, RunFolder
-from pacore_graph.extend import ProblemOutcome, RunProgress, RunSummary, write_json_atomically
+from pacore_graph.extend import ProblemOutcome, RunProgress, RunSummary, item_counts, write_json_atomically
 
 PREDICTIONS_FILE = "predictions.jsonl"
 TRAJECTORY_DIR = "trajectories"
@@ -106,16 +106,26 @@ async def run_instances(rows: list[dict], solver: SweSolver, folder: RunFolder, 
         )
 
 
-def summary_line(summary: RunSummary, folder: RunFolder, rows: list[dict]) -> str:
-    """The run in one line: what was skipped, finished and failed, the patches and TTC of the finished rows."""
+def run_counts(summary: RunSummary, folder: RunFolder, rows: list[dict]) -> dict[str, Any]:
+    """The JSON summary's ``counts`` of a run over ``rows``: done (now or before) and failed, and of the
+    finished, how many with a patch."""
     wanted = {row["instance_id"] for row in rows}
     finished = [row for row in folder.results.rows if row["instance_id"] in wanted]  # type: ignore[union-attr]
     patches = sum(row["patch"] for row in finished)
+    return item_counts(summary.total, len(summary.failed), already_done=summary.skipped, finished_now=summary.written,
+                       patches=patches, without_patch=len(finished) - patches,
+                       ttc=sum(row["ttc"] for row in finished))  # fmt: skip
+
+
+def summary_line(counts: dict[str, Any], folder: RunFolder) -> str:
+    """The run in one line (``counts`` from :func:`run_counts`): what was skipped, finished and failed, the
+    patches and TTC of the finished rows."""
+    finished = counts["patches"] + counts["without_patch"]
     return (
-        f"{summary.total} instances: {summary.skipped} already done, {summary.written} finished now, "
-        f"{len(summary.failed)} failed (retried on the next run); of the {len(finished)} finished, {patches} "
-        f"with a patch, {len(finished) - patches} without; effective TTC {sum(row['ttc'] for row in finished)} "
-        f"tokens; predictions in {folder.path / PREDICTIONS_FILE}"
+        f"{counts['total']} instances: {counts['already_done']} already done, {counts['finished_now']} finished now, "
+        f"{counts['failed']} failed (retried on the next run); of the {finished} finished, {counts['patches']} "
+        f"with a patch, {counts['without_patch']} without; effective TTC {counts['ttc']} tokens; predictions in "
+        f"{folder.path / PREDICTIONS_FILE}"
     )
 
 

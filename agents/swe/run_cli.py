@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from pacore_graph.extend import add_model_arguments, add_schedule_arguments
+from pacore_graph.extend import add_run_arguments, print_summary, say, summarised, warn
+
+COMMAND = "swe run"
 
 
 def register_run(subparsers: argparse._SubParsersAction) -> None:
@@ -18,16 +19,19 @@ def register_run(subparsers: argparse._SubParsersAction) -> None:
         "per round, synthesised); its patch is the prediction.",
     )
     run.add_argument("--dataset", required=True, help="a .parquet/.jsonl file, a hub name, a task folder, or 'local'")
-    run.add_argument("--instances", action="append", help="only these instance ids (comma-separated, repeatable)")
-    run.add_argument("--output", required=True, help="folder for predictions.jsonl and trajectories/ (rerun to resume)")
+    add_instances_argument(run, "only these instances")
     run.add_argument(
         "--protocol",
         choices=["episodes", "per-call"],
         default="episodes",
         help="PaCoRe over whole episodes (default), or per model call inside one episode (the paper's)",
     )
-    add_schedule_arguments(run)
-    add_model_arguments(run)
+    add_run_arguments(
+        run, output="folder for predictions.jsonl and trajectories/ (rerun to resume)", output_required=True,
+        concurrency="episodes (sandboxes) running at once over the whole run; with --protocol per-call, model calls "
+        "in flight over the whole run, which one step may use all of (default 8)", concurrency_default=8,
+        max_tokens="cap on each model reply (default: none)",
+    )  # fmt: skip
     run.add_argument(
         "--runtime",
         choices=["docker", "local"],
@@ -36,16 +40,8 @@ def register_run(subparsers: argparse._SubParsersAction) -> None:
         "files and pacore's environment, API keys included, through /proc)",
     )
     run.add_argument("--workers", type=int, default=1, help="instances solved at the same time (default 1)")
-    run.add_argument(
-        "--max-concurrency",
-        type=int,
-        default=8,
-        help="episodes (sandboxes) running at once over the whole run; with --protocol per-call, model calls in "
-        "flight over the whole run, which one step may use all of (default 8)",
-    )
     run.add_argument("--step-limit", type=int, default=30, help="model calls per episode (default 30)")
     run.add_argument("--command-timeout", type=float, default=120.0, help="seconds per shell command (default 120)")
-    run.add_argument("--max-tokens", type=int, help="cap on each model reply (default: none)")
     run.add_argument("--temperature", type=float, help="sampling temperature (default 1.0)")
     run.add_argument(
         "--tool-calling",
@@ -56,6 +52,13 @@ def register_run(subparsers: argparse._SubParsersAction) -> None:
     run.set_defaults(func=run_command)
 
 
+def add_instances_argument(parser: argparse.ArgumentParser, help: str, *, required: bool = False) -> None:
+    """``--instances ID ...``: the same form in every ``swe`` command (commas or spaces, repeatable)."""
+    parser.add_argument("--instances", nargs="+", action="extend", metavar="ID", required=required,
+                        help=f"{help} (commas or spaces; repeatable)")  # fmt: skip
+
+
+@summarised(COMMAND)
 def run_command(args: argparse.Namespace) -> int:
     import asyncio
     from pathlib import Path
@@ -64,7 +67,7 @@ def run_command(args: argparse.Namespace) -> int:
     from pacore_agents.swe.owners import sweep_orphans
     from pacore_agents.swe.per_call import per_call_solver
     from pacore_agents.swe.repair_settings import RepairSettings
-    from pacore_agents.swe.run import run_instances, summary_line, swe_folder
+    from pacore_agents.swe.run import run_counts, run_instances, summary_line, swe_folder
     from pacore_agents.swe.tasks import load_tasks, parse_instances
     from pacore_graph.extend import EMBEDDED_MODEL, config_from_args, configured_url, discover_model, serving
 
@@ -105,19 +108,15 @@ def run_command(args: argparse.Namespace) -> int:
 
             from pacore_agents.swe.local_sandbox import UnsafeRuntimeWarning, sweep_local_orphans
 
-            print(
-                "pacore: WARNING: --runtime local runs the model's commands on this host as you, without isolation: "
-                "they can read your files and this process's environment (API keys included)",
-                file=sys.stderr,
+            warn(
+                "--runtime local runs the model's commands on this host as you, without isolation: they can read "
+                "your files and this process's environment (API keys included)"
             )
             warnings.simplefilter("ignore", UnsafeRuntimeWarning)  # said once above, not once per episode
-            sweep_local_orphans(log=lambda line: print(f"pacore: {line}", file=sys.stderr))
+            sweep_local_orphans(log=say)
         if args.runtime == "docker":
-            problem = check_images(rows)
-            if problem:
-                print(f"pacore: {problem}", file=sys.stderr)
-                return 2
-            sweep_orphans(log=lambda line: print(f"pacore: {line}", file=sys.stderr))
+            check_images(rows)
+            sweep_orphans(log=say)
 
         with serving(url, model_name, args.api_key) as model:
 
@@ -135,26 +134,27 @@ def run_command(args: argparse.Namespace) -> int:
             summary = asyncio.run(main())
     finally:
         folder.release()
-    print(summary_line(summary, folder, rows), file=sys.stderr)
-    return 1 if summary.failed else 0
+    counts = run_counts(summary, folder, rows)
+    say(summary_line(counts, folder))
+    failed = len(summary.failed)
+    error = f"{failed} instance(s) failed; rerun the same command to retry them" if failed else None
+    return print_summary(COMMAND, 1 if summary.failed else 0, output=args.output, counts=counts, error=error)
 
 
-def check_images(rows: list[dict]) -> str | None:
-    """Build the local tasks' images; say which other rows' images this Docker host lacks (None: all there).
+def check_images(rows: list[dict]) -> None:
+    """Build the local tasks' images (an ``ImageBuildError`` when one fails: a failed run); a ``UsageError``
+    naming the other rows' images this Docker host lacks, before anything else starts.
 
     A SWE-bench row runs on its official image, or on one built here by ``pacore swe images build``.
     """
     from pacore_agents.swe.docker_sandbox import missing_image_message
-    from pacore_agents.swe.images import ImageBuildError, docker_client, ensure_images
+    from pacore_agents.swe.images import docker_client, ensure_images
     from pacore_agents.swe.offline_images import image_for
+    from pacore_graph.extend import UsageError
 
-    try:
-        client = docker_client()
-        ensure_images(rows, client, log=lambda line: print(line, file=sys.stderr))
-    except ImageBuildError as exc:
-        return str(exc)
+    client = docker_client()
+    ensure_images(rows, client, log=say)
     missing = [row for row in rows if not row.get("pacore_task_dir") and image_for(client, row) is None]
-    if not missing:
-        return None
-    more = f" ({len(missing) - 1} more rows lack their images too)" if len(missing) > 1 else ""
-    return missing_image_message(missing[0]) + more
+    if missing:
+        more = f" ({len(missing) - 1} more rows lack their images too)" if len(missing) > 1 else ""
+        raise UsageError(missing_image_message(missing[0]) + more)

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-DEFAULT_LOCAL_DATA = Path("../shared/data/math/aime_2025.jsonl")
-DEFAULT_HUB_DATA = "MathArena/aime_2025"
+from pacore_benchmarks.hub import DefaultData
+from pacore_graph.extend import item_counts, print_summary, say, summarised
+
+DEFAULT_DATA = DefaultData(Path("../shared/data/math/aime_2025.jsonl"), "MathArena/aime_2025")
 
 
 def _csv(text: str) -> list[str]:
@@ -33,7 +34,7 @@ def _csv(text: str) -> list[str]:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from pacore_graph.extend import EMBEDDED_MAX_TOKENS, add_model_arguments  # noqa: PLC0415
+    from pacore_graph.extend import EMBEDDED_MAX_TOKENS, add_run_arguments  # noqa: PLC0415
 
     parser = subparsers.add_parser(
         "math",
@@ -46,27 +47,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run the benchmark (default), grade a predictions file, or export PaCoRe training data",
     )  # fmt: skip
     parser.add_argument(
-        "--data",
-        help=f"a .jsonl of id/problem/answer rows or a hub name such as {DEFAULT_HUB_DATA} "
-        f"(default: {DEFAULT_LOCAL_DATA} when it exists, else {DEFAULT_HUB_DATA})",
-    )
+        "--data", metavar="PATH",
+        help=DEFAULT_DATA.help(f"a .jsonl of id/problem/answer rows or a hub name such as {DEFAULT_DATA.hub_name}"),
+    )  # fmt: skip
     parser.add_argument("--limit", type=int, help="first N problems only")
-    add_model_arguments(parser)
+    add_run_arguments(
+        parser, several_schedules=True, schedule_default="all three; embedded model: low",
+        concurrency="model calls in flight at most over the whole run (default 256)", concurrency_default=256,
+        concurrency_aliases=["--max-inflight"],
+        max_tokens=f"cap per generated message (default: none; on the embedded model {EMBEDDED_MAX_TOKENS})",
+        output="results folder (resumable; default: runs/math-<data name>; export-train: runs/train-<data name>)",
+    )  # fmt: skip
     parser.add_argument(
         "--methods", default="single,vote,pacore",
         help="comma list of single, vote, pacore, and PaCoRe with a coordination option: pacore+early_stop, "
         "pacore+budget (with --budget-tokens), pacore+subset, pacore+dedup, pacore+vote, pacore+verifier",
     )  # fmt: skip
     parser.add_argument("--budget-tokens", type=int, help="pacore+budget: completion tokens per problem")
-    schedule = parser.add_mutually_exclusive_group()
-    schedule.add_argument(
-        "--preset", action="append", metavar="NAME[,NAME]",
-        help="PaCoRe presets low [4], medium [16], high [32,4] (default: all three; embedded model: low)",
-    )  # fmt: skip
-    schedule.add_argument(
-        "--rounds", action="append", metavar="K1[,K2...]",
-        help="a PaCoRe schedule such as 32,4; repeat the flag for several schedules",
-    )  # fmt: skip
     parser.add_argument("--vote-k", help="comma list of vote sizes (default: the first round of each schedule)")
     parser.add_argument("--samples", type=int, default=1, help="samples per problem; pass@1 is their mean")
     parser.add_argument(
@@ -79,20 +76,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--pool-file",
         help="pool JSONL to create or reuse across runs (default: OUTPUT/pool.jsonl); export-train reads a math run's",
     )
-    parser.add_argument(
-        "--max-tokens", type=int,
-        help=f"cap per generated message (default: none; on the embedded model {EMBEDDED_MAX_TOKENS})",
-    )  # fmt: skip
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--context-window", type=int, help="model context in tokens (references are capped to fit)")
-    parser.add_argument("--max-inflight", type=int, default=256, help="model calls in flight at most")
     parser.add_argument(
         "--seed", type=int, default=0,
         help="seed of pool draws and reference shuffles (sample s shuffles with Random(42 + SEED*1000003 + s): "
         "the reference pipeline's 42 by default)",
     )  # fmt: skip
-    parser.add_argument("--output", help="results folder (resumable; default: runs/math-<data name>)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--predictions", help="grade: JSONL (or JSON list) of {id, response} rows")
     parser.add_argument(
@@ -119,42 +110,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _data_source(args: argparse.Namespace) -> str:
-    if args.data:
-        return args.data
-    return str(DEFAULT_LOCAL_DATA) if DEFAULT_LOCAL_DATA.exists() else DEFAULT_HUB_DATA
+    return DEFAULT_DATA.source(args.data)
 
 
 def _load(args: argparse.Namespace) -> list[Any]:
     """The problems; without --data and without the shared copy, the hub, and an error that says what to pass."""
-    from pacore_benchmarks.math.data import DataError, load_problems  # noqa: PLC0415
+    from pacore_benchmarks.math.data import load_problems  # noqa: PLC0415
 
-    source = _data_source(args)
-    defaulted = not args.data and source == DEFAULT_HUB_DATA
-    if defaulted:
-        print(f"no --data given and {DEFAULT_LOCAL_DATA} is not here: reading {source} from the hub", file=sys.stderr)
-    try:
-        return load_problems(source, args.limit)
-    except DataError as exc:
-        if not defaulted:
-            raise
-        raise DataError(f"no --data given and {DEFAULT_LOCAL_DATA} is not here, so {exc}") from None
+    return DEFAULT_DATA.read(args.data, lambda source: load_problems(source, args.limit))
 
 
 def main(args: argparse.Namespace) -> int:
-    try:
-        if args.action == "grade":
-            return grade_command(args)
-        if args.action == "export-train":
-            from pacore_benchmarks.math.export_cli import export_command  # noqa: PLC0415
+    if args.action == "grade":
+        return grade_command(args)
+    if args.action == "export-train":
+        from pacore_benchmarks.math.export_cli import export_command  # noqa: PLC0415
 
-            return export_command(args)
-        return run_command(args)
-    except RuntimeError as exc:  # math-verify missing, grading off the main thread, a server that died
-        print(f"pacore: {exc}", file=sys.stderr)  # the form of every pacore command's errors
-        return 1
+        return export_command(args)
+    return run_command(args)
 
 
 # -- grade -------------------------------------------------------------------------------------------------
+@summarised("bench math grade")
 def grade_command(args: argparse.Namespace) -> int:
     from pacore_benchmarks.math.data import DataError  # noqa: PLC0415
     from pacore_benchmarks.math.predictions import grade_predictions, read_predictions  # noqa: PLC0415
@@ -193,7 +170,9 @@ def grade_command(args: argparse.Namespace) -> int:
             per_problem.setdefault(verdict["id"], []).append(verdict["correct"])
         over_all = sum(sum(marks) / len(marks) for marks in per_problem.values()) / len(known)
         print(f"{missing} problem(s) have no prediction; counting them as wrong: {100 * over_all:.2f}%")
-    return 0
+    counts = item_counts(len(verdicts), 0, correct=correct, problems=len(known), answered=len(answered))
+    return print_summary("bench math grade", output=verdicts_path, counts=counts,
+                         accuracy=round(correct / len(verdicts), 6), flags=flags)  # fmt: skip
 
 
 # -- run ---------------------------------------------------------------------------------------------------
@@ -204,20 +183,7 @@ def pacore_overrides(args: argparse.Namespace, embedded: bool) -> dict[str, Any]
     return {"context_window": args.context_window or EMBEDDED_CONTEXT} if args.context_window or embedded else {}
 
 
-def _schedules(args: argparse.Namespace, embedded: bool) -> list[list[int]]:
-    from pacore_graph.extend import PRESETS, parse_rounds  # noqa: PLC0415
-
-    if args.rounds:
-        return [parse_rounds(text) for text in args.rounds]
-    names = [name for text in (args.preset or []) for name in _csv(text)]
-    if not names:
-        names = ["low"] if embedded else list(PRESETS)
-    unknown = [name for name in names if name not in PRESETS]
-    if unknown:
-        raise ValueError(f"unknown preset {unknown[0]!r}: choose from {', '.join(PRESETS)}")
-    return [list(PRESETS[name]) for name in names]
-
-
+@summarised("bench math")
 def run_command(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415
 
@@ -228,10 +194,12 @@ def run_command(args: argparse.Namespace) -> int:
     from pacore_graph.extend import (  # noqa: PLC0415
         EMBEDDED_MAX_TOKENS,
         EMBEDDED_MODEL,
+        PRESETS,
         ChatExplorer,
         RunProgress,
         configured_url,
         discover_model,
+        schedules_from_args,
         serving,
     )
 
@@ -254,7 +222,7 @@ def run_command(args: argparse.Namespace) -> int:
         output=Path(args.output or f"runs/math-{Path(data).stem}"),
         limit=args.limit,
         methods=methods,
-        schedules=_schedules(args, embedded),
+        schedules=schedules_from_args(args, ["low"] if embedded else list(PRESETS)),
         vote_ks=[int(k) for k in _csv(args.vote_k)] if args.vote_k else None,
         samples=args.samples,
         pool=args.pool,
@@ -263,7 +231,7 @@ def run_command(args: argparse.Namespace) -> int:
         temperature=args.temperature,
         top_p=args.top_p,
         max_tokens=max_tokens,
-        max_inflight=args.max_inflight,
+        max_concurrency=args.max_concurrency,
         pacore_overrides=overrides,
         coordination=variants,
         budget_tokens=args.budget_tokens,
@@ -275,11 +243,8 @@ def run_command(args: argparse.Namespace) -> int:
     # settings, is refused before a server starts or anything is spent.
     folder = math_folder(settings, model_name, RunProgress(enabled=not args.no_progress)).claim()
     if embedded:
-        print(
-            f"no --base-url: using the embedded SmolLM2 with max_tokens {max_tokens}, schedules "
-            f"{settings.schedules} (pass --base-url/--preset/--max-tokens to change)",
-            file=sys.stderr,
-        )
+        say(f"no --base-url: using the embedded SmolLM2 with max_tokens {max_tokens}, schedules {settings.schedules} "
+            "(pass --base-url/--preset/--max-tokens to change)")  # fmt: skip
 
     async def run(model: Any):
         try:
@@ -299,10 +264,10 @@ def run_command(args: argparse.Namespace) -> int:
     if report.png is not None:
         print(f"curve:   {report.png}")
         print(f"table:   {report.table}")
-    if report.failures:
-        print(
-            f"{len(report.failures)} unit(s) failed; rerun the same command to retry them (finished work is kept)",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    failed = f"{len(report.failures)} unit(s) failed; rerun the same command to retry them (finished work is kept)"
+    return print_summary(
+        "bench math", 1 if report.failures else 0, output=report.output, error=failed if report.failures else None,
+        counts=item_counts(report.problems, len({f.problem_id for f in report.failures}), rows=report.rows,
+                           failed_units=len(report.failures)),
+        results=report.output / "results.jsonl", curve=report.png, table=report.table,
+    )  # fmt: skip

@@ -90,7 +90,7 @@ def export_folder(settings: ExportSettings, model_name: str, progress: RunProgre
     other settings at once."""
     return RunFolder(
         settings.output, fingerprint=settings.fingerprint(model_name), settings=settings.model_dump(mode="json"),
-        key=lambda row: row["unit"], progress=progress, max_concurrency=settings.max_inflight,
+        key=lambda row: row["unit"], progress=progress, max_concurrency=settings.max_concurrency,
     )  # fmt: skip
 
 

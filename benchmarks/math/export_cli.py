@@ -9,11 +9,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 from pacore_benchmarks.math.cli import _data_source, _load, pacore_overrides
+from pacore_graph.extend import item_counts, print_summary, say, summarised
+
+COMMAND = "bench math export-train"
 
 
 def _interval(name: str, low: float | None, high: float | None) -> str:
@@ -23,6 +25,7 @@ def _interval(name: str, low: float | None, high: float | None) -> str:
     return f"{name} in ({'-inf' if low is None else f'{low:g}'}, {'inf' if high is None else f'{high:g}'})"
 
 
+@summarised(COMMAND)
 def export_command(args: argparse.Namespace) -> int:
     from pacore_benchmarks.math.export import TrainExport, export_folder  # noqa: PLC0415
     from pacore_benchmarks.math.pool import pool_identity  # noqa: PLC0415
@@ -48,7 +51,7 @@ def export_command(args: argparse.Namespace) -> int:
         max_tokens = made_by[1] if made_by else (EMBEDDED_MAX_TOKENS if embedded else None)
     settings = ExportSettings(
         data=data, output=output, limit=args.limit, pool=args.pool, pool_file=pool_file, seed=args.seed,
-        temperature=args.temperature, top_p=args.top_p, max_tokens=max_tokens, max_inflight=args.max_inflight,
+        temperature=args.temperature, top_p=args.top_p, max_tokens=max_tokens, max_concurrency=args.max_concurrency,
         pacore_overrides=pacore_overrides(args, embedded), min_message_accuracy=args.min_message_accuracy,
         max_message_accuracy=args.max_message_accuracy, synthesis_samples=args.synthesis_samples,
         min_synthesis_accuracy=args.min_synthesis_accuracy, max_synthesis_accuracy=args.max_synthesis_accuracy,
@@ -69,7 +72,7 @@ def export_command(args: argparse.Namespace) -> int:
                 )
             todo = f"{trajectories} pool trajectories" if trajectories else f"{syntheses} synthesis runs"
             where = f"the embedded SmolLM2 (max_tokens {max_tokens})" if embedded else url
-            print(f"export-train: {todo} to generate with {model_name} at {where}", file=sys.stderr)
+            say(f"export-train: {todo} to generate with {model_name} at {where}")
 
             async def run(model: Any):
                 try:
@@ -81,7 +84,7 @@ def export_command(args: argparse.Namespace) -> int:
             with serving(url, model_name, api_key) as model:
                 report = asyncio.run(run(model))
         else:
-            print("export-train: nothing to generate, exporting from the pool and the results there", file=sys.stderr)
+            say("export-train: nothing to generate, exporting from the pool and the results there")
             report = asyncio.run(export.arun())
     finally:
         folder.release()
@@ -97,10 +100,9 @@ def export_command(args: argparse.Namespace) -> int:
     print(f"summary:    {report.summary}")
     if report.png is not None:
         print(f"histograms: {report.png}")
-    if report.failures:
-        print(
-            f"{len(report.failures)} problem(s) failed; rerun the same command to retry them (finished work is kept)",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    failed = f"{len(report.failures)} problem(s) failed; rerun the same command to retry them (finished work is kept)"
+    return print_summary(
+        COMMAND, 1 if report.failures else 0, output=settings.output, error=failed if report.failures else None,
+        counts=item_counts(counts.problems, len(report.failures), **counts.model_dump(exclude={"problems"})),
+        export=report.export, summary=report.summary, histograms=report.png,
+    )  # fmt: skip

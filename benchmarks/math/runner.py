@@ -58,6 +58,7 @@ class UnitFailure(BaseModel):
 class MathReport(BaseModel):
     points: list[Point]
     failures: list[UnitFailure]
+    problems: int = 0
     rows: int
     output: Path
     png: Path | None
@@ -78,7 +79,7 @@ def math_folder(settings: MathRunSettings, model_name: str, progress: RunProgres
     other settings at once."""
     return RunFolder(
         settings.output, fingerprint=settings.fingerprint(model_name), settings=settings.model_dump(mode="json"),
-        key=row_key, progress=progress, max_concurrency=settings.max_inflight,
+        key=row_key, progress=progress, max_concurrency=settings.max_concurrency,
     )  # fmt: skip
 
 
@@ -204,8 +205,9 @@ class MathBenchmark:
             title=f"{Path(self.settings.data).stem} · {self.model_name}",
         )  # fmt: skip
         return MathReport(
-            points=points, failures=self.failures, rows=len(rows), output=self.output, png=png, table=table
-        )
+            points=points, failures=self.failures, problems=len(problem_ids), rows=len(rows), output=self.output,
+            png=png, table=table,
+        )  # fmt: skip
 
     def _wanted_labels(self) -> set[str]:
         labels = {f"vote@{k}" for k in self.settings.effective_vote_ks}

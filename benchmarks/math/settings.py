@@ -29,7 +29,7 @@ class PoolSettings(BaseModel):
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     max_tokens: int | None = Field(None, ge=1)
-    max_inflight: int = Field(256, ge=1, description="model calls in flight across the whole run")
+    max_concurrency: int = Field(256, ge=1, description="model calls in flight across the whole run")
     pacore_overrides: dict[str, Any] = Field(default_factory=dict, description="extra PaCoReConfig fields")
 
     @property

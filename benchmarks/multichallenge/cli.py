@@ -17,6 +17,18 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from pacore_graph.extend import (
+    CommandParser,
+    add_alias,
+    item_counts,
+    print_summary,
+    run_command_line,
+    summarised,
+    warn,
+)
+
+COMMAND = "bench multichallenge"
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -30,24 +42,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from pacore_graph.extend import EMBEDDED_MAX_TOKENS
+    from pacore_benchmarks.multichallenge.data import DEFAULT_DATA
+    from pacore_graph.extend import EMBEDDED_MAX_TOKENS, add_run_arguments
 
-    parser.add_argument(
-        "--data",
-        help="benchmark_questions.jsonl path or hub dataset name "
-        "(default: ../shared/data/multichallenge/benchmark_questions.jsonl when present, "
-        "else ScaleAI/MultiChallenge)",
-    )
+    parser.add_argument("--data", metavar="PATH", help=DEFAULT_DATA.help("benchmark_questions.jsonl path or hub name"))
     parser.add_argument("--limit", type=int, help="first N conversations (after --axis)")
     parser.add_argument("--axis", help="only this axis, e.g. INFERENCE_MEMORY")
-    parser.add_argument(
-        "--base-url",
-        action="append",
-        metavar="URL",
-        help="responder server (one: replicas go behind vllm-router; default: embedded SmolLM2)",
-    )
-    parser.add_argument("--model", help="responder model name (default: the server's first model)")
-    parser.add_argument("--api-key", help="responder API key (default: $OPENAI_API_KEY)")
+    add_run_arguments(
+        parser, role="responder",
+        concurrency="model calls (trajectories) in flight at most over the whole run (default 256)",
+        concurrency_default=256,
+        max_tokens=f"cap per generated message; 0 = none (default: none, {EMBEDDED_MAX_TOKENS} on the embedded model)",
+        output="results folder; rerun into it to resume (default: runs/multichallenge-<schedule>)",
+    )  # fmt: skip
     parser.add_argument(
         "--judge-base-url",
         action="append",
@@ -66,20 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="official",
         help="official: the MultiChallenge judge request byte for byte (default); project: this project's own prompt",
     )
-    schedule = parser.add_mutually_exclusive_group()
-    schedule.add_argument(
-        "--preset",
-        choices=["low", "medium", "high"],
-        help="PaCoRe preset: low [4], medium [16], high [32,4] (default: low)",
-    )
-    schedule.add_argument("--rounds", help="schedule such as 32,4; 0 = plain single-call baseline")
     parser.add_argument("--samples", type=int, default=1, help="samples per conversation (paper: 8)")
-    parser.add_argument("--concurrency", type=int, default=4, help="conversations in flight at once")
-    parser.add_argument(
-        "--max-tokens",
-        type=int,
-        help=f"cap per generated message; 0 = none (default: none, {EMBEDDED_MAX_TOKENS} on the embedded model)",
-    )
+    parser.add_argument("--workers", type=int, default=4, help="conversations in flight at once (default 4)")
+    add_alias(parser, "workers", "--concurrency", type=int)
     parser.add_argument(
         "--judge-max-tokens",
         type=int,
@@ -93,15 +89,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--temperature", type=float, default=1.0, help="responder sampling temperature")
     parser.add_argument("--seed", type=int, default=42, help="seed of the reference shuffle")
-    parser.add_argument(
-        "--output", help="results folder; rerun into it to resume (default: runs/multichallenge-<schedule>)"
-    )
-
-
-def _fail(message: str) -> int:
-    """One line on stderr and exit status 1, the form of every ``pacore`` command's errors (``bench math``'s too)."""
-    print(f"pacore: {message}", file=sys.stderr)
-    return 1
 
 
 def _schedule(args: argparse.Namespace) -> tuple[list[int], str | None]:
@@ -118,46 +105,29 @@ def _default_output(rounds: list[int], preset: str | None) -> str:
     return str(Path("runs") / f"multichallenge-{label}")
 
 
+@summarised(COMMAND)
 def main(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
-
-    from pacore_benchmarks.multichallenge.data import (
-        HUB_NAME,
-        LOCAL_PATH,
-        DataError,
-        default_source,
-        load_dataset,
-        select,
-    )
+    from pacore_benchmarks.multichallenge.data import DEFAULT_DATA, load_dataset, select
     from pacore_benchmarks.multichallenge.runner import run_folder
     from pacore_benchmarks.multichallenge.settings import RunSettings
-    from pacore_graph import PaCoReConfig, PaCoReError
-    from pacore_graph.extend import EMBEDDED_CONTEXT, EMBEDDED_MAX_TOKENS, RunProgress, configured_url
+    from pacore_graph import PaCoReConfig
+    from pacore_graph.extend import EMBEDDED_CONTEXT, EMBEDDED_MAX_TOKENS, RunProgress, UsageError, configured_url
 
-    try:
-        rounds, preset = _schedule(args)
-        PaCoReConfig(rounds=rounds)  # one clear message for a bad schedule, before anything runs
-    except ValidationError as exc:
-        return _fail("invalid schedule: " + "; ".join(err["msg"] for err in exc.errors()))
-    except ValueError as exc:
-        return _fail(f"invalid schedule: {exc}")
-    for name in ("samples", "concurrency"):
+    rounds, preset = _schedule(args)
+    PaCoReConfig(rounds=rounds)  # one clear message for a bad schedule, before anything runs
+    for name in ("samples", "workers"):
         if getattr(args, name) < 1:
-            return _fail(f"--{name} must be at least 1")
-
-    try:  # one URL each (a repeated flag is refused)
-        base_url = configured_url(args.base_url)
-        # The judge defaults to the responder's endpoint and model (warned about below).
-        judge_url = configured_url(args.judge_base_url) if args.judge_base_url else base_url
-    except PaCoReError as exc:
-        return _fail(str(exc))
+            raise UsageError(f"--{name} must be at least 1")
+    base_url = configured_url(args.base_url)  # one URL each (a repeated flag is refused)
+    # The judge defaults to the responder's endpoint and model (warned about below).
+    judge_url = configured_url(args.judge_base_url) if args.judge_base_url else base_url
     embedded = base_url is None
     max_tokens = args.max_tokens if args.max_tokens is not None else (EMBEDDED_MAX_TOKENS if embedded else None)
     judge_max_tokens = args.judge_max_tokens
     if judge_max_tokens is None and judge_url is None:
         judge_max_tokens = EMBEDDED_MAX_TOKENS
     settings = RunSettings(
-        data=args.data or default_source(),
+        data=DEFAULT_DATA.source(args.data),
         output=args.output or _default_output(rounds, preset),
         limit=args.limit,
         axis=args.axis.upper() if args.axis else None,
@@ -169,28 +139,19 @@ def main(args: argparse.Namespace) -> int:
         rounds=rounds,
         preset=preset,
         samples=args.samples,
-        concurrency=args.concurrency,
+        workers=args.workers,
+        max_concurrency=args.max_concurrency,
         max_tokens=max_tokens or None,
         judge_max_tokens=judge_max_tokens or None,
         temperature=args.temperature,
         seed=args.seed,
         context_window=args.context_window or (EMBEDDED_CONTEXT if embedded else None),
     )
-
-    defaulted = not args.data and settings.data == HUB_NAME
-    if defaulted:
-        print(f"no --data given and {LOCAL_PATH} is not here: reading {HUB_NAME} from the hub", file=sys.stderr)
-    try:
-        dataset = load_dataset(settings.data)
-        conversations = select(dataset.conversations, axis=settings.axis, limit=settings.limit)
-    except DataError as exc:
-        return _fail(f"no --data given and {LOCAL_PATH} is not here, so {exc}" if defaulted else str(exc))
+    dataset = DEFAULT_DATA.read(args.data, load_dataset)
+    conversations = select(dataset.conversations, axis=settings.axis, limit=settings.limit)
     # Locked, and its fingerprint checked, before a server starts: a folder in use or made by another run is refused.
     folder = run_folder(settings, RunProgress())
-    try:
-        folder.claim()
-    except PaCoReError as exc:
-        return _fail(str(exc))
+    folder.claim()
     keys = Keys(responder=args.api_key, judge=args.judge_api_key or args.api_key)
     try:
         return asyncio.run(_run(settings, dataset, conversations, keys, folder))
@@ -205,18 +166,22 @@ class Keys(NamedTuple):
     judge: str | None
 
 
-def _warn_self_judging(settings, console) -> None:
+def _warn_self_judging(settings, console=None) -> None:
+    """The self-judging warning: a ``pacore: warning:`` line on stderr, or (``console``) in the printed report."""
     from pacore_benchmarks.multichallenge.report import self_judging_warning
 
     warning = self_judging_warning(settings)
-    if warning:
+    if warning and console is None:
+        warn(warning)
+    elif warning:
         console.print(f"[bold red]WARNING:[/] [red]{warning}[/]", highlight=False, soft_wrap=True)
 
 
 async def _run(settings, dataset, conversations, keys: Keys, folder) -> int:
     from rich.console import Console
 
-    from pacore_benchmarks.multichallenge.runner import RunOutcome, problem_id
+    from pacore_benchmarks.multichallenge.runner import RunOutcome, problem_id, row_key
+    from pacore_graph import PaCoReError
 
     console = Console()
     output = Path(settings.output)
@@ -232,20 +197,22 @@ async def _run(settings, dataset, conversations, keys: Keys, folder) -> int:
     )
     outcome = RunOutcome()
     if pending:
-        _warn_self_judging(settings, Console(stderr=True))
+        _warn_self_judging(settings)
         try:
             outcome = await _respond_and_judge(settings, conversations, folder, console, keys)
         except _Fatal as exc:
             _write_reports(settings, dataset, conversations, results, console)
-            return _fail(str(exc))
+            raise PaCoReError(str(exc)) from None
     unfinished = len(wanted - results.done())
     for line in outcome.unfinished[:20]:
         console.print(f"[yellow]unfinished {line}[/]", highlight=False)
-    _write_reports(settings, dataset, conversations, results, console)
-    if unfinished:
-        console.print(f"[yellow]{unfinished} row(s) unfinished: rerun the same command to finish them[/]")
-        return 1
-    return 0
+    scores = _write_reports(settings, dataset, conversations, results, console)
+    failed = f"{unfinished} row(s) unfinished: rerun the same command to finish them" if unfinished else None
+    passed = sum(bool(row.get("passed")) for row in results.rows if row_key(row) in wanted)
+    counts = item_counts(len(wanted), unfinished, conversations=len(conversations), passed=passed,
+                         response_errors=scores.response_errors, judge_errors=scores.judge_errors)  # fmt: skip
+    return print_summary(COMMAND, 1 if unfinished else 0, output=output, counts=counts, error=failed,
+                         pass_at_1=scores.overall_pass_at_1, official=scores.overall_official)  # fmt: skip
 
 
 class _Fatal(Exception):
@@ -305,7 +272,7 @@ async def _close(*models: Any) -> None:
             await close()
 
 
-def _write_reports(settings, dataset, conversations, results, console) -> None:
+def _write_reports(settings, dataset, conversations, results, console):  # -> Scores
     from collections import Counter
 
     from pacore_benchmarks.multichallenge.report import markdown_report, plot_scores, print_summary
@@ -326,13 +293,15 @@ def _write_reports(settings, dataset, conversations, results, console) -> None:
     (output / "report.md").write_text(report, encoding="utf-8")
     (output / "scores.json").write_text(scores.model_dump_json(indent=2), encoding="utf-8")
     console.print(f"rows: {results.path}\nreport: {output / 'report.md'}", soft_wrap=True)
+    return scores
 
 
 def cli(argv: list[str] | None = None) -> int:
     """Stand-alone entry (``python -m pacore_benchmarks.multichallenge.cli``), same as ``pacore bench``."""
-    parser = argparse.ArgumentParser(prog="pacore bench multichallenge", description=__doc__)
+    parser = CommandParser(prog="pacore bench multichallenge", description=__doc__)
     add_arguments(parser)
-    return main(parser.parse_args(argv))
+    parser.set_defaults(func=main)
+    return run_command_line(parser, argv)
 
 
 if __name__ == "__main__":

@@ -14,10 +14,13 @@ from typing import Any, Literal
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from pacore_benchmarks.hub import DefaultData
+
 AXES = ("INFERENCE_MEMORY", "INSTRUCTION_RETENTION", "SELF_COHERENCE", "RELIABLE_VERSION_EDITING")
 LOCAL_PATH = Path("..") / "shared" / "data" / "multichallenge" / "benchmark_questions.jsonl"
 HUB_NAME = "ScaleAI/MultiChallenge"
 HUB_SPLIT = "test"
+DEFAULT_DATA = DefaultData(LOCAL_PATH, HUB_NAME)  # no --data: the shared copy when it is here, else the hub
 
 
 class Turn(BaseModel):
@@ -74,14 +77,8 @@ class Dataset(BaseModel):
     skipped: list[SkippedRow] = Field(default_factory=list)
 
 
-class DataError(Exception):
+class DataError(ValueError):
     """The data source as a whole cannot be read (missing file, not JSONL, hub unreachable)."""
-
-
-def default_source(cwd: Path | None = None) -> str:
-    """The shared local copy when it is there (tests, CI, offline machines), else the hub name."""
-    local = (cwd or Path.cwd()) / LOCAL_PATH
-    return str(LOCAL_PATH) if local.exists() else HUB_NAME
 
 
 def parse_row(raw: Mapping[str, Any]) -> Conversation:

@@ -66,6 +66,7 @@ def pacore_config(settings: RunSettings, context_window: int | None) -> PaCoReCo
         max_tokens=settings.max_tokens,
         seed=settings.seed,
         context_window=context_window,
+        max_concurrency=settings.max_concurrency,
     )
 
 
@@ -91,7 +92,7 @@ def _rounds_for_row(result: PaCoReResult) -> list[dict[str, Any]]:
 
 
 class MultiChallengeRunner:
-    """Runs pending (conversation, sample) pairs in ``folder``, ``settings.concurrency`` at a time."""
+    """Runs pending (conversation, sample) pairs in ``folder``, ``settings.workers`` at a time."""
 
     def __init__(
         self,
@@ -144,7 +145,7 @@ class MultiChallengeRunner:
 
         summary = await self.folder.run(
             self.responder, self.config, self.problems(conversations), row,
-            concurrency=self.settings.concurrency, label="conversations",
+            concurrency=self.settings.workers, label="conversations",
         )  # fmt: skip
         return RunOutcome(
             written=summary.written, unfinished=[f"{key}: {reason}" for key, reason in summary.failed.items()]

@@ -11,7 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-# Fields that change what a result row means; the rest (concurrency, limit, axis) only pick what to run.
+# Fields that change what a result row means; the rest (workers, max_concurrency, limit, axis) only pick what to run
+# and how fast.
 IDENTITY_FIELDS = (
     "data",
     "base_url",
@@ -43,7 +44,8 @@ class RunSettings(BaseModel):
     rounds: list[int] = Field(default_factory=lambda: [4])  # [] = plain single call
     preset: str | None = None  # for the report only; ``rounds`` is what runs
     samples: int = Field(default=1, ge=1)
-    concurrency: int = Field(default=4, ge=1)
+    workers: int = Field(default=4, ge=1, description="conversations in flight")
+    max_concurrency: int = Field(default=256, ge=1, description="model calls in flight over the whole run")
     max_tokens: int | None = None
     judge_max_tokens: int | None = None  # the official judge sends no limit
     judge_attempts: int = Field(default=3, ge=1)

@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
+from pacore_benchmarks.perf.bench_settings import BenchSettings
 from pacore_emulator import Emulator, EmulatorConfig
 from pacore_emulator.config import AnswerMix
 from pacore_emulator.replies import majority_answer
@@ -65,7 +66,7 @@ def bench_emulator() -> EmulatorConfig:
     )  # fmt: skip
 
 
-class CoordinationSettings(BaseModel):
+class CoordinationSettings(BenchSettings):
     problems: int = Field(200, ge=1)
     concurrency: int = Field(48, ge=1, description="problems in flight")
     spacing: float = Field(
@@ -90,9 +91,9 @@ class CoordinationSettings(BaseModel):
         return list(dict.fromkeys(methods))
 
     @classmethod
-    def quick(cls, **overrides: Any) -> CoordinationSettings:
+    def quick_defaults(cls) -> dict[str, Any]:
         """100 problems: about three minutes on a quiet machine."""
-        return cls(**{"problems": 100, **overrides})
+        return {"problems": 100}
 
     def config(self, method: str, paper_tokens: float) -> PaCoReConfig:
         """The operator's configuration of one method (``paper_tokens``: the paper's mean tokens per problem)."""

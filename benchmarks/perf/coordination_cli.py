@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import argparse
 
+from pacore_graph.extend import add_alias, add_schedule_arguments, print_summary, schedule_from_args, summarised
+
+COMMAND = "bench coordination"
 TARGETS = {"tokens_saved_early_stop": 0.30, "agreement_kept_early_stop": 0.95}
 LAG_WARNING_S = 0.1
 COLUMNS = ("method", "completion tokens", "saved", "prompt tokens", "wall s", "agreement", "kept", "cancelled", "stops")
@@ -18,7 +21,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--quick", action="store_true", help="100 problems, about 3 minutes (default 200)")
     parser.add_argument("--problems", type=int, help="problems (every method runs all of them)")
-    parser.add_argument("--schedule", help="rounds, e.g. 32,4 (the default, the paper's high preset)")
+    add_schedule_arguments(parser, default="high: [32, 4]")
+    add_alias(parser, "rounds", "--schedule")
     parser.add_argument("--methods", help="comma-separated, from paper,budget,early_stop,...")
     parser.add_argument("--mix", metavar="KIND=WEIGHT,...", help="share of easy, split and hard problems")
     parser.add_argument("--lead", type=int, help="early stop: a lead over the runner-up that ends a round (default 4)")
@@ -36,30 +40,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def settings_from_args(args: argparse.Namespace):  # -> CoordinationSettings
     from pacore_benchmarks.perf.coordination import CoordinationSettings
     from pacore_emulator.config import AnswerMix
-    from pacore_graph.extend import parse_rounds
-
-    overrides: dict = {name: value for name, value in (("problems", args.problems), ("lead", args.lead),
-                                                       ("subset", args.subset)) if value is not None}  # fmt: skip
-    if args.schedule:
-        overrides["schedule"] = parse_rounds(args.schedule)
-    if args.methods:
-        overrides["methods"] = [method.strip() for method in args.methods.split(",") if method.strip()]
-    settings = CoordinationSettings.quick(**overrides) if args.quick else CoordinationSettings(**overrides)
-    emulator = settings.emulator.model_dump()
-    for name in ("seed", "token_delay"):
-        if getattr(args, name) is not None:
-            emulator[name] = getattr(args, name)
+    methods = [method.strip() for method in args.methods.split(",") if method.strip()] if args.methods else None
+    output_tokens = None
     if args.output_tokens:
         low, _, high = args.output_tokens.partition("-")
-        emulator["output_tokens"] = (int(low), int(high or low))
-    if args.mix:
-        emulator["answers"]["weights"] = AnswerMix.parse_weights(args.mix)
-    return settings.model_copy(update={"emulator": settings.emulator.model_validate(emulator)})
+        try:
+            output_tokens = (int(low), int(high or low))
+        except ValueError:
+            raise ValueError(f"--output-tokens is MIN-MAX, such as 400-4000, not {args.output_tokens!r}") from None
+    answers = {"weights": AnswerMix.parse_weights(args.mix)} if args.mix else None
+    return CoordinationSettings.from_command_line(
+        args.quick, problems=args.problems, lead=args.lead, subset=args.subset, schedule=schedule_from_args(args),
+        methods=methods, emulator={"seed": args.seed, "token_delay": args.token_delay, "output_tokens": output_tokens,
+                                   "answers": answers},
+    )  # fmt: skip
 
 
+@summarised(COMMAND)
 def main(args: argparse.Namespace) -> int:
     import asyncio
-    import json
 
     from rich.console import Console
     from rich.table import Table
@@ -92,11 +91,10 @@ def main(args: argparse.Namespace) -> int:
             "machine?): cuts came late, so early stop and budgets look worse than they are"
         )
     summary = report.summary()
-    missed = missed_targets(summary)
-    for name in missed:
-        console.print(f"[red]missed target: {name} {summary[name]} < {TARGETS[name]}[/]", highlight=False)
-    print(json.dumps(summary), flush=True)
-    return 1 if missed else 0
+    missed = [f"{name} {summary[name]} < {TARGETS[name]}" for name in missed_targets(summary)]
+    error = f"missed target(s): {', '.join(missed)}" if missed else None
+    counts = {"problems": settings.problems, "methods": len(report.runs)}
+    return print_summary(COMMAND, 1 if missed else 0, counts=counts, error=error, **summary)
 
 
 def missed_targets(summary: dict) -> list[str]:

@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from pacore_benchmarks.perf.bench_settings import BenchSettings
 from pacore_benchmarks.perf.faults_worker import (
     RESULTS_FILE,
     fingerprint,
@@ -37,18 +38,18 @@ from pacore_graph import RunFolder
 from pacore_graph.extend import OpenAICompatibleChatModel, ResultsFile, open_checkpointer
 
 
-class FaultSettings(BaseModel):
-    problems: int = 64
+class FaultSettings(BenchSettings):
+    problems: int = Field(64, ge=1)
     rounds: list[int] = Field(default_factory=lambda: [16])
     faults: FaultRates = Field(default_factory=lambda: FaultRates(http_500=0.05, drop=0.02, timeout=0.01))
     request_timeout: float = Field(2.0, description="client timeout; a hung request costs this much")
     max_concurrency: int = 128
-    resume_problems: int = 8
+    resume_problems: int = Field(8, ge=1)
     resume_rounds: list[int] = Field(default_factory=lambda: [16])
 
     @classmethod
-    def quick(cls) -> FaultSettings:
-        return cls(problems=16, resume_problems=4)
+    def quick_defaults(cls) -> dict[str, Any]:
+        return {"problems": 16, "resume_problems": 4}
 
 
 class FaultReport(BaseModel):

@@ -1,12 +1,17 @@
 """``pacore bench faults [--quick]``: the fault and resume scenarios, a table, then one JSON object.
 
-The last line printed is JSON with ``problems``, ``answered``, ``duplicates``, ``lost`` and ``resumed_ok``
-(plus details), so scripts and CI can read it with ``tail -n 1``.
+The last line printed is JSON (the command kit's summary: ``command``, ``exit_code``, ``output``, ``counts``) with
+``problems``, ``answered``, ``duplicates``, ``lost`` and ``resumed_ok`` (plus details), so scripts and CI can read
+it with ``tail -n 1``.
 """
 
 from __future__ import annotations
 
 import argparse
+
+from pacore_graph.extend import add_output_argument, item_counts, print_summary, summarised
+
+COMMAND = "bench faults"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,13 +21,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--quick", action="store_true", help="fewer problems (16 and 4), about a minute")
     parser.add_argument("--problems", type=int, help="problems in the fault scenario (default 64; quick 16)")
-    parser.add_argument("--output", help="keep the runs' folders here (default: a temporary folder)")
+    add_output_argument(parser, "keep the runs' folders here (default: a temporary folder, removed)")
     parser.set_defaults(func=main)
 
 
+@summarised(COMMAND)
 def main(args: argparse.Namespace) -> int:
     import asyncio
-    import json
     import tempfile
     from pathlib import Path
 
@@ -37,9 +42,7 @@ def main(args: argparse.Namespace) -> int:
     )
     from pacore_graph.extend import RunProgress
 
-    settings = FaultSettings.quick() if args.quick else FaultSettings()
-    if args.problems:
-        settings = settings.model_copy(update={"problems": args.problems})
+    settings = FaultSettings.from_command_line(args.quick, problems=args.problems)
     progress = RunProgress()
     progress.add("scenarios", 2)
     with tempfile.TemporaryDirectory(prefix="pacore-faults-") as scratch, progress:
@@ -76,6 +79,10 @@ def main(args: argparse.Namespace) -> int:
         table.add_row(name, value, "[green]yes[/]" if ok else "[red]NO[/]")
     Console().print(table)
     summary = final_summary(faults, resume)
-    print(json.dumps(summary), flush=True)
-    good = summary["answered"] == summary["problems"] and not summary["duplicates"] and not summary["lost"]
-    return 0 if good and summary["resumed_ok"] else 1
+    wrong = [name for name, value in (("problems unanswered", summary["problems"] - summary["answered"]),
+                                      ("duplicate results", summary["duplicates"]), ("lost", summary["lost"]),
+                                      ("resume not clean", not summary["resumed_ok"])) if value]  # fmt: skip
+    counts = item_counts(summary["problems"], summary["problems"] - summary["answered"], lost=summary["lost"],
+                         duplicates=summary["duplicates"])  # fmt: skip
+    error = f"checks failed: {', '.join(wrong)} (the table above)" if wrong else None
+    return print_summary(COMMAND, 1 if wrong else 0, output=args.output, counts=counts, error=error, **summary)

@@ -24,8 +24,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
+from pacore_benchmarks.perf.bench_settings import BenchSettings
 from pacore_benchmarks.perf.overhead_worker import ClientCost, WorkerResult, WorkerSpec, make_problems
 from pacore_emulator import Emulator, EmulatorConfig
 
@@ -35,7 +36,7 @@ REFERENCE_TARGETS = {"wall": 0.95, "cpu": 0.8, "rss": 2.0}
 DEFAULT_SCHEDULES: list[list[int]] = [[4], [16], [32, 4]]
 
 
-class OverheadSettings(BaseModel):
+class OverheadSettings(BenchSettings):
     """What to run. ``quick`` fills in smaller defaults where a field was left as None."""
 
     problems: int = Field(64, ge=1)
@@ -59,16 +60,21 @@ class OverheadSettings(BaseModel):
     )
     output_dir: str = "runs/overhead"
 
+    @field_validator("schedules")
     @classmethod
-    def quick(cls, **overrides: Any) -> OverheadSettings:
+    def _schedules(cls, schedules: list[list[int]]) -> list[list[int]]:
+        if not schedules or not all(schedules):
+            raise ValueError("every schedule needs at least one round of at least 1 trajectory")
+        return schedules
+
+    @classmethod
+    def quick_defaults(cls) -> dict[str, Any]:
         """About a minute: 16 problems, ~1 s requests, no scaling, a small checkpoint run."""
-        base: dict[str, Any] = {
+        return {
             "problems": 16,
             "scaling": False,
             "emulator": EmulatorConfig(ttft=0.3, token_delay=0.004, output_tokens=(100, 400)),
         }
-        base.update(overrides)
-        return cls(**base)
 
 
 class Measurement(ClientCost):

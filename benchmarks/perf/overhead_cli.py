@@ -5,16 +5,25 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from pacore_graph.extend import (
+    add_alias,
+    add_concurrency_argument,
+    add_output_argument,
+    add_schedule_arguments,
+    print_summary,
+    schedules_from_args,
+    summarised,
+)
 
-def _schedules(text: str) -> list[list[int]]:
-    """'4;16;32,4' -> [[4], [16], [32, 4]]."""
-    try:
-        schedules = [[int(k) for k in part.split(",")] for part in text.split(";") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"schedules look like '4;16;32,4', not {text!r}") from None
-    if not schedules or any(k < 1 for rounds in schedules for k in rounds):
-        raise argparse.ArgumentTypeError(f"every round needs at least 1 trajectory: {text!r}")
-    return schedules
+COMMAND = "bench overhead"
+
+
+def _schedules(text: str) -> list[str]:
+    """The old ``--schedules '4;16;32,4'`` -> ``['4', '16', '32,4']``, one ``--rounds`` each."""
+    parts = [part.strip() for part in text.split(";") if part.strip()]
+    if not parts or any(not k.strip().isdigit() or int(k) < 1 for part in parts for k in part.split(",")):
+        raise argparse.ArgumentTypeError(f"schedules look like '4;16;32,4', each round at least 1, not {text!r}")
+    return parts
 
 
 def _lengths(text: str) -> int | tuple[int, int]:
@@ -37,8 +46,10 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--quick", action="store_true", help="16 problems, ~1 s requests, no scaling (about 1 min)")
     parser.add_argument("--problems", type=int, help="problems per schedule (default 64; quick 16)")
-    parser.add_argument("--concurrency", type=int, default=1024, help="requests in flight (client and emulator)")
-    parser.add_argument("--schedules", type=_schedules, help="e.g. '4;16;32,4' (the default)")
+    add_concurrency_argument(parser, "requests in flight (client and emulator; default 1024)", default=1024,
+                             aliases=["--concurrency"])  # fmt: skip
+    add_schedule_arguments(parser, several=True, default="low,medium,high: [4], [16] and [32, 4]")
+    add_alias(parser, "rounds", "--schedules", type=_schedules, action="extend")
     parser.add_argument("--stream", action=argparse.BooleanOptionalAction, default=None,
                         help="--stream: every schedule streamed too; default: one streamed probe ([16]); "
                         "--no-stream: none")
@@ -56,7 +67,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--ttft", type=float, help="emulator seconds to first token")
     parser.add_argument("--token-delay", type=float, help="emulator seconds per token")
     parser.add_argument("--output-tokens", type=_lengths, help="emulator completion length, N or MIN-MAX")
-    parser.add_argument("--output", default="runs/overhead", help="folder for overhead.md/.json/.png")
+    add_output_argument(parser, "folder for overhead.md/.json/.png (default: runs/overhead)", default="runs/overhead")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     parser.set_defaults(func=run)
 
@@ -64,47 +75,29 @@ def register(subparsers: Any) -> None:
 def settings_from_args(args: argparse.Namespace) -> Any:
     from pacore_benchmarks.perf.overhead import OverheadSettings
 
-    overrides: dict[str, Any] = {"concurrency": args.concurrency, "stream": args.stream, "repeats": args.repeats,
-                                 "checkpoint": args.checkpoint, "proxy": args.proxy, "profile": args.profile,
-                                 "output_dir": args.output, "reference": args.reference}
-    if args.problems is not None:
-        overrides["problems"] = args.problems
-    if args.schedules is not None:
-        overrides["schedules"] = args.schedules
-    if args.scaling is not None:
-        overrides["scaling"] = args.scaling
-    settings = OverheadSettings.quick(**overrides) if args.quick else OverheadSettings(**overrides)
-    emulator = {key: value for key, value in (("ttft", args.ttft), ("token_delay", args.token_delay),
-                                               ("output_tokens", args.output_tokens)) if value is not None}
-    if emulator:
-        settings = settings.model_copy(update={"emulator": settings.emulator.model_copy(update=emulator)})
-        settings.emulator.model_validate(settings.emulator.model_dump())  # fail early on bad values
-    return settings
+    given = bool(args.rounds or args.preset)
+    return OverheadSettings.from_command_line(
+        args.quick, concurrency=args.max_concurrency, stream=args.stream, repeats=args.repeats,
+        checkpoint=args.checkpoint, proxy=args.proxy, profile=args.profile, output_dir=args.output,
+        reference=args.reference, problems=args.problems, scaling=args.scaling,
+        schedules=schedules_from_args(args, []) if given else None,
+        emulator={"ttft": args.ttft, "token_delay": args.token_delay, "output_tokens": args.output_tokens},
+    )  # fmt: skip
 
 
+@summarised(COMMAND)
 def run(args: argparse.Namespace) -> int:
-    import json
-
-    from pydantic import ValidationError
     from rich.console import Console
 
-    from pacore_benchmarks.perf.overhead import WorkerFailed, run_overhead, summarise, write_outputs
+    from pacore_benchmarks.perf.overhead import run_overhead, summarise, write_outputs
     from pacore_benchmarks.perf.overhead_report import rich_tables, versus_reference_line
-    from pacore_benchmarks.perf.reference import ReferenceSetupFailed, check_checkout
+    from pacore_benchmarks.perf.reference import check_checkout
 
     console = Console(stderr=True)
-    try:
-        settings = settings_from_args(args)
-    except ValidationError as exc:
-        console.print(f"[red]invalid overhead settings:[/red] {exc}")
-        return 2
-    try:
-        if settings.reference is not None:
-            check_checkout(settings.reference)  # a wrong path fails before any emulator starts
-        report = run_overhead(settings, console)
-    except (WorkerFailed, ReferenceSetupFailed) as exc:
-        console.print(f"[red]{exc}[/red]", soft_wrap=True)
-        return 1
+    settings = settings_from_args(args)  # bad values: one line, exit status 2
+    if settings.reference is not None:
+        check_checkout(settings.reference)  # a wrong path fails before any emulator starts
+    report = run_overhead(settings, console)  # a worker that fails, or the reference's set-up: exit status 1
     summary = summarise(report)
     markdown = write_outputs(report, summary)
     out = Console()
@@ -122,5 +115,7 @@ def run(args: argparse.Namespace) -> int:
     if (line := versus_reference_line(summary)) is not None:
         out.print(line)
     out.print(f"report: {markdown}")
-    print(json.dumps(summary), flush=True)
-    return 1 if args.strict and not summary["targets_met"] else 0
+    missed = [name for name, met in summary["targets"].items() if not met]
+    error = f"missed target(s) (--strict): {', '.join(missed)}" if args.strict and missed else None
+    counts = {"problems": settings.problems, "schedules": len(settings.schedules), "repeats": settings.repeats}
+    return print_summary(COMMAND, 1 if error else 0, output=settings.output_dir, counts=counts, error=error, **summary)

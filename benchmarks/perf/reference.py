@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pacore_graph.extend import UsageError
+
 REFERENCE_FILES = ("pyproject.toml", "pacore/batch_inference/base_exp.py", "pacore/utils.py")
 WORKER = Path(__file__).with_name("reference_worker.py")
 
@@ -25,11 +27,11 @@ class ReferenceSetupFailed(RuntimeError):
 
 
 def check_checkout(path: str | Path) -> Path:
-    """The checkout's folder, or a one-line error before anything is spent."""
+    """The checkout's folder, or a one-line error (a refused argument) before anything is spent."""
     folder = Path(path).expanduser().resolve()
     missing = [name for name in REFERENCE_FILES if not (folder / name).is_file()]
     if missing:
-        raise ReferenceSetupFailed(
+        raise UsageError(
             f"--reference {path}: not a checkout of stepfun-ai/PaCoRe (no {', '.join(missing)}); "
             "clone https://github.com/stepfun-ai/PaCoRe and pass its folder"
         )

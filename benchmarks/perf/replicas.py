@@ -31,6 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from pacore_benchmarks.perf.bench_settings import BenchSettings
 from pacore_benchmarks.perf.replicas_workloads import CHAT, ONE, PACORE, Workload, chat_workload, pacore_workload
 from pacore_emulator import Emulator, EmulatorConfig
 from pacore_emulator.gpu import PrefixCache, prompt_text
@@ -43,7 +44,7 @@ COMPARED_POLICIES = ["round_robin", "cache_aware", "consistent_hash", "sticky_le
 CLOSE = 0.1  # prefill shares this close (relative) to the smallest count as equal
 
 
-class ReplicasSettings(BaseModel):
+class ReplicasSettings(BenchSettings):
     replicas: int = Field(4, ge=2)
     problems: int = Field(8, ge=1, description="problems per schedule")
     schedules: list[list[int]] = Field(default_factory=lambda: [[32, 4], [16]])
@@ -56,9 +57,9 @@ class ReplicasSettings(BaseModel):
     emulator: EmulatorConfig = Field(default_factory=EmulatorConfig.gpu_replica)
 
     @classmethod
-    def quick(cls, **overrides: Any) -> ReplicasSettings:
+    def quick_defaults(cls) -> dict[str, Any]:
         """About a minute: 4 problems per schedule and of each kind, one alone, no kill under the spreading."""
-        return cls(**{"problems": 4, "chat_problems": 4, "one_at_a_time": 1, "kill_spread": False, **overrides})
+        return {"problems": 4, "chat_problems": 4, "one_at_a_time": 1, "kill_spread": False}
 
     def workloads(self) -> dict[str, Workload]:
         one = {ONE: pacore_workload(self.one_at_a_time, [[32, 4]])} if self.one_at_a_time else {}

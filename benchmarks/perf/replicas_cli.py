@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import argparse
 
+from pacore_graph.extend import print_summary, summarised
+
+COMMAND = "bench replicas"
 TARGETS = {"prefill_ratio": 0.5, "wall_ratio": 1.0}
 
 
@@ -31,9 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=main)
 
 
+@summarised(COMMAND)
 def main(args: argparse.Namespace) -> int:
     import asyncio
-    import json
 
     from rich.console import Console
     from rich.table import Table
@@ -41,12 +44,10 @@ def main(args: argparse.Namespace) -> int:
     from pacore_benchmarks.perf.replicas import PolicyRun, ReplicasSettings, run_benchmark
     from pacore_benchmarks.perf.replicas_workloads import AGENT_SCHEDULE, CHAT, CONVERSATION_SCHEDULE, ONE, PACORE
 
-    given = (("problems", args.problems), ("one_at_a_time", args.one_at_a_time), ("chat_problems", args.chat_problems),
-             ("replicas", args.replicas))
-    overrides = {name: value for name, value in given if value is not None}
-    if args.no_kill:
-        overrides["kill"] = False
-    settings = ReplicasSettings.quick(**overrides) if args.quick else ReplicasSettings(**overrides)
+    settings = ReplicasSettings.from_command_line(
+        args.quick, problems=args.problems, one_at_a_time=args.one_at_a_time, chat_problems=args.chat_problems,
+        replicas=args.replicas, kill=False if args.no_kill else None,
+    )  # fmt: skip
     console = Console(stderr=True)
 
     def progress(run: PolicyRun) -> None:
@@ -80,7 +81,9 @@ def main(args: argparse.Namespace) -> int:
     console.print(f"{summary['default_policy']} computes {summary['prefill_ratio_best_vs_spread']} of the spreading's "
                   f"prefill (target at most {TARGETS['prefill_ratio']}); the least any routing could compute is "
                   f"{summary['prefill_floor_ratio_vs_spread']} of it (each distinct prefix once)")  # fmt: skip
-    print(json.dumps(summary), flush=True)
-    good = (summary["prefill_ratio_best_vs_spread"] <= TARGETS["prefill_ratio"]
-            and summary["wall_ratio_best_vs_spread"] <= TARGETS["wall_ratio"] and not summary["lost"])  # fmt: skip
-    return 0 if good else 1
+    missed = [f"{name} {summary[key]} > {TARGETS[name]}" for name, key in
+              (("prefill_ratio", "prefill_ratio_best_vs_spread"), ("wall_ratio", "wall_ratio_best_vs_spread"))
+              if summary[key] > TARGETS[name]] + ([f"lost {summary['lost']}"] if summary["lost"] else [])  # fmt: skip
+    error = f"missed target(s): {', '.join(missed)}" if missed else None
+    counts = {"replicas": settings.replicas, "runs": len(report.runs) + len(report.kills)}
+    return print_summary(COMMAND, 1 if missed else 0, output=args.log_dir, counts=counts, error=error, **summary)

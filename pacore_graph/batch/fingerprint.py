@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from pacore_graph.batch.results_file import write_json_atomically
-from pacore_graph.errors import PaCoReError
+from pacore_graph.errors import UsageError
 
 SETTINGS_FILE = "run.json"
 _SHOWN = 80  # characters of a value a message shows
 _CLAIM_LEFTOVERS = re.compile(r"^(\.lock|\.run\.json\.[0-9]+\.tmp)$")  # a claim cut short by a kill leaves these
 
 
-class SettingsMismatch(PaCoReError):
+class SettingsMismatch(UsageError):
     """The folder holds results made with other settings; ``differing`` says, field by field, how."""
 
     def __init__(self, folder: Path, differing: list[str]):
@@ -39,7 +39,7 @@ class SettingsMismatch(PaCoReError):
         )
 
 
-class ForeignFolder(PaCoReError):
+class ForeignFolder(UsageError):
     """The folder holds files but no ``run.json``: no run of this project made it, so none takes it over."""
 
     def __init__(self, folder: Path, names: list[str]):

@@ -43,7 +43,7 @@ from pacore_graph.batch.results_file import ResultsFile
 from pacore_graph.batch.resume import Status, open_checkpointer, thread_id, thread_status
 from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.errors import ModelRequestError, PaCoReError, RoundFailedError
+from pacore_graph.errors import ModelRequestError, PaCoReError, RoundFailedError, UsageError
 from pacore_graph.graph.runner import MessagesInput, PaCoReRunner, to_messages
 from pacore_graph.records import PaCoReResult
 
@@ -332,13 +332,13 @@ class RunFolder:
 def prepare_folder(path: Path) -> None:
     """Create the output folder (and its parents); one clear line when it cannot be one, before anything runs."""
     if path.exists() and not path.is_dir():
-        raise PaCoReError(f"{path} is a file: the output must be a folder (a run keeps results and checkpoints there)")
+        raise UsageError(f"{path} is a file: the output must be a folder (a run keeps results and checkpoints there)")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise PaCoReError(f"cannot create the output folder {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot create the output folder {path}: {exc.strerror or exc}") from None
     if not os.access(path, os.W_OK | os.X_OK):
-        raise PaCoReError(f"cannot write in the output folder {path}")
+        raise UsageError(f"cannot write in the output folder {path}")
 
 
 def _checked_messages(problems: list[Problem]) -> dict[str, Any]:

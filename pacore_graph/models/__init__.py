@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from pacore_graph.errors import PaCoReError
+from pacore_graph.errors import UsageError
 from pacore_graph.models.embedded import EmbeddedServer, llama_cpp_defaults, shared_server
 from pacore_graph.models.openai_compatible import ROUTER_HINT, OpenAICompatibleChatModel
 from pacore_graph.models.preflight import check_server, discover_model, served_models
@@ -33,7 +33,7 @@ def configured_url(base_url: str | Sequence[str] | None) -> str | None:
     if base_url is not None and not isinstance(base_url, str):
         urls = list(base_url)
         if len(urls) > 1:
-            raise PaCoReError(f"{len(urls)} base URLs given; {ROUTER_HINT}")
+            raise UsageError(f"{len(urls)} base URLs given; {ROUTER_HINT}")
         base_url = urls[0] if urls else None
     return base_url or os.environ.get("OPENAI_BASE_URL") or None
 

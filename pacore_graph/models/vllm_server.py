@@ -19,7 +19,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from pacore_graph.errors import PaCoReError
+from pacore_graph.command_kit import say
+from pacore_graph.errors import PaCoReError, UsageError
 from pacore_graph.models.embedded import _die_with_parent, free_port, wait_until_ready
 
 PACORE_FLAGS = [
@@ -158,9 +159,9 @@ class Cluster:
         router_args: Sequence[str] = (), log_dir: str | None = None, ready_timeout: float = 1800.0,
     ):  # fmt: skip
         if replicas < 1:
-            raise PaCoReError(f"--replicas must be at least 1, got {replicas}")
+            raise UsageError(f"--replicas must be at least 1, got {replicas}")
         if not emulate and not model:
-            raise PaCoReError("name the model to serve, e.g. stepfun-ai/PaCoRe-8B (or pass --emulate)")
+            raise UsageError("name the model to serve, e.g. stepfun-ai/PaCoRe-8B (or pass --emulate)")
         self.model, self.replicas, self.port, self.host = model, replicas, port, host
         self.policy, self.emulate = policy, emulate
         self.vllm_args, self.router_args = list(vllm_args), list(router_args)
@@ -236,18 +237,16 @@ def serve_cluster(cluster: Cluster) -> int:
     signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop gets the same clean shutdown as Ctrl-C
     with cluster:
         kind = "emulated replicas" if cluster.emulate else f"vLLM replicas of {cluster.model}"
-        print(f"vllm-router ({cluster.policy}) at {cluster.base_url} over {cluster.replicas} {kind}: "
-              f"{' '.join(cluster.replica_urls())}; logs in {cluster.log_dir} (Ctrl-C stops)",
-              file=sys.stderr, flush=True)  # fmt: skip
+        say(f"vllm-router ({cluster.policy}) at {cluster.base_url} over {cluster.replicas} {kind}: "
+            f"{' '.join(cluster.replica_urls())}; logs in {cluster.log_dir} (Ctrl-C stops)")  # fmt: skip
         if cluster.policy in ("consistent_hash", "sticky_least_loaded"):
-            print(f"note: {cluster.policy}: {KEYLESS_NOTE}", file=sys.stderr, flush=True)
+            say(f"note: {cluster.policy}: {KEYLESS_NOTE}")
         try:
             while (dead := cluster.dead()) is None:
                 time.sleep(1)
         except KeyboardInterrupt:
             return 0
-        print(f"pacore: {dead.name} exited; stopping the cluster\n--- {dead.log} (tail) ---\n{dead.log_tail()}",
-              file=sys.stderr)
+        say(f"error: {dead.name} exited; stopping the cluster\n--- {dead.log} (tail) ---\n{dead.log_tail()}")
         return 1
 
 

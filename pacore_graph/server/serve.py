@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import sys
 
 import uvicorn
 
+from pacore_graph.command_kit import say, warn
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.errors import redact_credentials
 from pacore_graph.models import serving
 from pacore_graph.server.app import create_app
 from pacore_graph.server.connections import uvicorn_config
@@ -51,22 +50,21 @@ def serve(
     (thousands of client and upstream sockets), and the connection limit kept within it."""
     limits = limits or ServerLimits()
     if not is_loopback(host) and api_key is None:
-        print(f"pacore serve: warning: listening on {host} without --api-key: anyone who reaches this port "
-              "spends your upstream's tokens", file=sys.stderr)  # fmt: skip
+        warn(f"listening on {host} without --api-key: anyone who reaches this port spends your upstream's tokens")
     show_log()
     raise_open_file_limit()
     connections = connection_limit(limits, defaults.max_concurrency)
     if connections < limits.max_connections:
-        print(f"pacore serve: warning: the open-file limit allows {connections} client connections, not "
-              f"{limits.max_connections} (raise it with ulimit -n)", file=sys.stderr)  # fmt: skip
+        warn(f"the open-file limit allows {connections} client connections, not {limits.max_connections} (raise it "
+             "with ulimit -n)")  # fmt: skip
     with serving(base_url, model, upstream_api_key) as chat:
         app = create_app(chat, defaults, api_key=api_key, limits=limits)
         schedule = ", ".join(map(str, defaults.rounds)) or "one plain call"
         timeout = f"{limits.request_timeout:g} s" if limits.request_timeout else "none"
-        print(f"pacore serve: http://{host}:{port}/v1 in front of {redact_credentials(chat.base_url)} (model "
-              f"{chat.model}, default rounds [{schedule}]; pick per call with model pacore-high/{chat.model} or a "
-              f'"pacore" body field; request timeout {timeout}, bodies up to {limits.max_request_bytes} bytes, '
-              f"{connections} connections)", file=sys.stderr, flush=True)  # fmt: skip
+        say(f"serving PaCoRe at http://{host}:{port}/v1 in front of {chat.base_url} (model {chat.model}, default "
+            f"rounds [{schedule}]; pick per call with model pacore-high/{chat.model} or a \"pacore\" body field; "
+            f"request timeout {timeout}, bodies up to {limits.max_request_bytes} bytes, {connections} "
+            "connections)")  # fmt: skip
         try:
             uvicorn.Server(uvicorn_config(app, host=host, port=port, log_level="info")).run()
         except KeyboardInterrupt:  # uvicorn shuts down cleanly on Ctrl-C, then passes the signal on
