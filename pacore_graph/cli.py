@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import time
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from pacore_graph.command_kit import (
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.errors import PaCoReError, UsageError
 from pacore_graph.models.embedded import EMBEDDED_MAX_TOKENS
+from pacore_graph.models.vllm_server import KEYLESS_NOTE, Cluster
 
 SOLVE_ID = "problem"  # the one problem of a `pacore solve --output` folder
 
@@ -170,7 +173,7 @@ def _serve_local(args: argparse.Namespace) -> int:
 def _serve_vllm(args: argparse.Namespace) -> int:
     import shlex
 
-    from pacore_graph.models.vllm_server import Cluster, serve_cluster, serve_vllm
+    from pacore_graph.models.vllm_server import serve_vllm
 
     check_port(args.port)
     check_port(args.port + max(args.replicas, 1))  # the replicas listen on the ports after the router's
@@ -300,3 +303,25 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def serve_cluster(cluster: Cluster) -> int:
+    """Run the cluster until Ctrl-C (exit 0) or until one of its servers dies (exit 1, naming it)."""
+    signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop gets the same clean shutdown as Ctrl-C
+    with cluster:
+        kind = "emulated replicas" if cluster.emulate else f"vLLM replicas of {cluster.model}"
+        say(f"vllm-router ({cluster.policy}) at {cluster.base_url} over {cluster.replicas} {kind}: "
+            f"{' '.join(cluster.replica_urls())}; logs in {cluster.log_dir} (Ctrl-C stops)")  # fmt: skip
+        if cluster.policy in ("consistent_hash", "sticky_least_loaded"):
+            say(f"note: {cluster.policy}: {KEYLESS_NOTE}")
+        try:
+            while (dead := cluster.dead()) is None:
+                time.sleep(1)
+        except KeyboardInterrupt:
+            return 0
+        say(f"error: {dead.name} exited; stopping the cluster\n--- {dead.log} (tail) ---\n{dead.log_tail()}")
+        return 1
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

@@ -19,7 +19,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from pacore_graph.command_kit import say
 from pacore_graph.errors import PaCoReError, UsageError
 from pacore_graph.models.embedded import _die_with_parent, free_port, wait_until_ready
 
@@ -230,25 +229,3 @@ class Cluster:
 def serve_vllm(model: str, *, port: int = 8000, host: str = "127.0.0.1", extra: list[str] | None = None) -> int:
     check_vllm_available()
     return subprocess.call(vllm_command(model, port=port, host=host, extra=extra))
-
-
-def serve_cluster(cluster: Cluster) -> int:
-    """Run the cluster until Ctrl-C (exit 0) or until one of its servers dies (exit 1, naming it)."""
-    signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop gets the same clean shutdown as Ctrl-C
-    with cluster:
-        kind = "emulated replicas" if cluster.emulate else f"vLLM replicas of {cluster.model}"
-        say(f"vllm-router ({cluster.policy}) at {cluster.base_url} over {cluster.replicas} {kind}: "
-            f"{' '.join(cluster.replica_urls())}; logs in {cluster.log_dir} (Ctrl-C stops)")  # fmt: skip
-        if cluster.policy in ("consistent_hash", "sticky_least_loaded"):
-            say(f"note: {cluster.policy}: {KEYLESS_NOTE}")
-        try:
-            while (dead := cluster.dead()) is None:
-                time.sleep(1)
-        except KeyboardInterrupt:
-            return 0
-        say(f"error: {dead.name} exited; stopping the cluster\n--- {dead.log} (tail) ---\n{dead.log_tail()}")
-        return 1
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
