@@ -6,6 +6,9 @@ against a real server instead (the embedded SmolLM2: ``pacore serve-local``; vLL
 
     PACORE_STANDARD_TESTS_URL=http://127.0.0.1:8080/v1 pytest tests/test_standard_chat_models.py
 
+A real server's client gets the settings ``chat_model()`` gives it (on a llama.cpp server its context as
+``profile``; on the embedded SmolLM2 also the default reply cap, ``EMBEDDED_MAX_TOKENS``), as a user's would.
+
 (docs/langchain.md lists what SmolLM2 cannot pass, and why).
 """
 
@@ -26,8 +29,9 @@ from scripted_chat import scripted_reply
 
 from pacore_graph import PaCoReChatModel, PaCoReConfig
 from pacore_graph.models import OpenAICompatibleChatModel, discover_model
+from pacore_graph.models.embedded import llama_cpp_defaults
 
-SERVER: dict[str, str] = {}
+SERVER: dict[str, Any] = {}
 ROUNDS = [2]
 ONE_RUN_PER_CALL = (
     "by design: a PaCoRe call is its own chat-model run plus one per proposal and synthesis, each seen by the "
@@ -37,19 +41,21 @@ ONE_RUN_PER_CALL = (
 
 @pytest.fixture(scope="module", autouse=True)
 def scripted_server():
-    """The scripted server, or the real one PACORE_STANDARD_TESTS_URL names."""
+    """The scripted server, or the real one PACORE_STANDARD_TESTS_URL names (with chat_model()'s defaults)."""
     url = os.environ.get("PACORE_STANDARD_TESTS_URL")
     if url:
-        SERVER.update(url=url, model=discover_model(url, os.environ.get("OPENAI_API_KEY")))
+        api_key = os.environ.get("OPENAI_API_KEY")
+        model = discover_model(url, api_key)
+        SERVER.update(url=url, model=model, defaults=llama_cpp_defaults(url, model, api_key))
         yield None
         return
     with MockOpenAIServer(scripted_reply, model="scripted-model") as server:
-        SERVER.update(url=server.base_url, model=server.model)
+        SERVER.update(url=server.base_url, model=server.model, defaults={})
         yield server
 
 
 def client_params() -> dict[str, Any]:
-    return {"base_url": SERVER["url"], "model": SERVER["model"]}
+    return {"base_url": SERVER["url"], "model": SERVER["model"], **SERVER["defaults"]}
 
 
 class ClientFeatures:
