@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 from fakes import PromptFunctionChatModel, digest, think_reply
@@ -171,6 +172,24 @@ async def test_progress_events_stream_in_custom_mode():
     assert kinds.count("round_started") == 2 and kinds.count("round_finished") == 2
     assert kinds.count("trajectory_finished") == 3
     assert all(e["completion_tokens"] == 7 for e in events if e["event"] == "trajectory_finished")
+
+
+async def test_a_context_is_the_callers_frozen_input_and_may_run_again():
+    """The caller's PaCoReContext is read, never written: assigning a field raises, its conversation is left as
+    it was, the run's state is not one of its fields (equality and repr ignore it), and the same context runs a
+    second time from the start."""
+    model = PromptFunctionChatModel(reply=think_reply, seen=[])
+    graph = build_pacore_graph(model, PaCoReConfig(rounds=[2])).compile()
+    conversation = [HumanMessage("q")]
+    context = PaCoReContext(messages=conversation)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        context.messages = [HumanMessage("another question")]
+    first = await graph.ainvoke({}, context=context)
+    second = await graph.ainvoke({}, context=context)
+    assert first["answer"].content == second["answer"].content and len(model.seen) == 6
+    assert [r["k"] for r in second["rounds"]] == [2, 1]
+    assert context.messages is conversation and conversation == [HumanMessage("q")]
+    assert context == PaCoReContext(messages=[HumanMessage("q")]) and "RunState" not in repr(context)
 
 
 async def test_time_queued_for_a_slot_does_not_count_against_the_request_timeout():
