@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from dataclasses import dataclass
+from typing import Annotated
 
 import pytest
 from fakes import PromptFunctionChatModel, digest, think_reply
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
-from pydantic import ValidationError
+from langgraph.graph import END, START, MessagesState, StateGraph, add_messages
+from pydantic import BaseModel, ValidationError
 
 from pacore_graph import (
     AgentExplorer,
@@ -291,6 +293,28 @@ def test_node_names_a_missing_channel():
     node = PaCoReNode(PromptFunctionChatModel(reply=think_reply), messages_key="history")
     with pytest.raises(KeyError, match="history"):
         node.invoke({"messages": []})
+
+
+class PydanticChat(BaseModel):
+    history: Annotated[list[AnyMessage], add_messages]
+
+
+@dataclass
+class DataclassChat:
+    history: Annotated[list[AnyMessage], add_messages]
+
+
+@pytest.mark.parametrize("schema", [PydanticChat, DataclassChat])
+async def test_node_reads_the_messages_of_a_pydantic_or_dataclass_state(schema):
+    """LangGraph hands such a node the state object itself: the node reads the channel as an attribute."""
+    model = PromptFunctionChatModel(reply=think_reply, seen=[])
+    builder = StateGraph(schema)
+    builder.add_node("pacore", PaCoReNode(model, PaCoReConfig(rounds=[2]), messages_key="history"))
+    builder.add_edge(START, "pacore")
+    builder.add_edge("pacore", END)
+    out = await builder.compile().ainvoke({"history": [("user", "2+2?")]})
+    assert [type(m).__name__ for m in out["history"]] == ["HumanMessage", "AIMessage"]
+    assert out["history"][-1].content.startswith("answer-") and len(model.seen) == 3
 
 
 # ---- agent explorer -------------------------------------------------------------------------------
