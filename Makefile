@@ -23,11 +23,13 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 test: $(STAMP)
 	bash scripts/docker-setup.sh
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports  # import boundaries: [tool.importlinter] in pyproject.toml
+	$(VENV)/bin/mypy  # types: [tool.mypy] in pyproject.toml
 	$(VENV)/bin/pytest -ra
 
 # Re-pin constraints.txt to the newest releases the dependencies allow (then run `make test` and commit it)

@@ -11,6 +11,8 @@ One way to run it per use:
 Benchmark and agent authors find the parts these are made of in :mod:`pacore_graph.extend`.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from pacore_graph.batch.folder import Problem, RunFolder
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.errors import PaCoReError, RoundFailedError
@@ -23,6 +25,9 @@ from pacore_graph.graph.runner import asolve, solve
 from pacore_graph.integrations import PaCoReChatModel
 from pacore_graph.models import chat_model
 from pacore_graph.records import PaCoReResult
+
+if TYPE_CHECKING:  # a type checker sees the class; at run time it is imported on first use (below)
+    from pacore_graph.integrations.middleware import PaCoReMiddleware
 
 __all__ = [
     "AgentExplorer",
@@ -44,7 +49,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     """``PaCoReMiddleware`` is imported on first use: it needs the ``langchain`` package."""
     if name == "PaCoReMiddleware":
         from pacore_graph import integrations

@@ -8,9 +8,10 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pacore_graph.command_kit import (
     CommandParser,
@@ -29,6 +30,14 @@ from pacore_graph.errors import PaCoReError, UsageError
 from pacore_graph.models.embedded import EMBEDDED_MAX_TOKENS
 from pacore_graph.models.vllm_server import KEYLESS_NOTE, Cluster
 
+if TYPE_CHECKING:  # imported on first use at run time: `pacore --help` stays fast
+    from langchain_core.messages import BaseMessage
+
+    from pacore_graph.batch.folder import RunFolder
+    from pacore_graph.batch.progress import RunProgress
+    from pacore_graph.graph.runner import MessagesInput
+    from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
+
 SOLVE_ID = "problem"  # the one problem of a `pacore solve --output` folder
 
 
@@ -45,15 +54,16 @@ def _solve(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     check_api_keys(args)
+    given: MessagesInput
     if args.messages_file:
-        messages: Any = read_messages_file(args.messages_file)
+        given = read_messages_file(args.messages_file)
         if args.problem:
-            messages.append({"role": "user", "content": args.problem})
+            given.append({"role": "user", "content": args.problem})
     elif args.problem:
-        messages = args.problem
+        given = args.problem
     else:
         raise ValueError("give a PROBLEM or --messages-file")
-    messages = to_messages(messages)  # checked before a server is started or a token is spent
+    messages = to_messages(given)  # checked before a server is started or a token is spent
     if config.rounds:
         where = f"--messages-file {args.messages_file}" if args.messages_file else "the problem"
         check_problem_text(messages, last_user_index(messages), where)
@@ -63,7 +73,7 @@ def _solve(args: argparse.Namespace) -> int:
     progress = RunProgress()
     folder = _solve_folder(args.output, messages, config, args.model, progress) if args.output else None
 
-    async def run(model) -> dict[str, Any]:
+    async def run(model: OpenAICompatibleChatModel) -> dict[str, Any]:
         try:
             if folder is None:
                 return (await asolve(model, messages, config, on_event=progress)).summary()
@@ -73,7 +83,8 @@ def _solve(args: argparse.Namespace) -> int:
                 advice = ("a rerun would be refused the same way: change the request" if SOLVE_ID in summary.refused
                           else f"rerun the same command to continue: {args.output}")  # fmt: skip
                 raise PaCoReError(f"{summary.failed[SOLVE_ID]} ({advice})")
-            return folder.results.rows[0]
+            row: dict[str, Any] = folder.results.rows[0]
+            return row
         finally:
             await model.aclose()
 
@@ -96,7 +107,7 @@ def _solve(args: argparse.Namespace) -> int:
                          ttc_approximate=row["ttc_approximate"])  # fmt: skip
 
 
-def read_messages_file(path: str) -> list[Any]:
+def read_messages_file(path: str) -> list[dict[str, Any]]:
     """A ``--messages-file``: a JSON list of OpenAI-style messages, each checked (role, content, types), so a
     file of something else (an object, ``[1, 2]``) is refused in one line before anything starts."""
     from pacore_graph.inputs import check_messages, parse_json
@@ -108,7 +119,8 @@ def read_messages_file(path: str) -> list[Any]:
         raise UsageError(f"cannot read {where}: {exc.strerror or exc}") from None
     messages = parse_json(raw, where)
     check_messages(messages, where)
-    return messages
+    checked: list[dict[str, Any]] = messages  # check_messages refused anything else
+    return checked
 
 
 def check_api_keys(args: argparse.Namespace) -> None:
@@ -124,7 +136,7 @@ def check_api_keys(args: argparse.Namespace) -> None:
 MESSAGES_KEPT_INLINE = 64 * 1024  # characters of a problem that run.json keeps as text; beyond, a digest
 
 
-def messages_fingerprint(messages: list) -> Any:
+def messages_fingerprint(messages: Sequence[BaseMessage]) -> Any:
     """The problem as ``run.json`` compares it: the messages themselves, or for a long problem their SHA-256
     (a 10 MB problem must not make a 10 MB ``run.json``)."""
     import hashlib
@@ -138,7 +150,9 @@ def messages_fingerprint(messages: list) -> Any:
     return {"sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(), "characters": len(text)}
 
 
-def _solve_folder(output: str, messages: list, config: PaCoReConfig, model: str | None, progress: Any) -> Any:
+def _solve_folder(
+    output: str, messages: Sequence[BaseMessage], config: PaCoReConfig, model: str | None, progress: RunProgress
+) -> RunFolder:
     """The run folder of ``--output``, claimed now: a bad path, a folder in use or one made for another
     problem or settings is refused before a server starts."""
     from pacore_graph.batch.folder import RunFolder
@@ -301,10 +315,6 @@ def main(argv: list[str] | None = None) -> int:
     return run_command_line(build_parser(), argv)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def serve_cluster(cluster: Cluster) -> int:
     """Run the cluster until Ctrl-C (exit 0) or until one of its servers dies (exit 1, naming it)."""
     signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop gets the same clean shutdown as Ctrl-C
@@ -325,3 +335,7 @@ def serve_cluster(cluster: Cluster) -> int:
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -28,7 +28,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeAlias
 
 from pacore_graph.config import PRESETS, PaCoReConfig, parse_rounds
 from pacore_graph.errors import PaCoReError, redact_credentials
@@ -37,6 +37,9 @@ PROG = "pacore"
 USAGE = 2  # exit status: what was given cannot be used; nothing started
 FAILED = 1  # exit status: the run failed
 INTERRUPTED = 130  # exit status: Ctrl-C (128 + SIGINT, as shells report it)
+
+# What `parser.add_subparsers()` returns, where a plugin adds its commands (argparse names the class privately).
+Subcommands: TypeAlias = "argparse._SubParsersAction[Any]"
 
 
 # -- errors and messages --------------------------------------------------------------------------------------
@@ -298,7 +301,7 @@ def check_port(port: int | None) -> None:
 
 
 # -- plugins --------------------------------------------------------------------------------------------------
-def register_plugins(subparsers: Any, plugins: Sequence[tuple[str, Callable[[], Any]]]) -> None:
+def register_plugins(subparsers: Subcommands, plugins: Sequence[tuple[str, Callable[[], Any]]]) -> None:
     """Each plugin's commands: ``load()`` gives its ``register(subparsers)``. One that fails to load or register
     is named, with its error, in one line on stderr (its commands are not offered); the others still load."""
     for name, load in plugins:

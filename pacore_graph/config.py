@@ -78,7 +78,9 @@ class PaCoReConfig(BaseModel):
         "stalls the event loop for 100+ ms at 1024 trajectories in flight); the thresholds are process-wide, "
         "so the CLI and benchmarks turn it on, a library user decides; see pacore_graph.graph.gc_policy",
     )
-    model_kwargs: dict = Field(default_factory=dict, description="extra request fields, e.g. chat_template_kwargs")
+    model_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="extra request fields, e.g. chat_template_kwargs"
+    )
     compat: Literal["reference"] | None = Field(
         None,
         description="'reference': behave as the reference pipeline (stepfun-ai/PaCoRe base_exp.py) where replies are "
@@ -186,7 +188,7 @@ class PaCoReConfig(BaseModel):
         return self
 
     @classmethod
-    def preset(cls, name: str, **overrides) -> PaCoReConfig:
+    def preset(cls, name: str, **overrides: Any) -> PaCoReConfig:
         """low [4], medium [16], high [32, 4] (paper)."""
         if name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}: choose one of {', '.join(PRESETS)}")

@@ -37,7 +37,7 @@ class RoundFailedError(PaCoReError):
         self.round = round
         super().__init__(describe_failed_round(round))
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[RoundFailedError], tuple[RoundRecord]]:
         return (type(self), (self.round,))
 
     @property
@@ -65,7 +65,7 @@ class BudgetExhaustedError(PaCoReError):
             f"({len(round.trajectories)} cut or failed): raise the budget"
         )
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[BudgetExhaustedError], tuple[str, RoundRecord]]:
         return (type(self), (self.reason, self.round))
 
 
@@ -151,7 +151,8 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, _classes("httpcore", "TimeoutException", "RemoteProtocolError")):
         return True
     if isinstance(exc, _classes("aiohttp", "ClientError")) and not isinstance(exc, _classes("aiohttp", "InvalidURL")):
-        return error_status(exc) is None or status_is_retryable(error_status(exc))  # type: ignore[arg-type]
+        status = error_status(exc)
+        return status is None or status_is_retryable(status)
     status = error_status(exc)
     return status is not None and status_is_retryable(status)
 

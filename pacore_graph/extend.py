@@ -61,6 +61,8 @@ The OpenAI-compatible endpoint (``pacore serve``; needs the ``server`` extra, so
     ``create_app``, ``BackgroundServer``.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from pacore_graph.batch.fingerprint import SettingsMismatch
 from pacore_graph.batch.folder import ProblemOutcome, RunSummary
 from pacore_graph.batch.folder_lock import FolderInUse, FolderLock
@@ -119,6 +121,10 @@ from pacore_graph.synthesis.compaction import compact
 from pacore_graph.synthesis.context_window import cut_middle
 from pacore_graph.synthesis.prompt import DEFAULT_TEMPLATE, message_text, render_synthesis_prompt, synthesis_messages
 from pacore_graph.synthesis.tokens import completion_tokens, count_tokens
+
+if TYPE_CHECKING:  # a type checker sees them; at run time they are imported on first use (below)
+    from pacore_graph.server import BackgroundServer as BackgroundServer
+    from pacore_graph.server import create_app as create_app
 
 OneTrajectory = Exploration  # the name before Exploration, kept for existing callers
 
@@ -206,7 +212,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     """The endpoint's names, imported on first use: it needs the optional ``server`` extra."""
     if name in ("BackgroundServer", "create_app"):
         from pacore_graph import server

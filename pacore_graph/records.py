@@ -7,6 +7,7 @@ pydantic models built from that data; they never enter a checkpoint.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TypedDict
 
 from langchain_core.messages import AIMessage
@@ -64,7 +65,7 @@ class OutcomeData(TypedDict, total=False):
     stop: str | None
     round_index: int
     index: int
-    votes: list[list]
+    votes: list[list[Any]]  # [answer, count] pairs (read as Outcome.votes)
     verifier_choice: int | None
 
 
@@ -130,7 +131,7 @@ class TrajectoryRecord(BaseModel):
         return reference_text(self.conclusion, self.tool_calls)
 
 
-def is_usable(error: str | None, conclusion: str, tool_calls: list | None) -> bool:
+def is_usable(error: str | None, conclusion: str, tool_calls: Sequence[object] | None) -> bool:
     """The rule: a trajectory that did not fail and left a conclusion or a tool call may be passed on."""
     return error is None and bool(conclusion.strip() or tool_calls)
 

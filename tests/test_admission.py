@@ -14,6 +14,7 @@ import pytest
 from pacore_graph import PaCoReConfig
 from pacore_graph.concurrency.limiter import Admission
 from pacore_graph.extend import Trajectory
+from pacore_graph.graph.run_state import RunState
 from pacore_graph.graph.runner import PaCoReRunner
 
 
@@ -71,8 +72,7 @@ async def test_a_runner_keeps_at_most_limit_plus_k_minus_one_trajectory_tasks_al
     explorer = CountingExplorer()
     runner = PaCoReRunner(explorer, PaCoReConfig(rounds=[4], max_concurrency=3))
     counter = {"alive": 0, "most": 0}
-    context_class = type(runner.context("q"))
-    started, ended = context_class.trajectory_started, context_class.trajectory_ended
+    started, ended = RunState.trajectory_started, RunState.trajectory_ended
 
     def counting_started(self):
         counter["alive"] += 1
@@ -83,8 +83,8 @@ async def test_a_runner_keeps_at_most_limit_plus_k_minus_one_trajectory_tasks_al
         counter["alive"] -= 1
         return ended(self, task, round_index)
 
-    monkeypatch.setattr(context_class, "trajectory_started", counting_started)
-    monkeypatch.setattr(context_class, "trajectory_ended", counting_ended)
+    monkeypatch.setattr(RunState, "trajectory_started", counting_started)
+    monkeypatch.setattr(RunState, "trajectory_ended", counting_ended)
     results = await asyncio.gather(*(runner.arun(f"problem {n}") for n in range(6)))
     assert all(result.answer == "answer 1-0" for result in results)
     assert explorer.calls == 6 * 5

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from dataclasses import dataclass
+from typing import Annotated
 
 import pytest
 from fakes import PromptFunctionChatModel, digest, think_reply
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
-from pydantic import ValidationError
+from langgraph.graph import END, START, MessagesState, StateGraph, add_messages
+from pydantic import BaseModel, ValidationError
 
 from pacore_graph import (
     AgentExplorer,
@@ -173,6 +176,24 @@ async def test_progress_events_stream_in_custom_mode():
     assert all(e["completion_tokens"] == 7 for e in events if e["event"] == "trajectory_finished")
 
 
+async def test_a_context_is_the_callers_frozen_input_and_may_run_again():
+    """The caller's PaCoReContext is read, never written: assigning a field raises, its conversation is left as
+    it was, the run's state is not one of its fields (equality and repr ignore it), and the same context runs a
+    second time from the start."""
+    model = PromptFunctionChatModel(reply=think_reply, seen=[])
+    graph = build_pacore_graph(model, PaCoReConfig(rounds=[2])).compile()
+    conversation = [HumanMessage("q")]
+    context = PaCoReContext(messages=conversation)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        context.messages = [HumanMessage("another question")]
+    first = await graph.ainvoke({}, context=context)
+    second = await graph.ainvoke({}, context=context)
+    assert first["answer"].content == second["answer"].content and len(model.seen) == 6
+    assert [r["k"] for r in second["rounds"]] == [2, 1]
+    assert context.messages is conversation and conversation == [HumanMessage("q")]
+    assert context == PaCoReContext(messages=[HumanMessage("q")]) and "RunState" not in repr(context)
+
+
 async def test_time_queued_for_a_slot_does_not_count_against_the_request_timeout():
     """One slot, four trajectories of 0.15 s each and a 0.3 s timeout: the last waits 0.45 s for its slot."""
 
@@ -272,6 +293,28 @@ def test_node_names_a_missing_channel():
     node = PaCoReNode(PromptFunctionChatModel(reply=think_reply), messages_key="history")
     with pytest.raises(KeyError, match="history"):
         node.invoke({"messages": []})
+
+
+class PydanticChat(BaseModel):
+    history: Annotated[list[AnyMessage], add_messages]
+
+
+@dataclass
+class DataclassChat:
+    history: Annotated[list[AnyMessage], add_messages]
+
+
+@pytest.mark.parametrize("schema", [PydanticChat, DataclassChat])
+async def test_node_reads_the_messages_of_a_pydantic_or_dataclass_state(schema):
+    """LangGraph hands such a node the state object itself: the node reads the channel as an attribute."""
+    model = PromptFunctionChatModel(reply=think_reply, seen=[])
+    builder = StateGraph(schema)
+    builder.add_node("pacore", PaCoReNode(model, PaCoReConfig(rounds=[2]), messages_key="history"))
+    builder.add_edge(START, "pacore")
+    builder.add_edge("pacore", END)
+    out = await builder.compile().ainvoke({"history": [("user", "2+2?")]})
+    assert [type(m).__name__ for m in out["history"]] == ["HumanMessage", "AIMessage"]
+    assert out["history"][-1].content.startswith("answer-") and len(model.seen) == 3
 
 
 # ---- agent explorer -------------------------------------------------------------------------------

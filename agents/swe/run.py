@@ -110,7 +110,7 @@ def run_counts(summary: RunSummary, folder: RunFolder, rows: list[dict]) -> dict
     """The JSON summary's ``counts`` of a run over ``rows``: done (now or before) and failed, and of the
     finished, how many with a patch."""
     wanted = {row["instance_id"] for row in rows}
-    finished = [row for row in folder.results.rows if row["instance_id"] in wanted]  # type: ignore[union-attr]
+    finished = [row for row in folder.results.rows if row["instance_id"] in wanted]
     patches = sum(row["patch"] for row in finished)
     return item_counts(summary.total, len(summary.failed), already_done=summary.skipped, finished_now=summary.written,
                        patches=patches, without_patch=len(finished) - patches,

@@ -152,7 +152,7 @@ class TrainExport:
             missing = sum(len(pool.missing(p.id, size)) for p in self.problems) if size is not None else 0
             self._pending = (missing, 0)
             if not missing and self.settings.synthesis_samples:
-                done = self.folder.results.done() if self.folder.results is not None else set()
+                done = self.folder.results.done()
                 rows = {p.id: [r for r in pool.rows(p.id) if size is None or r["index"] < size] for p in self.problems}
                 self._graded = self._candidates({p.id: (p, rows[p.id]) for p in self.problems if rows[p.id]})
                 units = self._units(self._stage1(self._graded))
@@ -269,7 +269,7 @@ class TrainExport:
     # -- outputs -------------------------------------------------------------------------------------------
     def _write(self, candidates: list[Candidate], stage1: list[Candidate], run: RunFolder) -> ExportReport:
         settings = self.settings
-        by_unit = {row["unit"]: row for row in run.results.rows} if run.results is not None else {}
+        by_unit = {row["unit"]: row for row in run.results.rows}
         units = self._units(stage1) if settings.synthesis_samples else {}
         measured: dict[str, list[dict[str, Any]]] = {}
         for key, (candidate, _, _) in units.items():

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from pydantic import BaseModel, Field
 
 from pacore_graph.batch.fingerprint import check_fingerprint, refuse_foreign, save_settings
@@ -44,6 +45,7 @@ from pacore_graph.batch.resume import Status, open_checkpointer, thread_id, thre
 from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.errors import ModelRequestError, PaCoReError, RoundFailedError, UsageError
+from pacore_graph.explorers.protocol import ModelOrExplorer
 from pacore_graph.graph.runner import MessagesInput, PaCoReRunner, to_messages
 from pacore_graph.records import PaCoReResult
 
@@ -181,8 +183,8 @@ class RunFolder:
         self.key = key or (lambda row: row["id"])
         self.progress = progress if isinstance(progress, RunProgress) else RunProgress(enabled=progress)
         self.limiter = ConcurrencyLimiter(max_concurrency) if max_concurrency else None
-        self.results: ResultsFile | None = None
-        self.checkpointer: Any = None
+        self._results: ResultsFile | None = None
+        self.checkpointer: BaseCheckpointSaver[str] | None = None  # while the folder is entered
         self._lock = FolderLock(self.path)
         self._stack: AsyncExitStack | None = None
 
@@ -197,7 +199,7 @@ class RunFolder:
         self._lock.acquire()
         try:
             check_fingerprint(self.path, self.fingerprint)
-            self.results = self.results_file(RESULTS_FILE, self.key)  # a file this run did not write is refused
+            self._results = self.results_file(RESULTS_FILE, self.key)  # a file this run did not write is refused
             save_settings(self.path, self.fingerprint, self.settings)
         except BaseException:
             self._lock.release()
@@ -206,6 +208,13 @@ class RunFolder:
 
     def release(self) -> None:
         self._lock.release()
+
+    @property
+    def results(self) -> ResultsFile:
+        """The folder's results file (``results.jsonl``), read when the folder was claimed."""
+        if self._results is None:
+            raise PaCoReError("claim the RunFolder first (`folder.claim()`, or `async with folder:`)")
+        return self._results
 
     def results_file(self, name: str, key: Callable[[dict[str, Any]], Any]) -> ResultsFile:
         """Another append-only JSONL file in the folder (a pool, say); a torn last line is reported."""
@@ -237,7 +246,7 @@ class RunFolder:
     # -- running problems ----------------------------------------------------------------------------
     async def run(
         self,
-        model_or_explorer: Any,
+        model_or_explorer: ModelOrExplorer,
         config: PaCoReConfig,
         problems: Iterable[Problem],
         row: Row = answer_row,
@@ -255,14 +264,15 @@ class RunFolder:
         only). ``salt`` (a model name, an agent's settings) separates the threads of runs that send
         different things under one config.
         """
-        if self.checkpointer is None or self.results is None:
+        checkpointer = self.checkpointer
+        if checkpointer is None:
             raise PaCoReError("use the RunFolder as `async with RunFolder(...) as folder:` before running")
         problems = list(problems)
         messages = _checked_messages(problems)
         done = self.results.done()
         todo = [problem for problem in problems if problem.id not in done]
         summary = RunSummary(total=len(problems), skipped=len(problems) - len(todo))
-        runner = PaCoReRunner(model_or_explorer, config, checkpointer=self.checkpointer, limiter=self.limiter)
+        runner = PaCoReRunner(model_or_explorer, config, checkpointer=checkpointer, limiter=self.limiter)
         gate = asyncio.Semaphore(concurrency) if concurrency else contextlib.nullcontext()
         if label:
             self.progress.add(label, len(todo))
@@ -272,7 +282,7 @@ class RunFolder:
                 thread = thread_id(problem.id, messages[problem.id], config, *salt)
                 records = RecordLog(self._records_path(problem.id), thread)
                 outcome = await self._solve(runner, problem, messages[problem.id], thread, records, trace)
-                await self._write(outcome, row, thread, records, summary)
+                await self._write(outcome, row, thread, records, summary, checkpointer)
             if label:
                 self.progress.advance(label, note=f"{len(summary.failed)} failed" if summary.failed else None)
 
@@ -301,7 +311,13 @@ class RunFolder:
         return outcome
 
     async def _write(
-        self, outcome: ProblemOutcome, row: Row, thread: str, records: RecordLog, summary: RunSummary
+        self,
+        outcome: ProblemOutcome,
+        row: Row,
+        thread: str,
+        records: RecordLog,
+        summary: RunSummary,
+        checkpointer: BaseCheckpointSaver[str],
     ) -> None:
         problem_id = outcome.problem.id
         try:
@@ -318,8 +334,8 @@ class RunFolder:
             return
         if self.key(made) != problem_id:
             raise PaCoReError(f"the row made for problem {problem_id!r} has the key {self.key(made)!r}")
-        self.results.append(made)  # type: ignore[union-attr]
-        await self.checkpointer.adelete_thread(thread)  # the row is on disk: the rest is spare
+        self.results.append(made)
+        await checkpointer.adelete_thread(thread)  # the row is on disk: the rest is spare
         records.remove()
         counter = _COUNTERS[outcome.status]
         setattr(summary, counter, getattr(summary, counter) + 1)

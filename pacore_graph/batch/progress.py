@@ -49,7 +49,7 @@ class RunProgress:
         self._entered += 1
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self._entered -= 1
         if self._entered == 0:
             self.progress.stop()
@@ -66,8 +66,10 @@ class RunProgress:
     def advance(self, name: str, amount: int = 1, *, note: str | None = None) -> None:
         if name not in self._bars:
             self.add(name, 0)
-        fields = {} if note is None else {"note": note}
-        self.progress.update(self._bars[name], advance=amount, **fields)
+        if note is None:
+            self.progress.update(self._bars[name], advance=amount)
+        else:
+            self.progress.update(self._bars[name], advance=amount, note=note)
 
     def _total(self, task: TaskID) -> float:
         return next(t.total or 0 for t in self.progress.tasks if t.id == task)

@@ -31,9 +31,11 @@ from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage, convert_to_openai_messages
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from pacore_graph.config import PaCoReConfig
+from pacore_graph.graph.context import ProgressListener, RecordSink
 from pacore_graph.graph.runner import MessagesInput, PaCoReRunner, build_result
 from pacore_graph.records import PaCoReResult
 
@@ -53,7 +55,7 @@ def checkpoint_serde() -> JsonPlusSerializer:
 
 
 @asynccontextmanager
-async def open_checkpointer(folder: str | Path) -> AsyncIterator[Any]:
+async def open_checkpointer(folder: str | Path) -> AsyncIterator[BaseCheckpointSaver[str]]:
     """An AsyncSqliteSaver on ``folder/checkpoints.sqlite`` (created if missing), closed on exit."""
     import aiosqlite
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -96,17 +98,24 @@ async def solve_resumable(
     runner: PaCoReRunner,
     messages: MessagesInput,
     thread: str,
-    **context: Any,
+    *,
+    trace: bool = False,
+    on_event: ProgressListener | None = None,
+    payload: Any = None,
+    on_record: RecordSink | None = None,
 ) -> tuple[PaCoReResult, Status]:
     """Run PaCoRe for one problem on checkpoint thread ``thread``, resuming whatever it had done.
 
-    ``runner`` must be compiled with a checkpointer (see :func:`open_checkpointer`). ``context``:
-    ``trace``, ``on_event``, ``payload``, ``on_record`` (see :class:`~pacore_graph.graph.context.PaCoReContext`),
-    given again on every resume (none of it is checkpointed).
+    ``runner`` must be compiled with a checkpointer (see :func:`open_checkpointer`). ``trace``, ``on_event``,
+    ``payload``, ``on_record`` are :meth:`PaCoReRunner.arun`'s, given again on every resume (none of them is
+    checkpointed).
     """
     status, finished = await thread_status(runner, thread)
     if finished is not None:
         return finished, status
     config: RunnableConfig = {"configurable": {"thread_id": thread}}
-    result = await runner.arun(messages, config, resume=status != "fresh", durability="sync", **context)
+    result = await runner.arun(
+        messages, config, resume=status != "fresh", durability="sync",
+        trace=trace, on_event=on_event, payload=payload, on_record=on_record,
+    )  # fmt: skip
     return result, status

@@ -21,8 +21,10 @@ from collections import deque
 class ConcurrencyLimiter:
     def __init__(self, limit: int):
         self.limit = limit
-        self._semaphores: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self._admissions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._admissions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Admission] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
     async def admit(self, k: int) -> Admission:

@@ -62,13 +62,13 @@ def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
     loop = _background_loop()
     context = contextvars.copy_context()
     outcome: concurrent.futures.Future[T] = concurrent.futures.Future()
-    started: list[asyncio.Task] = []  # filled on the loop; callbacks run in order, so before any cancel
+    started: list[asyncio.Task[T]] = []  # filled on the loop; callbacks run in order, so before any cancel
 
-    def finish(task: asyncio.Task) -> None:
+    def finish(task: asyncio.Task[T]) -> None:
         if task.cancelled():  # an exception, not cancel(): futures.wait() sees only a notified cancel
             outcome.set_exception(concurrent.futures.CancelledError())
-        elif task.exception() is not None:
-            outcome.set_exception(task.exception())  # type: ignore[arg-type]
+        elif (error := task.exception()) is not None:
+            outcome.set_exception(error)
         else:
             outcome.set_result(task.result())
 
@@ -93,7 +93,7 @@ def iterate_sync(items: AsyncIterator[T]) -> Iterator[T]:
     loop = _background_loop()
     context = contextvars.copy_context()
     received: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
-    started: list[asyncio.Task] = []
+    started: list[asyncio.Task[None]] = []
 
     async def pump() -> None:
         try:

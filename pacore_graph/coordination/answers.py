@@ -199,7 +199,7 @@ def resolve_extractor(name: str) -> AnswerExtractor:
         raise ValueError(f"answer_extractor {name!r} cannot be imported: {exc}") from None
     if not callable(found):
         raise ValueError(f"answer_extractor {name!r} is not callable")
-    return found  # type: ignore[return-value]
+    return found
 
 
 def extractor_name(extractor: str | Callable[..., object]) -> str:

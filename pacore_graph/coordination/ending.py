@@ -71,8 +71,9 @@ def choose(round_data: RoundData, chosen: list[TrajectoryData], stop: str | None
         vote = majority_vote(answers, lambda a, b: answer_key(a) == answer_key(b))
         winner = answer_key(vote.answer)
         record = next(r for r, answer in zip(chosen, answers, strict=True) if answer_key(answer) == winner)
-        outcome.update(selector="vote", votes=[[answer, count] for answer, count in vote.clusters])
-    outcome.update(round_index=round_data["round_index"], index=record["index"])
+        outcome["selector"] = "vote"
+        outcome["votes"] = [[answer, count] for answer, count in vote.clusters]
+    outcome["round_index"], outcome["index"] = round_data["round_index"], record["index"]
     return Ending(record, outcome)
 
 

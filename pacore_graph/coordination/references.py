@@ -35,15 +35,6 @@ class References(NamedTuple):
     indices: list[int] | None = None
     counts: list[int] | None = None
 
-    def recorded(self) -> dict[str, list[int]]:
-        """The fields a trajectory record keeps of it: ``reference_indices`` / ``reference_counts`` when set."""
-        fields = {}
-        if self.indices is not None:
-            fields["reference_indices"] = self.indices
-        if self.counts is not None:
-            fields["reference_counts"] = self.counts
-        return fields
-
 
 def next_round_references(
     previous: RoundData | None, k: int, round_index: int, settings: PaCoReConfig

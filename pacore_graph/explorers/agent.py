@@ -46,7 +46,7 @@ class AgentExplorer:
 
     def __init__(
         self,
-        runnable: Runnable,
+        runnable: Runnable[Any, Any],
         *,
         output: Callable[[Any], AIMessage | str],
         input: Callable[[list[BaseMessage], EpisodeContext], Any] | None = None,

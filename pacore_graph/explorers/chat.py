@@ -16,6 +16,7 @@ this project's client that is its transport (``sse``), assembled without a LangC
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -33,7 +34,7 @@ from pacore_graph.synthesis.prompt import message_text
 
 def trajectory_from_message(message: AIMessage, extra: dict[str, Any] | None = None) -> Trajectory:
     """Read reasoning, tool calls, usage and finish reason off a LangChain AIMessage, whoever produced it."""
-    usage = message.usage_metadata or {}
+    usage: Mapping[str, Any] = message.usage_metadata or {}
     metadata = message.response_metadata or {}
     token_usage = metadata.get("token_usage") or {}
     return Trajectory(
@@ -83,10 +84,9 @@ class ChatExplorer:
         model = found.model
         # called as it is (no wrapper, no steps before it) and with nothing of its own to tell: in a run
         # nobody observes, the trajectory is the completion alone (OpenAICompatibleChatModel.agenerate_message)
-        self._direct = (
-            isinstance(model, OpenAICompatibleChatModel) and found.call is model and found.prefix is None
-            and not model.callbacks and not model.verbose
-        )  # fmt: skip
+        self._direct: OpenAICompatibleChatModel | None = None
+        if found.call is model and found.prefix is None and isinstance(model, OpenAICompatibleChatModel):
+            self._direct = None if model.callbacks or model.verbose else model
 
     def _fill_ins(self, configured: frozenset[str] = frozenset()) -> dict[str, Any]:
         if not takes_openai_params(self.model):
@@ -118,8 +118,9 @@ class ChatExplorer:
             configured = frozenset(ensure_config(config).get("configurable") or ()) & set(self.found.configurable)
             if configured:
                 kwargs = self._request_kwargs(configured)[1 if episode.final else 0]
-        if episode.unobserved and self._direct and self.model.plain_calls():  # type: ignore[attr-defined]
-            message = await self.model.agenerate_message(messages, **kwargs)  # type: ignore[attr-defined]
+        direct = self._direct
+        if episode.unobserved and direct is not None and direct.plain_calls():
+            message = await direct.agenerate_message(messages, **kwargs)
             return trajectory_from_message(message)
         if self.found.prefix is not None:
             messages = await self.found.prefix.ainvoke(messages, config)

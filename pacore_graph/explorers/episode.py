@@ -33,7 +33,7 @@ class EpisodeContext:
     round_index: int = 0
     index: int = 0
     final: bool = False
-    config: RunnableConfig = field(default_factory=dict)  # type: ignore[assignment]
+    config: RunnableConfig = field(default_factory=RunnableConfig)
     payload: Any = None
     sink: Callable[[Any], None] | None = None
     unobserved: bool = False

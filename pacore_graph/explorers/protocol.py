@@ -5,8 +5,9 @@ Both sit behind one protocol so that one fan-out machinery serves them: the grap
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import Runnable
 
@@ -17,7 +18,7 @@ from pacore_graph.explorers.episode import EpisodeContext
 from pacore_graph.models.unwrap import find_chat_model
 from pacore_graph.records import Trajectory
 
-__all__ = ["AgentExplorer", "ChatExplorer", "Explorer", "as_explorer"]
+__all__ = ["AgentExplorer", "ChatExplorer", "Explorer", "ModelOrExplorer", "as_explorer"]
 
 
 @runtime_checkable
@@ -27,7 +28,14 @@ class Explorer(Protocol):
     async def explore(self, messages: list[BaseMessage], episode: EpisodeContext) -> Trajectory: ...
 
 
-def as_explorer(model_or_explorer: Any, config: PaCoReConfig) -> Explorer:
+ModelOrExplorer: TypeAlias = BaseChatModel | Runnable[Any, Any] | Explorer
+"""What PaCoRe runs each trajectory with: a LangChain chat model, or a Runnable around one (``bind_tools``,
+``bind``, ``with_config``, ``with_retry``, ``configurable_fields``, a chain ending in the model); an
+:class:`Explorer`; or an agent, a Runnable or compiled graph whose output has ``messages`` (one whole episode
+per trajectory)."""
+
+
+def as_explorer(model_or_explorer: ModelOrExplorer, config: PaCoReConfig) -> Explorer:
     """A chat model (bare or wrapped: bind_tools, bind, with_config, with_retry, configurable_fields, a chain
     ending in the model), an Explorer, or an agent (a compiled graph or Runnable whose output has
     ``messages``). Anything PaCoRe cannot use fails here, before a run starts."""

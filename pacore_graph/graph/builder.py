@@ -38,10 +38,11 @@ from pacore_graph.coordination.ending import ending
 from pacore_graph.coordination.references import next_round_references
 from pacore_graph.errors import RoundFailedError
 from pacore_graph.explorers.episode import EpisodeContext
-from pacore_graph.explorers.protocol import Explorer, as_explorer
+from pacore_graph.explorers.protocol import Explorer, ModelOrExplorer, as_explorer
 from pacore_graph.graph.compat import passes_on
-from pacore_graph.graph.context import PaCoReContext, current_context
-from pacore_graph.graph.exploration import Exploration
+from pacore_graph.graph.context import PaCoReContext, current_run
+from pacore_graph.graph.exploration import Exploration, failure_data
+from pacore_graph.graph.run_state import RunState
 from pacore_graph.records import OutcomeData, RoundData, RoundRecord, TrajectoryData, usable
 from pacore_graph.synthesis.context_window import with_model_context
 from pacore_graph.synthesis.prompt import last_user_index, order_references
@@ -86,11 +87,11 @@ class _Step(Runnable[Any, Any]):
 
 
 def build_pacore_graph(
-    model_or_explorer: Any,
+    model_or_explorer: ModelOrExplorer,
     config: PaCoReConfig | None = None,
     *,
     limiter: ConcurrencyLimiter | None = None,
-) -> StateGraph:
+) -> StateGraph[PaCoReState, PaCoReContext, PaCoReState, PaCoReState]:
     """An uncompiled StateGraph running PaCoRe; compile with your own checkpointer.
 
     Run it with ``graph.invoke({}, config, context=PaCoReContext(messages=[...]))``. Output: ``answer``
@@ -110,31 +111,31 @@ def build_pacore_graph(
 
     def begin(state: PaCoReState, config: RunnableConfig) -> dict[str, Any]:
         """A new input starts at round 1, also on a thread that already ran (checkpointer, next turn)."""
-        context = current_context()
-        context.begin()
-        if not context.messages:
+        run = current_run()
+        run.begin()
+        if not run.messages:
             raise ValueError("the message list is empty: PaCoRe needs at least one user message")
         if len(schedule) > 1:
-            last_user_index(context.messages)  # fail now, not after round 1 was paid for
-        announce(context, 0)
+            last_user_index(run.messages)  # fail now, not after round 1 was paid for
+        announce(run, 0)
         return {"round_index": 0, "results": Overwrite([]), "rounds": Overwrite([]), "answer": None, "outcome": None}
 
-    def announce(context: PaCoReContext, round_index: int) -> None:
+    def announce(run: RunState, round_index: int) -> None:
         """The round is fanned out from this node's task, in this process (routers see no runtime)."""
-        context.fanned_out(round_index)
+        run.fanned_out(round_index)
         k = schedule[round_index]
-        context.emit({"event": "round_started", "round": round_index, "k": k, "rounds": len(schedule)})
+        run.emit({"event": "round_started", "round": round_index, "k": k, "rounds": len(schedule)})
 
     async def abegin(state: PaCoReState, config: RunnableConfig) -> dict[str, Any]:
         update = begin(state, config)
-        await current_context().admit(limiter, 0, schedule[0])
+        await current_run().admit(limiter, 0, schedule[0])
         return update
 
     async def acollect(state: PaCoReState, config: RunnableConfig) -> dict[str, Any]:
         update = collect(state, config)
         following = update.get("round_index", len(schedule))
         if following < len(schedule):  # the round the router fans out next
-            await current_context().admit(limiter, following, schedule[following])
+            await current_run().admit(limiter, following, schedule[following])
         return update
 
     def fan_out(state: PaCoReState, config: RunnableConfig) -> list[Send] | str:
@@ -145,33 +146,38 @@ def build_pacore_graph(
         k = schedule[round_index]
         previous = state["rounds"][-1] if round_index > 0 else None
         lists = next_round_references(previous, k, round_index, settings)
-        spent = {"spent": spent_tokens(state["rounds"])} if settings.budget.tokens is not None else {}
-        return [
-            Send("trajectory", TrajectoryTask(round_index=round_index, index=index, references=seen.texts,
-                                              **seen.recorded(), **spent))
-            for index, seen in enumerate(lists)
-        ]  # fmt: skip
+        spent = spent_tokens(state["rounds"]) if settings.budget.tokens is not None else None
+        sends = []
+        for index, seen in enumerate(lists):
+            task = TrajectoryTask(round_index=round_index, index=index, references=seen.texts)
+            if seen.indices is not None:
+                task["reference_indices"] = seen.indices
+            if seen.counts is not None:
+                task["reference_counts"] = seen.counts
+            if spent is not None:
+                task["spent"] = spent
+            sends.append(Send("trajectory", task))
+        return sends
 
     async def trajectory(task: TrajectoryTask, config: RunnableConfig) -> dict[str, Any]:
         """One trajectory, retried on transient failures; a final failure is recorded, or raised when the
         whole round failed (see :mod:`pacore_graph.graph.barrier`). Closing the run cancels it."""
-        context = current_context()
+        run = current_run()
         round_index, index = task["round_index"], task["index"]
         k = schedule[round_index]
         verifier = round_index == final_round and settings.final_selector == "verifier"
         template = settings.verifier_template if verifier else settings.template
-        messages, barrier = context.round(round_index, k, task["references"], settings, template)
-        control = context.control(settings).round(round_index, k, task.get("spent", 0))
+        messages, barrier = run.round(round_index, k, task["references"], settings, template)
+        control = run.control(settings).round(round_index, k, task.get("spent", 0))
         final = round_index == final_round and not verifier  # a verifier's reply is not the answer: no streaming
-        running = context.trajectory_started()
+        running = run.trajectory_started()
         barrier.start()
         slot = limiter.slot()
+        exploration: Exploration | None = None
         try:
             await slot.take()  # first: a trajectory still queued for its slot has built nothing of its own
-            child = context.child_config(config, round_index, index, final)
-            episode = EpisodeContext(
-                round_index, index, final, child, context.payload, context.on_record, context.unobserved
-            )
+            child = run.child_config(config, round_index, index, final)
+            episode = EpisodeContext(round_index, index, final, child, run.payload, run.on_record, run.unobserved)
             exploration = Exploration(explorer, messages, episode, settings, uncapped=uncapped)
             work = exploration.explore(slot=slot)
             outcome = await (control.guard(index, work) if control.watching else work)
@@ -180,14 +186,15 @@ def build_pacore_graph(
             raise
         except TrajectoryCut as cut:
             record = seen_references(TrajectoryData(round_index=round_index, index=index, cut=cut.reason), task)
-            record["attempts"] = exploration.attempts
+            record["attempts"] = exploration.attempts if exploration is not None else 0
             barrier.finish(record, False)
-            context.emit({"event": "trajectory_cut", "round": round_index, "index": index, "reason": cut.reason})
+            run.emit({"event": "trajectory_cut", "round": round_index, "index": index, "reason": cut.reason})
             return {"results": [record]}
         except Exception as exc:
-            record = seen_references(exploration.failure(exc), task)
+            attempts = exploration.attempts if exploration is not None else 0
+            record = seen_references(failure_data(exc, round_index, index, attempts), task)
             control.finished(record)
-            context.emit({"event": "trajectory_failed", "round": round_index, "index": index, "error": record["error"]})
+            run.emit({"event": "trajectory_failed", "round": round_index, "index": index, "error": record["error"]})
             if reference_mode:  # the reference pipeline carries on whatever failed
                 barrier.finish(record, False)
             elif await barrier.fail(record):
@@ -195,15 +202,15 @@ def build_pacore_graph(
             return {"results": [record]}
         finally:
             slot.drop()  # when no attempt ran (cut first); an attempt gives it back as it ends
-            context.trajectory_ended(running, round_index)  # nothing below awaits: close() has nothing left to stop
+            run.trajectory_ended(running, round_index)  # nothing below awaits: close() has nothing left to stop
         record = seen_references(exploration.record(outcome), task)
         control.finished(record)
         barrier.finish(record, passes(record))
-        if context.trace is not None:
+        if run.trace is not None:
             outcome.extra.setdefault("round_index", round_index)
             outcome.extra.setdefault("index", index)
-            context.trace.append(outcome)
-        context.emit(
+            run.trace.append(outcome)
+        run.emit(
             {
                 "event": "trajectory_finished",
                 "round": round_index,
@@ -216,7 +223,7 @@ def build_pacore_graph(
 
     def collect(state: PaCoReState, config: RunnableConfig) -> dict[str, Any]:
         """Order and compact the round; after the final round its one conclusion is the answer."""
-        context = current_context()
+        run = current_run()
         round_index = state["round_index"]
         records = sorted(state.get("results", []), key=lambda record: record["index"])
         order = order_references([r.get("content_length", 0) for r in records], settings.seed, settings.reference_order)
@@ -225,7 +232,7 @@ def build_pacore_graph(
             round_index=round_index, k=schedule[round_index], reference_order=[r["index"] for r in chosen],
             trajectories=records,
         )  # fmt: skip
-        context.emit(
+        run.emit(
             {
                 "event": "round_finished",
                 "round": round_index,
@@ -235,24 +242,24 @@ def build_pacore_graph(
                 "cut": sum(1 for r in records if r.get("cut")),
             }
         )
-        end = ending(state.get("rounds", []), round_data, chosen, context.control(settings), settings, final_round)
+        end = ending(state.get("rounds", []), round_data, chosen, run.control(settings), settings, final_round)
         if not chosen and end is None and not reference_mode:  # the reference pipeline carries on with none
-            if context.ran(round_index):
+            if run.ran(round_index):
                 raise RoundFailedError(RoundRecord.model_validate(round_data))
             # A resume reached the collector of a round that failed before (its trajectories ran elsewhere,
             # e.g. some saved with empty conclusions before a kill, the rest failed on the resume after it):
             # run the whole round again instead of raising the same error on every resume.
-            context.emit({"event": "round_restarted", "round": round_index, "k": round_data["k"]})
-            announce(context, round_index)
+            run.emit({"event": "round_restarted", "round": round_index, "k": round_data["k"]})
+            announce(run, round_index)
             return {"results": Overwrite([]), "round_index": round_index}
         update: dict[str, Any] = {"results": Overwrite([]), "rounds": [round_data], "round_index": round_index + 1}
         if end is not None:
             update.update(round_index=len(schedule), answer=answer_message(end.record), outcome=end.outcome)
-            context.emit({"event": "run_ended", "round": round_index, **end.outcome})
+            run.emit({"event": "run_ended", "round": round_index, **end.outcome})
         elif round_index == final_round:  # compat="reference": a failed final call answers ""
             update["answer"] = answer_message(chosen[0]) if chosen else AIMessage(content="", name="pacore")
         else:
-            announce(context, round_index + 1)
+            announce(run, round_index + 1)
         return update
 
     builder = StateGraph(PaCoReState, context_schema=PaCoReContext)

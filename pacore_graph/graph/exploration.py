@@ -17,8 +17,9 @@ from pacore_graph.concurrency.retry import with_retries
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.errors import error_status, is_transient
 from pacore_graph.explorers.episode import EpisodeContext
+from pacore_graph.explorers.protocol import Explorer
 from pacore_graph.graph.compat import ReferenceRetries, passes_on, pipeline_conclusion
-from pacore_graph.records import Trajectory, TrajectoryData, TrajectoryRecord, usable
+from pacore_graph.records import ToolCallData, Trajectory, TrajectoryData, TrajectoryRecord, usable
 from pacore_graph.synthesis.compaction import compact
 from pacore_graph.synthesis.tokens import completion_tokens
 
@@ -35,12 +36,12 @@ class Exploration:
 
     def __init__(
         self,
-        explorer: Any,
+        explorer: Explorer,
         messages: list[BaseMessage],
         episode: EpisodeContext,
         settings: PaCoReConfig,
         *,
-        uncapped: Any | None = None,
+        uncapped: Explorer | None = None,
     ):
         self.explorer = explorer
         self.messages = messages
@@ -66,48 +67,60 @@ class Exploration:
         return outcome
 
     def record(self, outcome: Trajectory) -> TrajectoryData:
-        """What a run keeps of it: its conclusion (compacted) and counts, tokens from usage or counted.
-        With ``compat="reference"`` the conclusion is the reference pipeline's text: what follows the last
-        ``</think>`` or the whole reply, and the final call's raw reply."""
-        compacted = compact(outcome.content, outcome.reasoning, outcome.finish_reason)
-        conclusion = compacted.conclusion if compacted.conclusion.strip() else ""
-        if self.settings.compat == "reference":
-            conclusion = outcome.content if self.episode.final else pipeline_conclusion(outcome.content)
-        elif not conclusion and compacted.truncated and self.settings.truncated_policy == "keep":
-            conclusion = outcome.content  # the reference pipeline passes such raw text on
-        tokens, approximate = completion_tokens(outcome.completion_tokens, outcome.content, outcome.reasoning)
-        return TrajectoryData(
-            round_index=self.episode.round_index,
-            index=self.episode.index,
-            conclusion=conclusion,
-            tool_calls=[_tool_call(call) for call in outcome.tool_calls],
-            content_length=len(outcome.content),
-            prompt_tokens=outcome.prompt_tokens or 0,
-            completion_tokens=tokens,
-            tokens_approximate=approximate,
-            finish_reason=outcome.finish_reason,
-            model_name=outcome.model_name,
-            message_id=outcome.message_id,
-            truncated=compacted.truncated,
-            attempts=self.attempts,
-        )
+        """What a run keeps of it (see :func:`trajectory_data`)."""
+        return trajectory_data(outcome, self.episode, self.settings, self.attempts)
 
     def failure(self, exc: BaseException) -> TrajectoryData:
-        """The record of a trajectory that failed for good: why, with the error's class, status and kind."""
-        return TrajectoryData(
-            round_index=self.episode.round_index,
-            index=self.episode.index,
-            error=f"{type(exc).__name__}: {exc}"[:2000],
-            error_type=type(exc).__name__,
-            error_status=error_status(exc),
-            error_transient=is_transient(exc),
-            attempts=self.attempts,
-        )
+        """The record of a trajectory that failed for good (see :func:`failure_data`)."""
+        return failure_data(exc, self.episode.round_index, self.episode.index, self.attempts)
 
 
-def _tool_call(call: dict[str, Any]) -> dict[str, Any]:
+def trajectory_data(
+    outcome: Trajectory, episode: EpisodeContext, settings: PaCoReConfig, attempts: int = 0
+) -> TrajectoryData:
+    """What a run keeps of it: its conclusion (compacted) and counts, tokens from usage or counted.
+    With ``compat="reference"`` the conclusion is the reference pipeline's text: what follows the last
+    ``</think>`` or the whole reply, and the final call's raw reply."""
+    compacted = compact(outcome.content, outcome.reasoning, outcome.finish_reason)
+    conclusion = compacted.conclusion if compacted.conclusion.strip() else ""
+    if settings.compat == "reference":
+        conclusion = outcome.content if episode.final else pipeline_conclusion(outcome.content)
+    elif not conclusion and compacted.truncated and settings.truncated_policy == "keep":
+        conclusion = outcome.content  # the reference pipeline passes such raw text on
+    tokens, approximate = completion_tokens(outcome.completion_tokens, outcome.content, outcome.reasoning)
+    return TrajectoryData(
+        round_index=episode.round_index,
+        index=episode.index,
+        conclusion=conclusion,
+        tool_calls=[_tool_call(call) for call in outcome.tool_calls],
+        content_length=len(outcome.content),
+        prompt_tokens=outcome.prompt_tokens or 0,
+        completion_tokens=tokens,
+        tokens_approximate=approximate,
+        finish_reason=outcome.finish_reason,
+        model_name=outcome.model_name,
+        message_id=outcome.message_id,
+        truncated=compacted.truncated,
+        attempts=attempts,
+    )
+
+
+def failure_data(exc: BaseException, round_index: int, index: int, attempts: int = 0) -> TrajectoryData:
+    """The record of a trajectory that failed for good: why, with the error's class, status and kind."""
+    return TrajectoryData(
+        round_index=round_index,
+        index=index,
+        error=f"{type(exc).__name__}: {exc}"[:2000],
+        error_type=type(exc).__name__,
+        error_status=error_status(exc),
+        error_transient=is_transient(exc),
+        attempts=attempts,
+    )
+
+
+def _tool_call(call: dict[str, Any]) -> ToolCallData:
     """A call as state keeps it; one without an id gets one (a ToolNode answers calls by id)."""
-    return {"name": call["name"], "args": call.get("args") or {}, "id": call.get("id") or f"call_{uuid.uuid4().hex}"}
+    return ToolCallData(name=call["name"], args=call.get("args") or {}, id=call.get("id") or f"call_{uuid.uuid4().hex}")
 
 
 def passed_on(trajectory: Trajectory, settings: PaCoReConfig) -> str | None:
@@ -117,6 +130,6 @@ def passed_on(trajectory: Trajectory, settings: PaCoReConfig) -> str | None:
     For work outside a run that must see trajectories exactly as the operator's next round does: the
     message sets of PaCoRe training data, say.
     """
-    record = Exploration(None, [], EpisodeContext(round_index=0, index=0), settings).record(trajectory)
+    record = trajectory_data(trajectory, EpisodeContext(round_index=0, index=0), settings)
     passes = passes_on if settings.compat == "reference" else usable
     return TrajectoryRecord.model_validate(record).reference if passes(record) else None

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
 from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.config import get_stream_writer
 from langgraph.runtime import get_runtime
 
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.graph.runner import PaCoReRunner
+from pacore_graph.explorers.protocol import ModelOrExplorer
+from pacore_graph.graph.context import ProgressListener
+from pacore_graph.graph.runner import MessagesInput, PaCoReRunner
 
 
-class PaCoReNode(Runnable[dict[str, Any], dict[str, Any]]):
+class PaCoReNode(Runnable[Any, dict[str, Any]]):
     """Reads ``state[messages_key]``, runs PaCoRe, and appends one AIMessage: the final answer.
+
+    The state is any state LangGraph takes (a ``TypedDict`` such as ``MessagesState``, a dataclass, a pydantic
+    model): its input type is ``Any`` so that ``StateGraph(...).add_node`` accepts the node for each of them.
 
     The answer carries the final trajectory's tool calls, so the node can be the model step of a
     ``ToolNode`` / ``tools_condition`` loop (give it ``model.bind_tools(tools)``). Its
@@ -32,7 +38,7 @@ class PaCoReNode(Runnable[dict[str, Any], dict[str, Any]]):
 
     def __init__(
         self,
-        model_or_explorer: Any,
+        model_or_explorer: ModelOrExplorer,
         config: PaCoReConfig | None = None,
         *,
         messages_key: str = "messages",
@@ -47,23 +53,38 @@ class PaCoReNode(Runnable[dict[str, Any], dict[str, Any]]):
     def config(self) -> PaCoReConfig:
         return self.runner.config
 
-    def _messages(self, input: dict[str, Any]) -> Any:
-        if self.messages_key not in input:
+    def _messages(self, input: Any) -> MessagesInput:
+        """The conversation: the state's ``messages_key`` item (a dict state) or attribute (a dataclass or
+        pydantic state)."""
+        missing = object()
+        if isinstance(input, Mapping):
+            messages = input.get(self.messages_key, missing)
+        else:
+            messages = getattr(input, self.messages_key, missing)
+        if messages is missing:
             raise KeyError(f"PaCoReNode reads state[{self.messages_key!r}], which this state does not have")
-        return input[self.messages_key]
+        found: MessagesInput = messages
+        return found
 
-    async def ainvoke(self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any):
-        result = await self.runner.arun(self._messages(input), config, **enclosing_graph_options(self.trace))
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict[str, Any]:
+        result = await self.runner.arun(self._messages(input), config, trace=self.trace, **enclosing_graph())
         return {self.messages_key: [result.message]}
 
-    def invoke(self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any):
-        result = self.runner.run(self._messages(input), config, **enclosing_graph_options(self.trace))
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict[str, Any]:
+        result = self.runner.run(self._messages(input), config, trace=self.trace, **enclosing_graph())
         return {self.messages_key: [result.message]}
 
 
-def enclosing_graph_options(trace: bool) -> dict[str, Any]:
+class EnclosingGraph(TypedDict, total=False):
+    """What a PaCoRe run takes from the graph it runs inside (see :func:`enclosing_graph`)."""
+
+    on_event: ProgressListener
+    payload: Any
+
+
+def enclosing_graph() -> EnclosingGraph:
     """Progress events to the enclosing graph's custom stream; its runtime context as the payload."""
     try:
-        return {"trace": trace, "on_event": get_stream_writer(), "payload": get_runtime().context}
+        return {"on_event": get_stream_writer(), "payload": get_runtime().context}
     except (RuntimeError, KeyError):  # not inside a graph run (KeyError: inside a plain chain's run)
-        return {"trace": trace}
+        return {}

@@ -2,28 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from functools import partial
-from typing import Any
+from typing import Any, TypeAlias
 
 from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
 from langchain_core.runnables import RunnableConfig, ensure_config
-from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphInterrupt
-from langgraph.types import Durability
+from langgraph.types import Checkpointer, Durability
 
 from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.concurrency.sync import call_interruptibly, run_sync
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.graph.builder import build_pacore_graph
-from pacore_graph.graph.context import PaCoReContext, unobserved
+from pacore_graph.explorers.protocol import ModelOrExplorer
+from pacore_graph.graph.builder import PaCoReState, build_pacore_graph
+from pacore_graph.graph.context import PaCoReContext, ProgressListener, RecordSink, run_state, unobserved
 from pacore_graph.graph.gc_policy import spaced_full_collections
 from pacore_graph.records import Outcome, PaCoReResult, RoundRecord, Trajectory, TrajectoryRecord
 
-MessagesInput = str | Sequence[BaseMessage | dict[str, Any] | tuple[str, str]]
+MessagesInput: TypeAlias = str | Sequence[BaseMessage | dict[str, Any] | tuple[str, str]]
+"""The conversation PaCoRe answers: a problem string (one user message), LangChain messages, OpenAI-style
+``{"role": ..., "content": ...}`` dicts, or ``(role, content)`` pairs."""
 
-START_INPUT: dict[str, Any] = {"round_index": 0}  # any input starts a run; `begin` sets the real state
+START_INPUT: PaCoReState = {"round_index": 0}  # any input starts a run; `begin` sets the real state
 
 
 def to_messages(messages: MessagesInput) -> list[BaseMessage]:
@@ -48,10 +49,10 @@ class PaCoReRunner:
 
     def __init__(
         self,
-        model_or_explorer: Any,
+        model_or_explorer: ModelOrExplorer,
         config: PaCoReConfig | None = None,
         *,
-        checkpointer: BaseCheckpointSaver | bool | None = None,
+        checkpointer: Checkpointer = None,
         limiter: ConcurrencyLimiter | None = None,
     ):
         self.config = config or PaCoReConfig()
@@ -65,9 +66,9 @@ class PaCoReRunner:
         runnable_config: RunnableConfig | None = None,
         *,
         trace: bool = False,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
+        on_event: ProgressListener | None = None,
         payload: Any = None,
-        on_record: Callable[[Any], None] | None = None,
+        on_record: RecordSink | None = None,
     ) -> PaCoReContext:
         """The runtime context of one run; model calls carry the enclosing graph node's stream metadata."""
         metadata = ensure_config(runnable_config).get("metadata") or {}
@@ -89,16 +90,16 @@ class PaCoReRunner:
             try:
                 yield
             finally:
-                context.close()
+                run_state(context).close()
 
     def run_config(self, runnable_config: RunnableConfig | None, *, sync: bool) -> RunnableConfig:
         """All K trajectory tasks start together: a graph-level max_concurrency of the caller does not
         throttle them (PaCoReConfig.max_concurrency bounds the model calls), and a sync run gets a thread
         per trajectory instead of the default pool of a few."""
-        config = dict(runnable_config or {})
+        config: RunnableConfig = runnable_config.copy() if runnable_config else {}
         if sync or config.get("max_concurrency"):
             config["max_concurrency"] = max(self.config.schedule)
-        return config  # type: ignore[return-value]
+        return config
 
     async def arun(
         self,
@@ -107,13 +108,19 @@ class PaCoReRunner:
         *,
         resume: bool = False,
         durability: Durability | None = None,
-        **options: Any,
+        trace: bool = False,
+        on_event: ProgressListener | None = None,
+        payload: Any = None,
+        on_record: RecordSink | None = None,
     ) -> PaCoReResult:
         """Run (or with ``resume=True`` continue) PaCoRe over ``messages``.
 
-        ``options``: ``trace``, ``on_event``, ``payload``, ``on_record`` (see :class:`PaCoReContext`).
+        ``trace=True`` keeps every full trajectory (``result.trajectories``); ``on_event`` receives progress
+        events; ``payload`` and ``on_record`` reach the explorer (see :class:`PaCoReContext`).
         """
-        context = self.context(messages, runnable_config, **options)
+        context = self.context(
+            messages, runnable_config, trace=trace, on_event=on_event, payload=payload, on_record=on_record
+        )
         graph_input = None if resume else START_INPUT
         with self.running(context):
             state = await self.graph.ainvoke(
@@ -128,20 +135,26 @@ class PaCoReRunner:
         *,
         resume: bool = False,
         durability: Durability | None = None,
-        **options: Any,
+        trace: bool = False,
+        on_event: ProgressListener | None = None,
+        payload: Any = None,
+        on_record: RecordSink | None = None,
     ) -> PaCoReResult:
         """Sync :meth:`arun`: a sync LangGraph run (sync checkpointers work); Ctrl-C stops its requests."""
-        context = self.context(messages, runnable_config, **options)
+        context = self.context(
+            messages, runnable_config, trace=trace, on_event=on_event, payload=payload, on_record=on_record
+        )
         graph_input = None if resume else START_INPUT
         config = self.run_config(runnable_config, sync=True)
         with self.running(context):
             state = call_interruptibly(
-                partial(self.graph.invoke, graph_input, config, context=context, durability=durability), context.close
+                lambda: self.graph.invoke(graph_input, config, context=context, durability=durability),
+                run_state(context).close,
             )
         return build_result(state, context.trace)
 
 
-def build_result(state: dict[str, Any], trace: list[Trajectory] | None = None) -> PaCoReResult:
+def build_result(state: Mapping[str, Any], trace: list[Trajectory] | None = None) -> PaCoReResult:
     """The result of a finished graph state; its message is the answer with every round's account.
 
     A run an explorer interrupted (LangGraph's ``interrupt()`` in an agent) has no result: its interrupts are
@@ -187,23 +200,44 @@ def chosen_trajectory(rounds: list[RoundRecord], outcome: Outcome) -> Trajectory
 
 
 async def asolve(
-    model_or_explorer: Any,
+    model_or_explorer: ModelOrExplorer,
     messages: MessagesInput,
     config: PaCoReConfig | None = None,
     *,
-    checkpointer: BaseCheckpointSaver | None = None,
+    checkpointer: Checkpointer = None,
     runnable_config: RunnableConfig | None = None,
-    **context: Any,
+    trace: bool = False,
+    on_event: ProgressListener | None = None,
+    payload: Any = None,
+    on_record: RecordSink | None = None,
 ) -> PaCoReResult:
     """Run PaCoRe once over ``messages`` (a problem string or a conversation).
 
-    ``context``: ``trace=True`` keeps every full trajectory, ``on_event`` receives progress events,
-    ``payload`` / ``on_record`` reach the explorer (see :class:`~pacore_graph.graph.context.PaCoReContext`).
+    ``trace=True`` keeps every full trajectory (``result.trajectories``), ``on_event`` receives progress
+    events, ``payload`` / ``on_record`` reach the explorer (see :class:`~pacore_graph.graph.context.PaCoReContext`).
     """
     runner = PaCoReRunner(model_or_explorer, config, checkpointer=checkpointer)
-    return await runner.arun(messages, runnable_config, **context)
+    return await runner.arun(
+        messages, runnable_config, trace=trace, on_event=on_event, payload=payload, on_record=on_record
+    )
 
 
-def solve(model_or_explorer: Any, messages: MessagesInput, config: PaCoReConfig | None = None, **kwargs: Any):
+def solve(
+    model_or_explorer: ModelOrExplorer,
+    messages: MessagesInput,
+    config: PaCoReConfig | None = None,
+    *,
+    checkpointer: Checkpointer = None,
+    runnable_config: RunnableConfig | None = None,
+    trace: bool = False,
+    on_event: ProgressListener | None = None,
+    payload: Any = None,
+    on_record: RecordSink | None = None,
+) -> PaCoReResult:
     """Sync wrapper of :func:`asolve`; Ctrl-C cancels the run's requests."""
-    return run_sync(asolve(model_or_explorer, messages, config, **kwargs))
+    return run_sync(
+        asolve(
+            model_or_explorer, messages, config, checkpointer=checkpointer, runnable_config=runnable_config,
+            trace=trace, on_event=on_event, payload=payload, on_record=on_record,
+        )
+    )  # fmt: skip

@@ -3,9 +3,12 @@
 ``PaCoReMiddleware`` needs the ``langchain`` package (its ``create_agent``): imported on first use.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pacore_graph.integrations.chat_model import PaCoReChatModel
+
+if TYPE_CHECKING:  # a type checker sees the class; at run time it is imported on first use (below)
+    from pacore_graph.integrations.middleware import PaCoReMiddleware
 
 __all__ = ["PaCoReChatModel", "PaCoReMiddleware"]
 

@@ -41,12 +41,12 @@ from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.constants import TAG_NOSTREAM
-from pydantic import ConfigDict, Field, PrivateAttr, SecretStr
+from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, SkipValidation
 
 from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.concurrency.sync import iterate_sync, run_sync
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.graph.node import enclosing_graph_options
+from pacore_graph.graph.node import enclosing_graph
 from pacore_graph.graph.runner import PaCoReRunner, chosen_trajectory
 from pacore_graph.integrations.final_tokens import FinalRoundTokens
 from pacore_graph.models.structured import StructuredOutputMixin
@@ -96,7 +96,10 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
-    model: Any = Field(description="the chat model every trajectory calls (bound tools and wrappers kept)")
+    # Checked by model_post_init (a chat model, bare or wrapped), which says what to pass instead in one line.
+    model: SkipValidation[Runnable[Any, Any]] = Field(
+        description="the chat model every trajectory calls (bound tools and wrappers kept)"
+    )
     config: PaCoReConfig = Field(default_factory=PaCoReConfig, description="rounds, sampling, retries, ...")
     temperature: float | None = None
     top_p: float | None = None
@@ -172,9 +175,9 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
 
     def bind_tools(
         self,
-        tools: Sequence[dict[str, Any] | type | Callable | BaseTool],
+        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
         *,
-        tool_choice: str | dict | bool | None = None,
+        tool_choice: str | dict[str, Any] | bool | None = None,
         **kwargs: Any,
     ) -> Runnable[LanguageModelInput, AIMessage]:
         """Every trajectory is offered ``tools`` (bound on ``model`` by its own ``bind_tools``, so ``tool_choice``
@@ -263,7 +266,7 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
     ) -> PaCoReResult:
         """One PaCoRe run, its model calls children of this model's run, detached from any enclosing graph
         (its progress events still go to that graph's custom stream)."""
-        context = enclosing_graph_options(False)
+        enclosing = enclosing_graph()
         callbacks = child_callbacks(run_manager)
         if tokens is not None:
             callbacks.add_handler(tokens, inherit=True)
@@ -275,7 +278,7 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
         }
         detached = var_child_runnable_config.set(None)
         try:
-            return await runner.arun(messages, config, **{**context, "trace": True})
+            return await runner.arun(messages, config, trace=True, **enclosing)
         finally:
             var_child_runnable_config.reset(detached)
 
@@ -283,7 +286,7 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
         self,
         messages: list[BaseMessage],
         stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | CallbackManagerForLLMRun | None = None,  # sync: from _generate
         **kwargs: Any,
     ) -> ChatResult:
         result = await self._run(messages, self._runner(stop, kwargs), run_manager)
@@ -296,7 +299,7 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        return run_sync(self._agenerate(messages, stop, run_manager, **kwargs))  # type: ignore[arg-type]
+        return run_sync(self._agenerate(messages, stop, run_manager, **kwargs))
 
     async def _astream(
         self,
@@ -410,7 +413,7 @@ def last_chunk(reply: AIMessage, *, whole: bool) -> AIMessageChunk:
     )
 
 
-def _with_api_key(found: WrappedChatModel, key: SecretStr) -> Runnable:
+def _with_api_key(found: WrappedChatModel, key: SecretStr) -> Runnable[Any, Any]:
     """The wrapped model rebuilt with another API key (its client is made at construction)."""
     inner = found.model
     fields = type(inner).model_fields

@@ -14,6 +14,7 @@ from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessageChunk
+from langchain_core.outputs import ChatGenerationChunk, GenerationChunk
 
 
 class FinalRoundTokens(BaseCallbackHandler):
@@ -33,10 +34,19 @@ class FinalRoundTokens(BaseCallbackHandler):
         if metadata and metadata.get("pacore_round") == self.final_round:
             self._runs.add(run_id)
 
-    def on_llm_new_token(self, token: str, *, chunk: Any = None, run_id: UUID, **kwargs: Any) -> None:
-        if run_id not in self._runs or chunk is None:
+    def on_llm_new_token(
+        self,
+        token: str | list[str | dict[str, Any]],
+        *,
+        chunk: GenerationChunk | ChatGenerationChunk | None = None,
+        run_id: UUID,
+        **kwargs: Any,
+    ) -> None:
+        if run_id not in self._runs or not isinstance(chunk, ChatGenerationChunk):
             return
         message = chunk.message
+        if not isinstance(message, AIMessageChunk):  # a chat model's tokens: AI message chunks
+            return
         if not (message.content or message.tool_call_chunks or message.additional_kwargs):
             return
         self.sent += 1

@@ -51,10 +51,11 @@ class HandlerExplorer:
 
     async def explore(self, messages: list[BaseMessage], episode: EpisodeContext) -> Trajectory:
         call: _ModelCall = episode.payload
-        request = call.request.override(messages=messages)
+        # the agent's own messages (AnyMessage), the last user message replaced by a HumanMessage after round 1
+        request = call.request.override(messages=messages)  # type: ignore[arg-type]
         # The model node's callbacks, not the PaCoRe graph's: LangGraph keeps its messages-stream handler out of a
         # graph run detached from the agent's, and the final synthesis must stream as the agent's model node.
-        config = {
+        config: RunnableConfig = {
             **call.node_config,
             "tags": [*call.node_config.get("tags", ()), *episode.config.get("tags", ())],
             "metadata": {**call.node_config.get("metadata", {}), **episode.config.get("metadata", {})},
@@ -114,7 +115,9 @@ class PaCoReMiddleware(AgentMiddleware):
     async def _run(self, request: ModelRequest, handler: Callable[..., Any], *, is_async: bool) -> Any:
         node_config = var_child_runnable_config.get() or {}
         call = _ModelCall(request, handler, node_config, is_async)
-        config: RunnableConfig = {"callbacks": node_config.get("callbacks"), "metadata": node_config.get("metadata")}
+        config: RunnableConfig = {
+            "callbacks": node_config.get("callbacks"), "metadata": node_config.get("metadata") or {}
+        }
         detached = var_child_runnable_config.set(None)  # one model step is one PaCoRe run, not a subgraph
         try:
             result = await self.runner.arun(request.messages, config, payload=call, trace=True)

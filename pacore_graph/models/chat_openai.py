@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from langchain_core.language_models import BaseChatModel
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_openai import ChatOpenAI
 
@@ -19,7 +20,7 @@ from pacore_graph.models.sse import reasoning_of
 class ReasoningChatOpenAI(ChatOpenAI):
     """ChatOpenAI plus ``additional_kwargs["reasoning_content"]`` from vLLM's reasoning fields."""
 
-    def _create_chat_result(self, response: Any, generation_info: dict | None = None) -> ChatResult:
+    def _create_chat_result(self, response: Any, generation_info: dict[str, Any] | None = None) -> ChatResult:
         result = super()._create_chat_result(response, generation_info)
         data = response if isinstance(response, dict) else response.model_dump()
         for generation, choice in zip(result.generations, data.get("choices") or (), strict=False):
@@ -28,7 +29,7 @@ class ReasoningChatOpenAI(ChatOpenAI):
         return result
 
     def _convert_chunk_to_generation_chunk(
-        self, chunk: dict, default_chunk_class: type, base_generation_info: dict | None
+        self, chunk: dict[str, Any], default_chunk_class: type, base_generation_info: dict[str, Any] | None
     ) -> ChatGenerationChunk | None:
         generation = super()._convert_chunk_to_generation_chunk(chunk, default_chunk_class, base_generation_info)
         choices = chunk.get("choices") or ()
@@ -38,7 +39,7 @@ class ReasoningChatOpenAI(ChatOpenAI):
         return generation
 
 
-def keep_reasoning(model: Any) -> Any:
+def keep_reasoning(model: BaseChatModel) -> BaseChatModel:
     """The same model (settings, clients) as a ReasoningChatOpenAI; other classes are returned as they are."""
     if type(model) is not ChatOpenAI:
         return model

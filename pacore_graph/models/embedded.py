@@ -26,7 +26,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pacore_graph.errors import PaCoReError
 
@@ -53,10 +53,11 @@ def gguf_path() -> Path:
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]  # (host, port) for AF_INET
+        return port
 
 
-def wait_until_ready(base_url: str, timeout: float, process: subprocess.Popen | None = None) -> None:
+def wait_until_ready(base_url: str, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
     """Poll ``/models`` until the server answers; fail early if its process dies."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -89,8 +90,8 @@ class EmbeddedServer:
         self.port = port or free_port()
         self.n_ctx = n_ctx
         self.ready_timeout = ready_timeout
-        self.process: subprocess.Popen | None = None
-        self._log = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
 
     @property
     def base_url(self) -> str:
@@ -158,7 +159,7 @@ class EmbeddedServer:
     def __enter__(self) -> EmbeddedServer:
         return self.start()
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
 

@@ -20,7 +20,7 @@ import ipaddress
 import socket
 import ssl
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -78,8 +78,10 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.parser = httptools.HttpResponseParser(self)
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+    # A stream connection's transport, narrower than asyncio's BaseTransport (as uvicorn's protocols declare it);
+    # not checked with isinstance: uvloop's transports are not asyncio.Transport subclasses.
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self.transport = transport
 
     def data_received(self, data: bytes) -> None:
         exchange = self.exchange
@@ -92,25 +94,31 @@ class _Connection(asyncio.Protocol):
             exchange.fail(ModelRequestError(f"malformed HTTP response from {self.pool.url}: {exc}", retryable=True))
             self.close()
 
+    # The parser calls these only from feed_data in data_received, which returns early without an exchange.
     def on_header(self, name: bytes, value: bytes) -> None:
         if name.lower() in (b"content-length", b"transfer-encoding"):
-            self.exchange.until_eof = False  # type: ignore[union-attr]
+            exchange = self.exchange
+            assert exchange is not None
+            exchange.until_eof = False
 
     def on_headers_complete(self) -> None:
         exchange = self.exchange
-        exchange.status = self.parser.get_status_code()  # type: ignore[union-attr]
-        exchange.wake()  # type: ignore[union-attr]
+        assert exchange is not None
+        exchange.status = self.parser.get_status_code()
+        exchange.wake()
 
     def on_body(self, body: bytes) -> None:
         exchange = self.exchange
-        exchange.chunks.append(body)  # type: ignore[union-attr]
-        exchange.wake()  # type: ignore[union-attr]
+        assert exchange is not None
+        exchange.chunks.append(body)
+        exchange.wake()
 
     def on_message_complete(self) -> None:
         exchange = self.exchange
-        exchange.complete = True  # type: ignore[union-attr]
-        exchange.keep_alive = self.parser.should_keep_alive()  # type: ignore[union-attr]
-        exchange.wake()  # type: ignore[union-attr]
+        assert exchange is not None
+        exchange.complete = True
+        exchange.keep_alive = self.parser.should_keep_alive()
+        exchange.wake()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -327,7 +335,7 @@ def _header_lines(headers: dict[str, str]) -> bytes:
     return "".join(lines).encode("latin-1")
 
 
-async def _hold(pool: ConnectionPool) -> AsyncIterator[None]:
+async def _hold(pool: ConnectionPool) -> AsyncGenerator[None, None]:
     """Lives as long as its loop: ``asyncio.run`` (any loop shut down properly) finalizes it, closing the pool."""
     try:
         yield
@@ -341,7 +349,9 @@ class LoopPools:
     def __init__(self, url: str, headers: dict[str, str] | None = None):
         self.url = url
         self.headers = headers
-        self._pools: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> (pool, holder)
+        self._pools: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, tuple[ConnectionPool, AsyncGenerator[None, None]]
+        ] = weakref.WeakKeyDictionary()
 
     async def get(self) -> ConnectionPool:
         loop = asyncio.get_running_loop()

@@ -23,7 +23,10 @@ import argparse
 import asyncio
 import contextlib
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 LLAMA_CPP_EXCLUDED = {"n", "logit_bias_type", "user", "min_tokens"}  # what llama-cpp-python's route leaves out
 
@@ -48,10 +51,10 @@ async def _until_disconnected(request: Any, gone: threading.Event) -> None:
     gone.set()
 
 
-def build_app(model: str, alias: str, n_ctx: int):
+def build_app(model: str, alias: str, n_ctx: int) -> "FastAPI":
     """llama-cpp-python's FastAPI app for one GGUF, with ``GET /props`` and non-streamed replies that end when
     their client leaves."""
-    from fastapi import APIRouter, Depends, Request
+    from fastapi import APIRouter, Depends, FastAPI, Request
     from llama_cpp import LogitsProcessorList
     from llama_cpp.server.app import create_app, create_chat_completion, get_llama_proxy, prepare_request_resources
     from llama_cpp.server.errors import RouteErrorHandler
@@ -59,7 +62,7 @@ def build_app(model: str, alias: str, n_ctx: int):
     from llama_cpp.server.types import CreateChatCompletionRequest
     from starlette.concurrency import run_in_threadpool
 
-    app = create_app(
+    app: FastAPI = create_app(  # llama-cpp-python's functions are untyped
         server_settings=ServerSettings(interrupt_requests=False),
         model_settings=[ModelSettings(model=model, model_alias=alias, n_ctx=n_ctx)],
     )
@@ -83,7 +86,7 @@ def build_app(model: str, alias: str, n_ctx: int):
                 watcher.cancel()
 
     @router.get("/props")
-    async def props(llama_proxy=Depends(get_llama_proxy)) -> dict:  # noqa: B008 - FastAPI's dependency form
+    async def props(llama_proxy: Any = Depends(get_llama_proxy)) -> dict[str, Any]:  # noqa: B008 - FastAPI's form
         """What llama.cpp's server reports here: the context the model was loaded with."""
         return {"default_generation_settings": {"n_ctx": llama_proxy(None).n_ctx()}, "model_alias": alias}
 

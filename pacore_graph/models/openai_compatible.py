@@ -84,7 +84,7 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     base_url: str = Field(
-        default_factory=lambda: os.environ.get("OPENAI_BASE_URL"),  # type: ignore[arg-type,return-value]
+        default_factory=lambda: os.environ.get("OPENAI_BASE_URL"),  # None: refused by the validator below
         validate_default=True,
         description="the server's URL, ending in /v1 (default: OPENAI_BASE_URL)",
     )
@@ -111,7 +111,7 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
 
     @field_validator("base_url", mode="before")
     @classmethod
-    def _url(cls, url: Any) -> Any:
+    def _check_base_url(cls, url: Any) -> Any:
         if url is None:
             raise ValueError("no base_url given and OPENAI_BASE_URL is not set")
         if isinstance(url, (list, tuple)):
@@ -140,10 +140,12 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
         model = kwargs.get("model") or self.model
         params = LangSmithParams(ls_provider="openai", ls_model_name=model, ls_model_type="chat")
-        for name, value in (("ls_temperature", "temperature"), ("ls_max_tokens", "max_tokens")):
-            chosen = kwargs.get(value, getattr(self, value))
-            if chosen is not None:
-                params[name] = chosen  # type: ignore[literal-required]
+        temperature = kwargs.get("temperature", self.temperature)
+        if temperature is not None:
+            params["ls_temperature"] = temperature
+        max_tokens = kwargs.get("max_tokens", self.max_tokens)
+        if max_tokens is not None:
+            params["ls_max_tokens"] = max_tokens
         if stop or self.stop:
             params["ls_stop"] = stop or self.stop
         return params
@@ -203,7 +205,7 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         try:
             data = orjson.loads(raw)
             choice = data["choices"][0]
-            message = choice["message"]
+            message: dict[str, Any] = choice["message"]  # parsed JSON: a non-dict fails below
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise ModelRequestError(
                 f"malformed response from {url}: {raw[:200]!r}", status=200, retryable=True
@@ -263,7 +265,7 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
             return await super().ainvoke(input, config, stop=stop, **kwargs)
         structured = kwargs.pop("ls_structured_output_format", None)  # tracing only, never a request field
         # Callbacks given (as PaCoRe's explorer gives them) make the ambient config irrelevant to the run.
-        config = dict(config) if config and "callbacks" in config else ensure_config(config)  # type: ignore[assignment]
+        config = config.copy() if config and "callbacks" in config else ensure_config(config)
         messages = _as_messages(input)
         callbacks, tags = config.get("callbacks"), config.get("tags")
         manager = AsyncCallbackManager.configure(callbacks, self.callbacks, self.verbose, tags, self.tags)
@@ -291,7 +293,9 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         if generation.message.id is None:
             generation.message.id = f"{LC_ID_PREFIX}-{run_manager.run_id}-0"
         await run_manager.on_llm_end(LLMResult(generations=[[generation]]))
-        return generation.message  # type: ignore[return-value]
+        message = generation.message
+        assert isinstance(message, AIMessage)  # as _agenerate made it (ChatResult types it as a BaseMessage)
+        return message
 
     def plain_calls(self) -> bool:
         """Whether a call is one request and its message: no cache, rate limiter or other output version
@@ -392,9 +396,9 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
 
     def bind_tools(
         self,
-        tools: Sequence[dict[str, Any] | type | Callable | BaseTool],
+        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
         *,
-        tool_choice: str | dict | bool | None = None,
+        tool_choice: str | dict[str, Any] | bool | None = None,
         strict: bool | None = None,
         **kwargs: Any,
     ) -> Runnable[LanguageModelInput, AIMessage]:
@@ -410,6 +414,7 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
 
 # LangChain inspects ``_agenerate``'s signature on every call (does it take ``run_manager``?); a signature
 # computed once makes that a lookup (about 5% of the client's CPU per request at 1024 in flight).
+# (A function takes any attribute; typeshed's types of functions and methods declare no __signature__.)
 OpenAICompatibleChatModel._agenerate.__signature__ = inspect.signature(OpenAICompatibleChatModel._agenerate)  # type: ignore[attr-defined]
 
 

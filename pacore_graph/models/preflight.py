@@ -10,7 +10,8 @@ import json
 import os
 import urllib.error
 import urllib.request
-from typing import Any
+
+from langchain_core.language_models import BaseChatModel
 
 from pacore_graph.errors import PaCoReError
 from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
@@ -62,7 +63,7 @@ def discover_model(base_url: str, api_key: str | None = None, timeout: float = 1
     return listed[0]
 
 
-def check_server(model: Any) -> None:
+def check_server(model: BaseChatModel) -> None:
     """The server of an :class:`OpenAICompatibleChatModel` answers and serves its model name. Other chat
     models are not checked."""
     if not isinstance(model, OpenAICompatibleChatModel):

@@ -10,20 +10,23 @@ instances, TypedDicts and JSON schemas as dicts; ``include_raw=True`` returns ``
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.output_parsers import JsonOutputKeyToolsParser, JsonOutputParser, PydanticToolsParser
 from langchain_core.output_parsers.pydantic import PydanticOutputParser
 from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
 from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
 from langchain_core.utils.pydantic import is_basemodel_subclass
+from pydantic import BaseModel
+from pydantic.v1 import BaseModel as BaseModelV1
 
 Method = Literal["function_calling", "json_schema", "json_mode"]
 
 
-class StructuredOutputMixin:
-    """Gives a chat model with ``bind_tools`` (taking ``tool_choice`` and ``strict``) and ``bind`` (taking
-    ``response_format``) LangChain's ``with_structured_output``."""
+class StructuredOutputMixin(BaseChatModel):
+    """Gives a chat model whose ``bind_tools`` takes ``tool_choice`` and ``strict`` and whose requests take
+    ``response_format`` LangChain's ``with_structured_output`` (a base class of the model, before ``BaseChatModel``)."""
 
     def with_structured_output(
         self,
@@ -33,31 +36,31 @@ class StructuredOutputMixin:
         include_raw: bool = False,
         strict: bool | None = None,
         **kwargs: Any,
-    ) -> Runnable:
+    ) -> Runnable[LanguageModelInput, Any]:
         if kwargs:
             raise ValueError(f"with_structured_output got arguments it does not take: {sorted(kwargs)}")
-        if schema is None and method != "json_mode":
+        model: Runnable[LanguageModelInput, Any]
+        parser: Runnable[Any, Any]
+        traced: dict[str, Any] | None
+        if method == "json_mode":
+            traced = {"kwargs": {"method": method}, "schema": schema} if schema is not None else None
+            model = self.bind(response_format={"type": "json_object"}, ls_structured_output_format=traced)
+            parser = PydanticOutputParser(pydantic_object=schema) if _is_model_class(schema) else JsonOutputParser()
+        elif schema is None:
             raise ValueError(f"method={method!r} needs a schema")
-        pydantic = isinstance(schema, type) and is_basemodel_subclass(schema)
-        traced = {"kwargs": {"method": method, "strict": strict}, "schema": schema}
-        if method == "function_calling":
+        elif method == "function_calling":
+            traced = {"kwargs": {"method": method, "strict": strict}, "schema": schema}
             name = convert_to_openai_tool(schema)["function"]["name"]
-            model = self.bind_tools(  # type: ignore[attr-defined]
-                [schema], tool_choice=name, strict=strict, ls_structured_output_format=traced
-            )
-            parser: Runnable = (
-                PydanticToolsParser(tools=[schema], first_tool_only=True)  # type: ignore[list-item]
-                if pydantic
+            model = self.bind_tools([schema], tool_choice=name, strict=strict, ls_structured_output_format=traced)
+            parser = (
+                PydanticToolsParser(tools=[schema], first_tool_only=True)
+                if _is_model_class(schema)
                 else JsonOutputKeyToolsParser(key_name=name, first_tool_only=True)
             )
-        elif method in ("json_schema", "json_mode"):
-            if method == "json_schema":
-                response_format = json_response_format(schema, strict)  # type: ignore[arg-type]
-            else:
-                response_format = {"type": "json_object"}
-                traced = {"kwargs": {"method": method}, "schema": schema} if schema is not None else None
-            model = self.bind(response_format=response_format, ls_structured_output_format=traced)  # type: ignore[attr-defined]
-            parser = PydanticOutputParser(pydantic_object=schema) if pydantic else JsonOutputParser()  # type: ignore[arg-type]
+        elif method == "json_schema":
+            traced = {"kwargs": {"method": method, "strict": strict}, "schema": schema}
+            model = self.bind(response_format=json_response_format(schema, strict), ls_structured_output_format=traced)
+            parser = PydanticOutputParser(pydantic_object=schema) if _is_model_class(schema) else JsonOutputParser()
         else:
             raise ValueError(f"method must be 'function_calling', 'json_schema' or 'json_mode', not {method!r}")
         if not include_raw:
@@ -65,6 +68,11 @@ class StructuredOutputMixin:
         parsed = RunnablePassthrough.assign(parsed=itemgetter("raw") | parser, parsing_error=lambda _: None)
         unparsed = RunnablePassthrough.assign(parsed=lambda _: None)
         return RunnableMap(raw=model) | parsed.with_fallbacks([unparsed], exception_key="parsing_error")
+
+
+def _is_model_class(schema: object) -> TypeGuard[type[BaseModel] | type[BaseModelV1]]:
+    """A pydantic class (v2, or v1 as LangChain still accepts): parsed into an instance, not a dict."""
+    return isinstance(schema, type) and is_basemodel_subclass(schema)
 
 
 def json_response_format(schema: dict[str, Any] | type, strict: bool | None) -> dict[str, Any]:

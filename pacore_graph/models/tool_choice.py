@@ -12,7 +12,9 @@ from typing import Any
 OPENAI_CHOICES = ("auto", "none", "required")
 
 
-def openai_tool_choice(choice: str | dict | bool | None, tools: list[dict[str, Any]]) -> str | dict | None:
+def openai_tool_choice(
+    choice: str | dict[str, Any] | bool | None, tools: list[dict[str, Any]]
+) -> str | dict[str, Any] | None:
     """``choice`` as OpenAI's ``tool_choice`` (None: leave it to the server), for ``tools`` in OpenAI form."""
     if choice is None or choice is False:
         return None

@@ -40,8 +40,8 @@ class WrappedChatModel:
     """A chat model found inside wrappers: what to call, and what the user already set."""
 
     model: BaseChatModel  # the innermost chat model
-    call: Runnable  # the wrappers around it, invoked with the messages (bound kwargs and config kept)
-    prefix: Runnable | None = None  # steps of a chain before the model, run first
+    call: Runnable[Any, Any]  # the wrappers around it, invoked with the messages (bound kwargs and config kept)
+    prefix: Runnable[Any, Any] | None = None  # steps of a chain before the model, run first
     bound: dict[str, Any] = field(default_factory=dict)  # kwargs bound on the way in; outer bindings win
     configurable: dict[str, str] = field(default_factory=dict)  # configurable id -> model field name
 
@@ -126,7 +126,7 @@ def _holds_chat_model(runnable: Any) -> bool:
     return False
 
 
-def with_model(runnable: Runnable, model: BaseChatModel) -> Runnable:
+def with_model(runnable: Runnable[Any, Any], model: BaseChatModel) -> Runnable[Any, Any]:
     """The same wrappers around another chat model (e.g. ChatOpenAI upgraded to keep reasoning)."""
     if isinstance(runnable, BaseChatModel):
         return model

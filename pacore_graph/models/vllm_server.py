@@ -102,7 +102,7 @@ class ServerProcess:
     def __init__(self, name: str, command: list[str], url: str, log: Path, env: dict[str, str] | None = None):
         self.name, self.command, self.url, self.log = name, command, url, log
         self.env = env
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> ServerProcess:
         with self.log.open("ab") as sink:
@@ -142,7 +142,7 @@ class ServerProcess:
         process.wait()
 
 
-def _signal_group(process: subprocess.Popen, sig: int) -> None:
+def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
     try:
         os.killpg(process.pid, sig)
     except (ProcessLookupError, PermissionError):

@@ -18,10 +18,16 @@ It reads uvicorn's protocol attributes ``connections``, ``cycle`` (the request b
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+if TYPE_CHECKING:  # what _Guard is mixed into: the protocol uvicorn picks (httptools' here, h11's the same shape)
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _UvicornProtocol
+    from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+else:
+    _UvicornProtocol = object
 
 from pacore_graph.server.errors import RequestError
 from pacore_graph.server.limits import ServerLimits, connection_limit
@@ -29,20 +35,17 @@ from pacore_graph.server.limits import ServerLimits, connection_limit
 MAX_HEAD_BYTES = 64 * 1024  # request line and headers; an OpenAI client sends well under 2 KiB
 
 
-class _Guard:
+class _Guard(_UvicornProtocol):
     """Mixed in before a uvicorn HTTP protocol class (see :func:`guarded_protocol`)."""
 
     header_timeout: float
     max_connections: int
-    connections: set[Any]
-    cycle: Any
-    transport: asyncio.Transport
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # narrower than asyncio's, as uvicorn's own
         self._head_timer: asyncio.TimerHandle | None = None
         self._head_bytes = 0
         self._answered_cycle: Any = None  # the last request whose head was parsed
-        super().connection_made(transport)  # type: ignore[misc]
+        super().connection_made(transport)
         if len(self.connections) > self.max_connections:
             self._refuse(RequestError(
                 503, f"the server holds its limit of {self.max_connections} connections: try again shortly",
@@ -55,23 +58,29 @@ class _Guard:
         waiting = self._head_timer is not None
         if waiting:
             self._head_bytes += len(data)
-        super().data_received(data)  # type: ignore[misc]
-        if self.cycle is not None and self.cycle is not self._answered_cycle:  # a new request's head was parsed
-            self._answered_cycle = self.cycle
+        super().data_received(data)
+        cycle = self.request_cycle()
+        if cycle is not None and cycle is not self._answered_cycle:  # a new request's head was parsed
+            self._answered_cycle = cycle
             self._stop_waiting()
         elif waiting and self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
             self._refuse(RequestError(431, f"the request head is larger than {MAX_HEAD_BYTES} bytes"))
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()  # type: ignore[misc]
-        if self.cycle is not None and self.cycle is not self._answered_cycle:  # a pipelined request started
-            self._answered_cycle = self.cycle
+        super().on_response_complete()
+        cycle = self.request_cycle()
+        if cycle is not None and cycle is not self._answered_cycle:  # a pipelined request started
+            self._answered_cycle = cycle
         elif not self.transport.is_closing():
             self._wait_for_head()
 
+    def request_cycle(self) -> RequestResponseCycle | None:
+        """The request being answered: None before the first (uvicorn types it as never None)."""
+        return self.cycle
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_waiting()
-        super().connection_lost(exc)  # type: ignore[misc]
+        super().connection_lost(exc)
 
     def send_400_response(self, msg: str) -> None:
         self._refuse(RequestError(400, f"malformed HTTP request: {msg}"))
@@ -112,9 +121,11 @@ def uvicorn_config(app: Any, **settings: Any) -> uvicorn.Config:
     """The uvicorn configuration that serves ``app`` within the limits it was made with (``app.state.limits``
     of :func:`~pacore_graph.server.create_app`; defaults for another app). ``settings``: host, port, log level..."""
     state = getattr(app, "state", None)
-    limits = getattr(state, "limits", None) or ServerLimits()
+    limits: ServerLimits = getattr(state, "limits", None) or ServerLimits()
     max_connections = connection_limit(limits, getattr(state, "upstream_slots", 0))
     return uvicorn.Config(
-        app, http=guarded_protocol(limits, max_connections), timeout_keep_alive=limits.keep_alive_timeout,
+        app, http=guarded_protocol(limits, max_connections),
+        # uvicorn annotates an int but only hands it to loop.call_later: a fraction of a second works
+        timeout_keep_alive=limits.keep_alive_timeout,  # type: ignore[arg-type]
         **settings,
     )  # fmt: skip

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from langchain_core.messages import AIMessageChunk, BaseMessage
@@ -60,17 +60,18 @@ async def run_streaming(
     """
     context = runner.context(messages, trace=True, on_event=on_event)
     final_round = len(runner.config.schedule) - 1
-    state: dict[str, Any] | None = None
+    state: Mapping[str, Any] | None = None
     with runner.running(context):
-        async for mode, data in runner.graph.astream(
-            START_INPUT, runner.run_config(None, sync=False), context=context, stream_mode=["messages", "values"]
-        ):
-            if mode == "values":
-                state = data
-                continue
-            chunk, metadata = data
-            if isinstance(chunk, AIMessageChunk) and metadata.get("pacore_round") == final_round:
-                on_token(chunk)
+        async for part in runner.graph.astream(
+            START_INPUT, runner.run_config(None, sync=False), context=context, stream_mode=["messages", "values"],
+            version="v2",
+        ):  # fmt: skip
+            if part["type"] == "values":
+                state = {**part["data"], "__interrupt__": part["interrupts"]} if part["interrupts"] else part["data"]
+            elif part["type"] == "messages":
+                chunk, metadata = part["data"]
+                if isinstance(chunk, AIMessageChunk) and metadata.get("pacore_round") == final_round:
+                    on_token(chunk)
     assert state is not None
     return build_result(state, context.trace)
 

@@ -63,7 +63,7 @@ def check_tool_choice(choice: str | dict[str, Any] | None, tools: list[Any] | No
         return
     function = choice.get("function") if isinstance(choice, dict) else None
     name = function.get("name") if isinstance(function, dict) else None
-    if choice.get("type") != "function" or not isinstance(name, str):
+    if not isinstance(choice, dict) or choice.get("type") != "function" or not isinstance(name, str):
         raise InputError('tool_choice must be "none", "auto", "required" or {"type": "function", "function": '
                          '{"name": ...}}', "tool_choice")  # fmt: skip
     offered = [tool["function"]["name"] for tool in tools or ()]

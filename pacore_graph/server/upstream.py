@@ -16,6 +16,8 @@ import asyncio
 from collections import OrderedDict
 from typing import Any
 
+from langchain_core.language_models import LanguageModelInput
+from langchain_core.messages import AIMessage
 from langchain_core.runnables import Runnable
 
 from pacore_graph.concurrency.limiter import ConcurrencyLimiter
@@ -60,7 +62,7 @@ class Upstream:
         self._cached_bytes += len(key)
         return runner
 
-    def bound_model(self, call: PlannedCall) -> Runnable:
+    def bound_model(self, call: PlannedCall) -> Runnable[LanguageModelInput, AIMessage]:
         """The chat model with what this request sends on every trajectory: model name, tools, extra fields."""
         fields: dict[str, Any] = {"model": call.upstream_model, **call.request_fields}
         if call.tools:

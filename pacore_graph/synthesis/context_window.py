@@ -16,7 +16,7 @@ it as ``profile["max_input_tokens"]``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from langchain_core.messages import BaseMessage
 
@@ -25,6 +25,9 @@ from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
 from pacore_graph.models.unwrap import find_chat_model
 from pacore_graph.synthesis.prompt import last_user_index, message_text, render_synthesis_prompt
 from pacore_graph.synthesis.tokens import count_tokens
+
+if TYPE_CHECKING:  # the type only: the synthesis prompt runs no explorer (see the import contracts)
+    from pacore_graph.explorers.protocol import ModelOrExplorer
 
 MIN_SHARE = 256
 MESSAGE_OVERHEAD = 8  # role markers of a chat template, per message
@@ -43,7 +46,7 @@ def cut_middle(text: str, head: int, tail: int, what: str | None = None) -> str:
     return f"{text[:head]}\n[... {marker} ...]\n{text[len(text) - tail :] if tail else ''}"
 
 
-def with_model_context(config: PaCoReConfig, model_or_explorer: Any) -> PaCoReConfig:
+def with_model_context(config: PaCoReConfig, model_or_explorer: ModelOrExplorer) -> PaCoReConfig:
     """``config`` with the context its model's server reported as ``context_window``, when it sets none.
 
     Only the project's own client carries a server-reported context (``chat_model`` sets it for llama.cpp

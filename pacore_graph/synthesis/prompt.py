@@ -29,9 +29,12 @@ Now, based on the original problem and reference responses above, please provide
 """
 
 
+_JINJA = jinja2.Environment()  # default settings, as jinja2.Template(text) has: the trailing newline dropped
+
+
 @lru_cache(maxsize=16)
 def _compile(template: str) -> jinja2.Template:
-    return jinja2.Template(template)
+    return _JINJA.from_string(template)
 
 
 def render_synthesis_prompt(original_prompt: str, references: Sequence[str], template: str = DEFAULT_TEMPLATE) -> str:
@@ -48,7 +51,7 @@ def message_text(message: BaseMessage) -> str:
     for block in content:
         if isinstance(block, str):
             parts.append(block)
-        elif isinstance(block, dict) and block.get("type") == "text":
+        elif block.get("type") == "text":  # LangChain validated the content: a string or a dict
             parts.append(block.get("text", ""))
     return "".join(parts)
 

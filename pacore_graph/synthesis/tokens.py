@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import threading
 from functools import lru_cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import tiktoken
 
 _ENCODING = "o200k_base"
 _lock = threading.Lock()
@@ -16,7 +20,7 @@ _unavailable = False
 
 
 @lru_cache(maxsize=1)
-def _encoding():
+def _encoding() -> tiktoken.Encoding:
     import tiktoken
 
     return tiktoken.get_encoding(_ENCODING)
