@@ -45,6 +45,7 @@ import httpx
 
 from pacore_emulator import Emulator, EmulatorConfig, FaultRates
 
+USAGE = 2  # the exit status of a refused input, with one line "pacore: error: ..." (docs/commands.md)
 K = 4  # trajectories of the schedule the load runs ([4]: K + 1 upstream requests per answer)
 RESULTS: list[dict[str, Any]] = []
 
@@ -330,7 +331,8 @@ def probe_cli(emu: Emulator, scratch: Path) -> None:
     (foreign / "results.jsonl").write_text('{"id": "problem", "answer": "not mine", "ttc": 1}\n')
     before = snapshot(foreign)
     code, lines, _ = pacore("solve", "What is 2+2?", *base, "--output", str(foreign))
-    check("solve --output into a foreign folder: refused, untouched", code == 1 and len(lines) == 1 and
+    check("solve --output into a foreign folder: refused, untouched", code == USAGE and len(lines) == 1 and
+          lines[0].startswith("pacore: error: ") and
           snapshot(foreign) == before, line=lines[-1][:100] if lines else "")  # fmt: skip
 
     ours = scratch / "ours"
@@ -358,7 +360,8 @@ def probe_cli(emu: Emulator, scratch: Path) -> None:
         ("PACORE_API_KEY=''", ["serve", "--base-url", emu.base_url], {"PACORE_API_KEY": ""}),
     ]:
         code, lines, seconds = pacore(*argv, env=env)
-        check(f"CLI refuses {name} in one line", code == 1 and len(lines) == 1, seconds=round(seconds, 1),
+        one_line = code == USAGE and len(lines) == 1 and lines[0].startswith("pacore: error: ")
+        check(f"CLI refuses {name} in one line", one_line, seconds=round(seconds, 1),
               line=lines[-1][:90] if lines else "")  # fmt: skip
     check("nothing sent upstream for bad CLI input", emu.stats()["requests"] == sent,
           upstream_requests=emu.stats()["requests"] - sent)  # fmt: skip
