@@ -45,7 +45,7 @@ import httpx
 
 from pacore_emulator import Emulator, EmulatorConfig, FaultRates
 
-USAGE = 2  # the exit status of a refused input, with one line "pacore: error: ..." (docs/commands.md)
+USAGE = 2  # the exit status of a refused input (docs/commands.md)
 K = 4  # trajectories of the schedule the load runs ([4]: K + 1 upstream requests per answer)
 RESULTS: list[dict[str, Any]] = []
 
@@ -319,6 +319,11 @@ def pacore(*argv: str, env: dict[str, str] | None = None) -> tuple[int, list[str
     return run.returncode, lines, time.monotonic() - started
 
 
+def refused_in_one_line(code: int, lines: list[str]) -> bool:
+    """The command kit's refusal: exit status 2 and one stderr line ``pacore: error: ...``."""
+    return code == USAGE and len(lines) == 1 and lines[0].startswith("pacore: error: ")
+
+
 def snapshot(folder: Path) -> dict[str, bytes]:
     return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
 
@@ -331,9 +336,9 @@ def probe_cli(emu: Emulator, scratch: Path) -> None:
     (foreign / "results.jsonl").write_text('{"id": "problem", "answer": "not mine", "ttc": 1}\n')
     before = snapshot(foreign)
     code, lines, _ = pacore("solve", "What is 2+2?", *base, "--output", str(foreign))
-    check("solve --output into a foreign folder: refused, untouched", code == USAGE and len(lines) == 1 and
-          lines[0].startswith("pacore: error: ") and
-          snapshot(foreign) == before, line=lines[-1][:100] if lines else "")  # fmt: skip
+    check("solve --output into a foreign folder: refused, untouched",
+          refused_in_one_line(code, lines) and snapshot(foreign) == before,
+          line=lines[-1][:100] if lines else "")  # fmt: skip
 
     ours = scratch / "ours"
     code, _, _ = pacore("solve", "What is 2+2?", *base, "--rounds", "2", "--output", str(ours))
@@ -360,8 +365,7 @@ def probe_cli(emu: Emulator, scratch: Path) -> None:
         ("PACORE_API_KEY=''", ["serve", "--base-url", emu.base_url], {"PACORE_API_KEY": ""}),
     ]:
         code, lines, seconds = pacore(*argv, env=env)
-        one_line = code == USAGE and len(lines) == 1 and lines[0].startswith("pacore: error: ")
-        check(f"CLI refuses {name} in one line", one_line, seconds=round(seconds, 1),
+        check(f"CLI refuses {name} in one line", refused_in_one_line(code, lines), seconds=round(seconds, 1),
               line=lines[-1][:90] if lines else "")  # fmt: skip
     check("nothing sent upstream for bad CLI input", emu.stats()["requests"] == sent,
           upstream_requests=emu.stats()["requests"] - sent)  # fmt: skip
