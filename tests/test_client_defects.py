@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import ChatMessage, HumanMessage
 from langchain_core.tools import tool
 from pydantic import ValidationError
 from scripted_chat import scripted_reply, text_of
@@ -75,8 +75,11 @@ def test_a_message_edited_in_place_is_sent_as_it_is_now(mock_server):
         model.invoke([parts])
         parts.content[0]["text"] = "fourth"
         model.invoke([parts])
+        model.invoke([ChatMessage("same words", role="user")])
+        model.invoke([ChatMessage("same words", role="developer")])  # same content, another role
     sent = [text_of(body["messages"][0]["content"]) for body in server.requests]
-    assert sent == ["first", "second", "third", "fourth"]
+    assert sent == ["first", "second", "third", "fourth", "same words", "same words"]
+    assert [body["messages"][0]["role"] for body in server.requests[-2:]] == ["user", "developer"]
 
 
 async def test_llama_cpp_repeating_the_tool_name_in_every_delta_gives_the_name_once(mock_server):

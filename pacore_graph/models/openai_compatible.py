@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import json
 import os
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from functools import partial
 from typing import Any
@@ -309,9 +309,7 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         """One completion as the AIMessage ``ainvoke`` returns, for a caller that knows no callback handler
         is attached (so no chat-model run is made: nobody would see it), e.g. PaCoRe's explorer, which
         asks once per run. Takes ``ainvoke``'s kwargs; ``sse`` picks the transport."""
-        message = await self._amessage(messages, stop, **kwargs)
-        message.id = message.id or f"{LC_ID_PREFIX}-{uuid.uuid4()}-0"
-        return message
+        return await self._amessage(messages, stop, id=_message_id(), **kwargs)
 
     def _tracing_identity(self) -> dict[str, Any]:
         """What tracers record as the model (``dumpd``), computed once."""
@@ -330,14 +328,16 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         ``stream`` flag, which routes token streaming to :meth:`_astream`, is not a request field."""
         return ChatResult(generations=[ChatGeneration(message=await self._amessage(messages, stop, **kwargs))])
 
-    async def _amessage(self, messages: list[BaseMessage], stop: list[str] | None, **kwargs: Any) -> AIMessage:
+    async def _amessage(
+        self, messages: list[BaseMessage], stop: list[str] | None, *, id: str | None = None, **kwargs: Any
+    ) -> AIMessage:
         kwargs.pop("stream", None)
         if stop:
             kwargs["stop"] = stop
         converted, key = self._openai_messages(messages)
         sse = kwargs.pop("sse", self.streaming)
         raw = await self.acomplete(converted, key=key or fresh_key(), stream=sse, **kwargs)
-        return to_ai_message(raw)
+        return to_ai_message(raw, id)
 
     def _generate(
         self,
@@ -462,13 +462,25 @@ def _usage_metadata(usage: dict[str, Any] | None) -> UsageMetadata | None:
     return UsageMetadata(input_tokens=prompt, output_tokens=completion, total_tokens=prompt + completion)
 
 
-def to_ai_message(raw: dict[str, Any]) -> AIMessage:
+def to_ai_message(raw: dict[str, Any], id: str | None = None) -> AIMessage:
     """An assistant message dict from the server as an AIMessage, reasoning and usage kept."""
-    additional: dict[str, Any] = {}
+    fields: dict[str, Any] = {
+        "content": raw.get("content") or "",
+        "usage_metadata": _usage_metadata(raw.get("usage")),
+        "response_metadata": {"finish_reason": raw.get("finish_reason"), "model_name": raw.get("model")},
+        "id": id,
+    }  # only what is set: every field given costs validation time (a plain reply is the hot path)
     if reasoning := reasoning_of(raw):
-        additional["reasoning_content"] = reasoning
+        fields["additional_kwargs"] = {"reasoning_content": reasoning}
+    if raw.get("tool_calls"):
+        fields["tool_calls"], fields["invalid_tool_calls"] = _tool_calls(raw["tool_calls"])
+    return AIMessage(**fields)
+
+
+def _tool_calls(calls: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """OpenAI tool calls as LangChain's parsed and invalid ones (arguments that are not a JSON object)."""
     tool_calls, invalid = [], []
-    for call in raw.get("tool_calls") or ():
+    for call in calls:
         function = call.get("function") or {}
         arguments = function.get("arguments") or "{}"
         try:
@@ -480,14 +492,17 @@ def to_ai_message(raw: dict[str, Any]) -> AIMessage:
             invalid.append(
                 {"name": function.get("name"), "args": arguments, "id": call.get("id"), "error": str(exc)}
             )
-    return AIMessage(
-        content=raw.get("content") or "",
-        additional_kwargs=additional,
-        tool_calls=tool_calls,
-        invalid_tool_calls=invalid,
-        usage_metadata=_usage_metadata(raw.get("usage")),
-        response_metadata={"finish_reason": raw.get("finish_reason"), "model_name": raw.get("model")},
-    )
+    return tool_calls, invalid
+
+
+_ID_BASE = os.urandom(10).hex()
+_id_numbers = itertools.count()
+
+
+def _message_id() -> str:
+    """An id no other message has, in LangChain's form for ids it made (``lc_run--...-0``): a random base per
+    process and a counter, a tenth of ``uuid4()``'s cost."""
+    return f"{LC_ID_PREFIX}-{_ID_BASE}{next(_id_numbers):012x}-0"
 
 
 async def _within(seconds: float, send: Callable[[], Any]) -> Any:
@@ -497,11 +512,16 @@ async def _within(seconds: float, send: Callable[[], Any]) -> Any:
 
 
 def _message_key(message: BaseMessage) -> tuple[Any, ...]:
-    """What a message says, for the conversion cache: kind, content, name, tool calls and their answers (the
-    OpenAI form holds nothing else of it)."""
-    content = message.content if isinstance(message.content, str) else repr(message.content)
-    calls = getattr(message, "tool_calls", None)
-    return message.type, content, message.name, repr(calls) if calls else None, getattr(message, "tool_call_id", None)
+    """What a message says, for the conversion cache: kind (and a ChatMessage's role), content, name, tool calls
+    and their answers (the OpenAI form holds nothing else of it). Fields are read from the instance's dict:
+    ``getattr`` with a default on a pydantic model that lacks the field raises inside, at microseconds a call."""
+    fields = vars(message)
+    content = fields["content"]
+    if not isinstance(content, str):
+        content = repr(content)
+    calls = fields.get("tool_calls")
+    kind = fields["type"], fields.get("role")
+    return kind, content, fields.get("name"), repr(calls) if calls else None, fields.get("tool_call_id")
 
 
 def _delta_chunk(delta: dict[str, Any], named: dict[int, str] | None = None) -> ChatGenerationChunk:
