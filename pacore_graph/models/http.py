@@ -353,6 +353,11 @@ class LoopPools:
             asyncio.AbstractEventLoop, tuple[ConnectionPool, AsyncGenerator[None, None]]
         ] = weakref.WeakKeyDictionary()
 
+    def current(self) -> ConnectionPool | None:
+        """The running loop's pool if it has one already (no coroutine for the common case)."""
+        entry = self._pools.get(asyncio.get_running_loop())
+        return entry[0] if entry is not None else None
+
     async def get(self) -> ConnectionPool:
         loop = asyncio.get_running_loop()
         entry = self._pools.get(loop)

@@ -197,8 +197,15 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         policy = RetryPolicy(max_attempts=self.max_retries + 1 if on_delta is None else 1)
         return (await with_retries(send, policy, None))[0]
 
+    def _private(self) -> dict[str, Any]:
+        """The private attributes in one slot read: pydantic looks each one up in about 2 us (``__getattr__``),
+        and every request reads several."""
+        return self.__pydantic_private__  # type: ignore[return-value]  # set by model_post_init
+
     async def _post(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
-        pool, url = await self._pool.get(), self._url
+        private = self._private()
+        pools: LoopPools = private["_pool"]
+        pool, url = pools.current() or await pools.get(), private["_url"]
         status, raw = await pool.post(orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS), headers)
         if status != 200:
             raise _status_error(status, raw, url)
@@ -218,7 +225,9 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
     async def _post_stream(
         self, body: dict[str, Any], headers: dict[str, str], on_delta: Callable[[Delta], None] | None
     ) -> dict[str, Any]:
-        pool, url = await self._pool.get(), self._url
+        private = self._private()
+        pools: LoopPools = private["_pool"]
+        pool, url = pools.current() or await pools.get(), private["_url"]
         async with pool.stream(orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS), headers) as response:
             if response.status != 200:
                 raise _status_error(response.status, await response.read(), url)
@@ -229,7 +238,9 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         per conversation: the K trajectories of a round send the same messages. Keyed by what the messages
         say, not by the objects: a message edited in place is converted again."""
         key = tuple(map(_message_key, messages))
-        cached = self._converted.get(key)
+        private = self._private()
+        cache: dict[tuple[Any, ...], tuple[list[dict[str, Any]], str | None, int]] = private["_converted"]
+        cached = cache.get(key)
         if cached is not None:
             return cached[0], cached[1]
         converted = convert_to_openai_messages(messages)
@@ -237,11 +248,10 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         chars = _chars(converted)
         if chars > CONVERTED_CHARS:
             return converted, session
-        while self._converted and (len(self._converted) >= CONVERTED_ROUNDS or
-                                   self._converted_chars + chars > CONVERTED_CHARS):  # fmt: skip
-            self._converted_chars -= self._converted.pop(next(iter(self._converted)))[2]
-        self._converted[key] = (converted, session, chars)
-        self._converted_chars += chars
+        while cache and (len(cache) >= CONVERTED_ROUNDS or private["_converted_chars"] + chars > CONVERTED_CHARS):
+            private["_converted_chars"] -= cache.pop(next(iter(cache)))[2]
+        cache[key] = (converted, session, chars)
+        private["_converted_chars"] += chars
         return converted, session
 
     # ---- LangChain interface ---------------------------------------------------------------------
