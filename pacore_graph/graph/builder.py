@@ -74,7 +74,7 @@ class TrajectoryTask(TypedDict):
 class _Step(Runnable[Any, Any]):
     """A node with a sync and an async body; no run of its own (LangGraph traces the task)."""
 
-    def __init__(self, name: str, sync: Callable[..., Any], asynchronous: Callable[..., Any] | None = None):
+    def __init__(self, name: str, sync: Callable[..., Any], asynchronous: Callable[..., Any]):
         self.name = name
         self._sync = sync
         self._async = asynchronous
@@ -83,8 +83,6 @@ class _Step(Runnable[Any, Any]):
         return self._sync(input, config or {})
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        if self._async is None:
-            return self._sync(input, config or {})
         return await self._async(input, config or {})
 
 
@@ -124,7 +122,7 @@ def build_pacore_graph(
         return Command(update=update, goto=fan_out(0, []))
 
     def announce(run: RunState, round_index: int) -> None:
-        """The round is fanned out from this node's task, in this process (routers see no runtime)."""
+        """The round is fanned out from this node's task, in this process (see RoundBarrier)."""
         run.fanned_out(round_index)
         k = schedule[round_index]
         run.emit({"event": "round_started", "round": round_index, "k": k, "rounds": len(schedule)})

@@ -202,10 +202,15 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         and every request reads several."""
         return self.__pydantic_private__  # type: ignore[return-value]  # set by model_post_init
 
-    async def _post(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+    def _endpoint(self) -> tuple[LoopPools, str]:
+        """The connection pools (one per loop) and the URL every request goes to. A caller takes its loop's pool
+        with ``pools.current() or await pools.get()``: no coroutine once the pool exists."""
         private = self._private()
-        pools: LoopPools = private["_pool"]
-        pool, url = pools.current() or await pools.get(), private["_url"]
+        return private["_pool"], private["_url"]
+
+    async def _post(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        pools, url = self._endpoint()
+        pool = pools.current() or await pools.get()
         status, raw = await pool.post(orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS), headers)
         if status != 200:
             raise _status_error(status, raw, url)
@@ -225,9 +230,8 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
     async def _post_stream(
         self, body: dict[str, Any], headers: dict[str, str], on_delta: Callable[[Delta], None] | None
     ) -> dict[str, Any]:
-        private = self._private()
-        pools: LoopPools = private["_pool"]
-        pool, url = pools.current() or await pools.get(), private["_url"]
+        pools, url = self._endpoint()
+        pool = pools.current() or await pools.get()
         async with pool.stream(orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS), headers) as response:
             if response.status != 200:
                 raise _status_error(response.status, await response.read(), url)
