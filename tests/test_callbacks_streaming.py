@@ -133,3 +133,80 @@ def test_handlers_attached_anywhere_see_every_trajectory_and_without_any_no_runs
             assert len(recorder.starts) == len(recorder.ends) == 4, attach
             assert all("my-tag" in start["tags"] for start in recorder.starts), attach
             assert sorted(s["metadata"]["pacore_round"] for s in recorder.starts) == [0, 0, 0, 1], attach
+
+
+class ChainRecorder(BaseCallbackHandler):
+    def __init__(self):
+        self.chains: list[tuple[str, dict]] = []
+        self.chat_starts = 0
+
+    def on_chain_start(self, serialized, inputs, *, metadata=None, name=None, **kwargs):
+        self.chains.append((name or "", metadata or {}))
+
+    def on_chat_model_start(self, serialized, messages, **kwargs):
+        self.chat_starts += 1
+
+
+def test_an_observed_run_keeps_the_enclosing_nodes_metadata_on_the_pacore_graphs_run(mock_server):
+    """With a handler attached nothing is left out: the PaCoRe graph's run shows the enclosing node's
+    metadata, as any subgraph's does (a run nobody observes leaves it out, see pacore_graph.graph.unseen)."""
+    recorder = ChainRecorder()
+    with mock_server(numbered) as server:
+        chat_graph(chat_model(server.base_url)).invoke({"messages": [("user", "q")]}, {"callbacks": [recorder]})
+    inner = [metadata for name, metadata in recorder.chains if name == "pacore"]
+    assert inner and all(metadata["langgraph_node"] == "think" for metadata in inner)
+    trajectories = [metadata for name, metadata in recorder.chains if name == "trajectory"]
+    assert len(trajectories) == 4 and all(metadata["langgraph_node"] == "trajectory" for metadata in trajectories)
+    assert recorder.chat_starts == 4
+
+
+async def test_a_handler_on_the_enclosing_runnable_sees_the_trajectories_of_a_run_given_no_config(mock_server):
+    """``asolve`` called inside a traced runnable without passing its config on: LangGraph takes the
+    ambient config's handlers for the PaCoRe graph, and the model calls are not skipped as unobserved."""
+    from langchain_core.runnables import RunnableLambda
+
+    from pacore_graph import asolve
+
+    recorder = ChainRecorder()
+    with mock_server(numbered) as server:
+        model = chat_model(server.base_url)
+
+        async def answer(question: str) -> str:
+            return (await asolve(model, question, PaCoReConfig(rounds=[3]))).answer
+
+        assert await RunnableLambda(answer).ainvoke("q", {"callbacks": [recorder]}) == "The final answer is forty-two."
+    assert recorder.chat_starts == 4 == len(server.requests)
+
+
+async def test_a_run_nobody_observes_still_hands_explorers_the_callers_metadata(mock_server):
+    """What an unobserved run leaves out is only what no one reads: an explorer still finds the caller's
+    own metadata and its task's, and the enclosing graph's config is as it was after the run."""
+    from langchain_core.runnables import RunnableConfig
+    from langchain_core.runnables.config import var_child_runnable_config
+    from langgraph.config import get_config
+
+    from pacore_graph.records import Trajectory
+
+    seen: list[dict] = []
+    after: list[RunnableConfig | None] = []
+
+    class Recording:
+        async def explore(self, messages, episode):
+            seen.append(dict(get_config()["metadata"]))
+            return Trajectory(content=f"candidate {episode.index}")
+
+    node = PaCoReNode(Recording(), PaCoReConfig(rounds=[2]))
+
+    async def think(state, config):
+        before = var_child_runnable_config.get()
+        update = await node.ainvoke(state, config)
+        after.append(var_child_runnable_config.get() is before)
+        return update
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("think", think)
+    builder.add_edge(START, "think")
+    builder.add_edge("think", END)
+    await builder.compile().ainvoke({"messages": [("user", "q")]}, {"metadata": {"user": "u1"}})
+    assert len(seen) == 3 and after == [True]
+    assert all(metadata["user"] == "u1" and metadata["langgraph_node"] == "trajectory" for metadata in seen)

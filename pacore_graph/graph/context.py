@@ -30,6 +30,7 @@ from typing import Any, TypeAlias
 from langchain_core.callbacks import AsyncCallbackManager
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.runtime import get_runtime
 
 from pacore_graph.graph.run_state import RunState
@@ -92,6 +93,9 @@ def unobserved(config: RunnableConfig | None) -> bool:
     """Whether no callback handler would see a run under ``config``: none among its callbacks and none
     from the environment or context (LangSmith tracing, ``collect_runs``, debug, configure hooks), as
     LangChain configures them. Asked once per PaCoRe run: its model calls inherit the same handlers
-    (``stream_mode="messages"`` and ``astream_events`` attach theirs to the run's callbacks)."""
-    callbacks = (config or {}).get("callbacks")
-    return not AsyncCallbackManager.configure(callbacks, None, False).handlers
+    (``stream_mode="messages"`` and ``astream_events`` attach theirs to the run's callbacks). The ambient
+    config counts too: LangGraph merges its callbacks into the run's."""
+    return not any(
+        AsyncCallbackManager.configure((source or {}).get("callbacks"), None, False).handlers
+        for source in (config, var_child_runnable_config.get())
+    )

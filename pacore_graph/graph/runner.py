@@ -18,6 +18,7 @@ from pacore_graph.explorers.protocol import ModelOrExplorer
 from pacore_graph.graph.builder import PaCoReState, build_pacore_graph
 from pacore_graph.graph.context import PaCoReContext, ProgressListener, RecordSink, run_state, unobserved
 from pacore_graph.graph.gc_policy import spaced_full_collections
+from pacore_graph.graph.unseen import ambient_unseen_removed, unseen_removed
 from pacore_graph.records import Outcome, PaCoReResult, RoundRecord, Trajectory, TrajectoryRecord
 
 MessagesInput: TypeAlias = str | Sequence[BaseMessage | dict[str, Any] | tuple[str, str]]
@@ -86,20 +87,23 @@ class PaCoReRunner:
     def running(self, context: PaCoReContext) -> Iterator[None]:
         """Around one graph run: GC spacing if configured, and the run closed at the end however it ends
         (its trajectories still in flight cancelled, whatever LangGraph's own cleanup managed)."""
-        with spaced_full_collections(self.config.spaced_gc):
+        with spaced_full_collections(self.config.spaced_gc), ambient_unseen_removed(context.unobserved):
             try:
                 yield
             finally:
                 run_state(context).close()
 
-    def run_config(self, runnable_config: RunnableConfig | None, *, sync: bool) -> RunnableConfig:
+    def run_config(
+        self, runnable_config: RunnableConfig | None, context: PaCoReContext, *, sync: bool
+    ) -> RunnableConfig:
         """All K trajectory tasks start together: a graph-level max_concurrency of the caller does not
         throttle them (PaCoReConfig.max_concurrency bounds the model calls), and a sync run gets a thread
-        per trajectory instead of the default pool of a few."""
+        per trajectory instead of the default pool of a few. A run nobody observes leaves out what only
+        callback handlers would read (see :mod:`pacore_graph.graph.unseen`)."""
         config: RunnableConfig = runnable_config.copy() if runnable_config else {}
         if sync or config.get("max_concurrency"):
             config["max_concurrency"] = max(self.config.schedule)
-        return config
+        return unseen_removed(config) if context.unobserved else config
 
     async def arun(
         self,
@@ -122,10 +126,9 @@ class PaCoReRunner:
             messages, runnable_config, trace=trace, on_event=on_event, payload=payload, on_record=on_record
         )
         graph_input = None if resume else START_INPUT
+        config = self.run_config(runnable_config, context, sync=False)
         with self.running(context):
-            state = await self.graph.ainvoke(
-                graph_input, self.run_config(runnable_config, sync=False), context=context, durability=durability
-            )
+            state = await self.graph.ainvoke(graph_input, config, context=context, durability=durability)
         return build_result(state, context.trace)
 
     def run(
@@ -145,7 +148,7 @@ class PaCoReRunner:
             messages, runnable_config, trace=trace, on_event=on_event, payload=payload, on_record=on_record
         )
         graph_input = None if resume else START_INPUT
-        config = self.run_config(runnable_config, sync=True)
+        config = self.run_config(runnable_config, context, sync=True)
         with self.running(context):
             state = call_interruptibly(
                 lambda: self.graph.invoke(graph_input, config, context=context, durability=durability),

@@ -63,8 +63,8 @@ async def run_streaming(
     state: Mapping[str, Any] | None = None
     with runner.running(context):
         async for part in runner.graph.astream(
-            START_INPUT, runner.run_config(None, sync=False), context=context, stream_mode=["messages", "values"],
-            version="v2",
+            START_INPUT, runner.run_config(None, context, sync=False), context=context,
+            stream_mode=["messages", "values"], version="v2",
         ):  # fmt: skip
             if part["type"] == "values":
                 state = {**part["data"], "__interrupt__": part["interrupts"]} if part["interrupts"] else part["data"]
