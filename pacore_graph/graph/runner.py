@@ -9,7 +9,7 @@ from typing import Any, TypeAlias
 from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
 from langchain_core.runnables import RunnableConfig, ensure_config
 from langgraph.errors import GraphInterrupt
-from langgraph.types import Checkpointer, Durability
+from langgraph.types import Checkpointer, Durability, Interrupt
 
 from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.concurrency.sync import call_interruptibly, run_sync
@@ -128,8 +128,10 @@ class PaCoReRunner:
         graph_input = None if resume else START_INPUT
         config = self.run_config(runnable_config, context, sync=False)
         with self.running(context):
-            state = await self.graph.ainvoke(graph_input, config, context=context, durability=durability)
-        return build_result(state, context.trace)
+            output = await self.graph.ainvoke(
+                graph_input, config, context=context, durability=durability, version="v2"
+            )
+        return build_result(with_interrupts(output.value, output.interrupts), context.trace)
 
     def run(
         self,
@@ -150,11 +152,18 @@ class PaCoReRunner:
         graph_input = None if resume else START_INPUT
         config = self.run_config(runnable_config, context, sync=True)
         with self.running(context):
-            state = call_interruptibly(
-                lambda: self.graph.invoke(graph_input, config, context=context, durability=durability),
+            output = call_interruptibly(
+                lambda: self.graph.invoke(graph_input, config, context=context, durability=durability, version="v2"),
                 run_state(context).close,
             )
-        return build_result(state, context.trace)
+        return build_result(with_interrupts(output.value, output.interrupts), context.trace)
+
+
+def with_interrupts(state: Mapping[str, Any], interrupts: Sequence[Interrupt]) -> Mapping[str, Any]:
+    """A final state as ``version="v2"`` runs report it (the values and the interrupts apart), in the form
+    :func:`build_result` reads. The runs ask for v2 output: v1 also streams every task's update to the run
+    (only to find interrupts), a queued chunk per trajectory."""
+    return {**state, "__interrupt__": interrupts} if interrupts else state
 
 
 def build_result(state: Mapping[str, Any], trace: list[Trajectory] | None = None) -> PaCoReResult:
