@@ -160,9 +160,9 @@ class PaCoReRunner:
 
 
 def with_interrupts(state: Mapping[str, Any], interrupts: Sequence[Interrupt]) -> Mapping[str, Any]:
-    """A final state as ``version="v2"`` runs report it (the values and the interrupts apart), in the form
-    :func:`build_result` reads. The runs ask for v2 output: v1 also streams every task's update to the run
-    (only to find interrupts), a queued chunk per trajectory."""
+    """A final state as ``version="v2"`` output reports it (the values and the interrupts apart), in the form
+    :func:`build_result` reads. Runs ask for v2 output: v1 ``invoke`` also streams every task's update to
+    the run (only to find interrupts), a queued chunk per trajectory."""
     return {**state, "__interrupt__": interrupts} if interrupts else state
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessageChunk, BaseMessage
 
-from pacore_graph.graph.runner import START_INPUT, PaCoReRunner, build_result
+from pacore_graph.graph.runner import START_INPUT, PaCoReRunner, build_result, with_interrupts
 from pacore_graph.models.sse import reasoning_of
 from pacore_graph.records import PaCoReResult
 from pacore_graph.server.disconnect import cancel_and_wait
@@ -67,7 +67,7 @@ async def run_streaming(
             stream_mode=["messages", "values"], version="v2",
         ):  # fmt: skip
             if part["type"] == "values":
-                state = {**part["data"], "__interrupt__": part["interrupts"]} if part["interrupts"] else part["data"]
+                state = with_interrupts(part["data"], part["interrupts"])
             elif part["type"] == "messages":
                 chunk, metadata = part["data"]
                 if isinstance(chunk, AIMessageChunk) and metadata.get("pacore_round") == final_round:
