@@ -178,17 +178,16 @@ async def test_a_handler_on_the_enclosing_runnable_sees_the_trajectories_of_a_ru
     assert recorder.chat_starts == 4 == len(server.requests)
 
 
-async def test_a_run_nobody_observes_still_hands_explorers_the_callers_metadata(mock_server):
+async def test_a_run_nobody_observes_still_hands_explorers_the_callers_metadata():
     """What an unobserved run leaves out is only what no one reads: an explorer still finds the caller's
     own metadata and its task's, and the enclosing graph's config is as it was after the run."""
-    from langchain_core.runnables import RunnableConfig
     from langchain_core.runnables.config import var_child_runnable_config
     from langgraph.config import get_config
 
     from pacore_graph.records import Trajectory
 
     seen: list[dict] = []
-    after: list[RunnableConfig | None] = []
+    after: list[bool] = []  # whether the enclosing node's ambient config is the same object after the run
 
     class Recording:
         async def explore(self, messages, episode):
