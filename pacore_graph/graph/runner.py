@@ -131,7 +131,7 @@ class PaCoReRunner:
             output = await self.graph.ainvoke(
                 graph_input, config, context=context, durability=durability, version="v2"
             )
-        return build_result(with_interrupts(output.value, output.interrupts), context.trace)
+        return build_result(output.value, context.trace, output.interrupts)
 
     def run(
         self,
@@ -156,23 +156,20 @@ class PaCoReRunner:
                 lambda: self.graph.invoke(graph_input, config, context=context, durability=durability, version="v2"),
                 run_state(context).close,
             )
-        return build_result(with_interrupts(output.value, output.interrupts), context.trace)
+        return build_result(output.value, context.trace, output.interrupts)
 
 
-def with_interrupts(state: Mapping[str, Any], interrupts: Sequence[Interrupt]) -> Mapping[str, Any]:
-    """A final state as ``version="v2"`` output reports it (the values and the interrupts apart), in the form
-    :func:`build_result` reads. Runs ask for v2 output: v1 ``invoke`` also streams every task's update to
-    the run (only to find interrupts), a queued chunk per trajectory."""
-    return {**state, "__interrupt__": interrupts} if interrupts else state
-
-
-def build_result(state: Mapping[str, Any], trace: list[Trajectory] | None = None) -> PaCoReResult:
+def build_result(
+    state: Mapping[str, Any], trace: list[Trajectory] | None = None, interrupts: Sequence[Interrupt] = ()
+) -> PaCoReResult:
     """The result of a finished graph state; its message is the answer with every round's account.
 
-    A run an explorer interrupted (LangGraph's ``interrupt()`` in an agent) has no result: its interrupts are
-    raised to the caller as ``GraphInterrupt``, as a graph running it as a subgraph raises them."""
-    if state.get("__interrupt__"):
-        raise GraphInterrupt(state["__interrupt__"])
+    A run an explorer interrupted (LangGraph's ``interrupt()`` in an agent) has no result: its ``interrupts``
+    (beside the final values in ``version="v2"`` output, which the runs ask for: v1 ``invoke`` also streams
+    every task's update to the run, only to find interrupts) are raised to the caller as ``GraphInterrupt``,
+    as a graph running it as a subgraph raises them."""
+    if interrupts:
+        raise GraphInterrupt(interrupts)
     rounds = [RoundRecord.model_validate(data) for data in state["rounds"]]
     answer: AIMessage = state["answer"]
     outcome = Outcome.model_validate(state.get("outcome") or {})

@@ -28,7 +28,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessageChunk, BaseMessage
 
-from pacore_graph.graph.runner import START_INPUT, PaCoReRunner, build_result, with_interrupts
+from pacore_graph.graph.runner import START_INPUT, PaCoReRunner, build_result
 from pacore_graph.models.sse import reasoning_of
 from pacore_graph.records import PaCoReResult
 from pacore_graph.server.disconnect import cancel_and_wait
@@ -60,20 +60,20 @@ async def run_streaming(
     """
     context = runner.context(messages, trace=True, on_event=on_event)
     final_round = len(runner.config.schedule) - 1
-    state: Mapping[str, Any] | None = None
+    final: Mapping[str, Any] | None = None  # the last values part: the final state and any interrupts
     with runner.running(context):
         async for part in runner.graph.astream(
             START_INPUT, runner.run_config(None, context, sync=False), context=context,
             stream_mode=["messages", "values"], version="v2",
         ):  # fmt: skip
             if part["type"] == "values":
-                state = with_interrupts(part["data"], part["interrupts"])
+                final = part
             elif part["type"] == "messages":
                 chunk, metadata = part["data"]
                 if isinstance(chunk, AIMessageChunk) and metadata.get("pacore_round") == final_round:
                     on_token(chunk)
-    assert state is not None
-    return build_result(state, context.trace)
+    assert final is not None
+    return build_result(final["data"], context.trace, final["interrupts"])
 
 
 def sse_data(payload: dict[str, Any]) -> bytes:
