@@ -55,6 +55,40 @@ async def test_a_round_cancelled_while_waiting_or_just_admitted_takes_nothing():
     assert admission.pending == 0
 
 
+async def test_a_digest_waits_until_the_trajectories_admitted_have_sent_their_requests():
+    admission = Admission(limit=16)  # up to 16 // 8 = 2 digests wait
+    await admission.enter(3)
+    first, second, third = (asyncio.ensure_future(admission.send_first()) for _ in range(3))
+    await asyncio.sleep(0)
+    assert third.done() and not first.done() and not second.done()  # the third digests now: 2 wait already
+    admission.sent(2)
+    await asyncio.sleep(0)
+    assert not first.done()
+    admission.sent()  # all 3 are out: the digests go on
+    await asyncio.sleep(0)
+    assert first.done() and second.done()
+    await admission.send_first()  # nothing left to send: at once
+
+
+async def test_digests_go_ahead_when_no_request_goes_out_for_a_while(monkeypatch):
+    monkeypatch.setattr(Admission, "STALL", 0.5)
+    admission = Admission(limit=16)
+    await admission.enter(4)
+    waiting = asyncio.ensure_future(admission.send_first())
+    for _ in range(3):  # a request goes out every 0.2 s: it waits on, past the 0.5 s
+        await asyncio.sleep(0.2)
+        admission.sent()
+    assert not waiting.done()
+    admission.sent()
+    await asyncio.sleep(0)
+    assert waiting.done()
+    await admission.enter(4)  # these never go out (LangGraph's max_concurrency may wait for this very digest)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await asyncio.wait_for(admission.send_first(), timeout=5)
+    assert loop.time() - started >= 0.5
+
+
 class CountingExplorer:
     """Counts trajectories alive at once (started, not finished); each takes ``seconds``."""
 
@@ -79,9 +113,9 @@ async def test_a_runner_keeps_at_most_limit_plus_k_minus_one_trajectory_tasks_al
         counter["most"] = max(counter["most"], counter["alive"])
         return started(self)
 
-    def counting_ended(self, task, round_index):
+    def counting_ended(self, task, round_index, stage):
         counter["alive"] -= 1
-        return ended(self, task, round_index)
+        return ended(self, task, round_index, stage)
 
     monkeypatch.setattr(RunState, "trajectory_started", counting_started)
     monkeypatch.setattr(RunState, "trajectory_ended", counting_ended)
@@ -105,3 +139,58 @@ async def test_a_cancelled_run_gives_back_its_admission():
                          limiter=runner.limiter)  # fmt: skip
     result = await asyncio.wait_for(quick.arun("after"), timeout=10)  # would wait forever on a leak
     assert result.answer == "answer 1-0"
+
+
+class StaggeredExplorer:
+    """First-round trajectory ``i`` answers after ``0.05 + i / 1000`` s; logs when each one was sent."""
+
+    def __init__(self):
+        self.log: list[tuple[str, str, int, int]] = []
+
+    async def explore(self, messages, episode) -> Trajectory:
+        problem = messages[-1].content if episode.round_index == 0 else "synthesis"
+        self.log.append(("sent", problem, episode.round_index, episode.index))
+        await asyncio.sleep(0.05 + episode.index / 1000 if episode.round_index == 0 else 0.01)
+        return Trajectory(content=f"answer {episode.index}", completion_tokens=3)
+
+
+async def test_the_next_rounds_requests_go_out_before_finished_trajectories_are_digested(monkeypatch):
+    monkeypatch.setattr(Admission, "STALL", 5.0)  # a slow machine must not let the digests go ahead
+    explorer = StaggeredExplorer()
+    log = explorer.log
+
+    def on_event(event):
+        if event["event"] == "trajectory_finished" and event["round"] == 0:
+            log.append(("digested", "", 0, event["index"]))
+
+    runner = PaCoReRunner(explorer, PaCoReConfig(rounds=[32], max_concurrency=64))
+    results = await asyncio.gather(*(runner.arun(f"problem {n}", on_event=on_event) for n in range(3)))
+    assert all(result.answer == "answer 0" for result in results)
+    third = next(position for position, entry in enumerate(log) if entry[1] == "problem 2")
+    first_digest = next(position for position, entry in enumerate(log) if entry[0] == "digested")
+    # Problem 2 waits for admission (64 of 64 taken). The first answer in gives its admission back, and
+    # problem 2's requests go out as slots free, before that answer is digested (without sending first, it
+    # would be digested first and only then give its admission back).
+    assert third < first_digest
+
+
+async def test_a_graph_run_with_langgraphs_own_max_concurrency_still_finishes():
+    runner = PaCoReRunner(StaggeredExplorer(), PaCoReConfig(rounds=[8], max_concurrency=64))
+    result = await asyncio.wait_for(runner.arun("problem", {"max_concurrency": 2}), timeout=30)
+    assert result.answer == "answer 0"
+
+
+async def test_each_admitted_round_tells_the_explorer_how_many_requests_are_coming():
+    class Expecting(CountingExplorer):
+        def __init__(self):
+            super().__init__(seconds=0.01)
+            self.expected: list[int] = []
+
+        async def expect(self, requests: int) -> None:
+            self.expected.append(requests)
+
+    explorer = Expecting()
+    runner = PaCoReRunner(explorer, PaCoReConfig(rounds=[4, 2], max_concurrency=6))
+    await asyncio.gather(runner.arun("one"), runner.arun("two"))
+    # both first rounds are admitted at once (4, then 8 capped at the limit 6), then rounds of 2 and finals
+    assert explorer.expected[:2] == [4, 6] and len(explorer.expected) == 6

@@ -227,3 +227,62 @@ async def test_header_values_with_line_breaks_are_refused():
             await pool.post(b"{}", {"X-Session-ID": "a\r\nX-Injected: 1"})
         await pool.aclose()
     assert not server.requests
+
+
+async def test_preconnected_connections_carry_the_burst_that_follows():
+    async with ScriptedServer(lambda n, body: with_length(b'{"n": %d}' % n)) as server:
+        pool = ConnectionPool(server.url)
+        pool.preconnect(4)
+        pool.preconnect(4)  # already opening: nothing more
+        # the burst comes before they are open: it waits for them, in order, instead of opening its own
+        replies = await asyncio.gather(*(pool.post(b'{"i": %d}' % i) for i in range(4)))
+        assert [status for status, _ in replies] == [200] * 4
+        assert server.connections == 4
+        assert [body for _, body in server.requests] == [b'{"i": %d}' % i for i in range(4)]
+        pool.preconnect(6)  # 4 idle now: 2 more, which the pool keeps
+        for _ in range(100):
+            if len(pool._idle) + len(pool._spares) == 6:
+                break
+            await asyncio.sleep(0.01)
+        assert server.connections == 6 and len(pool._idle) == 4 and len(pool._spares) == 2
+        await pool.aclose()
+
+
+async def test_a_preconnect_that_fails_is_dropped_quietly_and_close_cancels_those_under_way(caplog):
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()
+    refused = ConnectionPool(f"http://127.0.0.1:{port}/v1/chat/completions")
+    refused.preconnect(3)
+    await asyncio.gather(*refused._opening)  # each swallowed its error: none is left unretrieved
+    assert not refused._spares and not refused._opening
+    with pytest.raises(ModelRequestError, match="cannot connect"):  # the request reports it
+        await refused.post(b"{}")
+
+    async with ScriptedServer(lambda n, body: with_length(b"{}")) as live:
+        closing = ConnectionPool(live.url)
+        closing.preconnect(2)
+        opening = set(closing._opening)
+        await closing.aclose()  # before they ran: cancelled, so no connection outlives the pool
+        await asyncio.gather(*opening, return_exceptions=True)
+        assert all(task.cancelled() for task in opening) and not closing._opening and not closing._spares
+        assert live.connections == 0
+    assert "exception was never retrieved" not in caplog.text
+
+
+async def test_the_chat_explorer_opens_connections_for_the_requests_it_is_told_to_expect():
+    from pacore_graph import PaCoReConfig
+    from pacore_graph.explorers.protocol import as_explorer
+    from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
+
+    async with ScriptedServer(lambda n, body: with_length(b"{}")) as server:
+        model = OpenAICompatibleChatModel(base_url=server.url.removesuffix("/chat/completions"), model="m")
+        explorer = as_explorer(model, PaCoReConfig())
+        await explorer.expect(3)
+        for _ in range(100):
+            if server.connections == 3:
+                break
+            await asyncio.sleep(0.01)
+        assert server.connections == 3 and not server.requests
+        await model._endpoint()[0].aclose()

@@ -8,6 +8,13 @@ Rounds are admitted too (:meth:`ConcurrencyLimiter.admit`): LangGraph builds eve
 once, about 13 KB of task machinery each, so 64 problems x 32 trajectories under a limit of 1024 would
 build 2048 tasks of which 1024 only wait. An async run fans a round out once fewer than ``limit`` of the
 trajectories admitted before it are unfinished (at most K - 1 past the limit wait for a slot).
+
+Requests go out before responses are digested (:meth:`Admission.send_first`). When a wave of responses
+comes back, each one that is in gives its admission back at once, and the next wave's trajectories
+(LangGraph building their tasks, each sending its request) go first. The digest waits: the record, the
+barrier and LangGraph finishing the task, which nothing needs before the rest of its round is in. Otherwise
+the client, CPU-bound while a wave turns over, would hold the next wave back by the time it takes to digest
+the last one. At most ``limit // 8`` digests wait, so the tasks alive stay near the limit.
 """
 
 from __future__ import annotations
@@ -83,14 +90,24 @@ class Slot:
 class Admission:
     """The trajectories admitted on one loop and not yet finished, and the rounds waiting their turn."""
 
+    STALL = 0.01
+    """Seconds without a request going out after which waiting digests go ahead anyway: what is left to
+    send is held back by something else (a full limiter, LangGraph's own ``max_concurrency``, which may be
+    waiting for these very digests)."""
+
     def __init__(self, limit: int):
         self.limit = limit
         self.pending = 0
+        self.unsent = 0  # admitted trajectories whose request has not gone out (see send_first)
+        self._sent = 0  # requests gone out so far: the stall check's measure of progress
         self._waiting: deque[tuple[asyncio.Future[None], int]] = deque()
+        self._digests: list[asyncio.Future[None]] = []
+        self._stall_check: asyncio.TimerHandle | None = None
 
     async def enter(self, k: int) -> None:
         if not self._waiting and self.pending < self.limit:
             self.pending += k
+            self.unsent += k
             return
         turn = asyncio.get_running_loop().create_future()
         self._waiting.append((turn, k))
@@ -99,6 +116,7 @@ class Admission:
         except asyncio.CancelledError:
             if turn.done() and not turn.cancelled():  # admitted, then cancelled before fanning out
                 self.finished(k)
+                self.sent(k)
             else:
                 turn.cancel()
             raise
@@ -109,4 +127,39 @@ class Admission:
             turn, k = self._waiting.popleft()
             if not turn.done():
                 self.pending += k
+                self.unsent += k
+                turn.set_result(None)
+
+    def sent(self, count: int = 1) -> None:
+        """``count`` admitted trajectories have sent their request (or never will)."""
+        self.unsent -= count
+        self._sent += count
+        if self.unsent <= 0:
+            self._digest_now()
+
+    async def send_first(self) -> None:
+        """Return once the trajectories admitted so far have sent their requests (see the module docstring);
+        at once when they have, or when ``limit // 8`` digests wait already."""
+        if self.unsent <= 0 or len(self._digests) >= self.limit // 8:
+            return
+        loop = asyncio.get_running_loop()
+        turn = loop.create_future()
+        self._digests.append(turn)
+        if self._stall_check is None:
+            self._stall_check = loop.call_later(self.STALL, self._check_stall, self._sent)
+        await turn
+
+    def _check_stall(self, sent_before: int) -> None:
+        if self._sent == sent_before:
+            self._digest_now()
+        else:
+            self._stall_check = asyncio.get_running_loop().call_later(self.STALL, self._check_stall, self._sent)
+
+    def _digest_now(self) -> None:
+        if self._stall_check is not None:
+            self._stall_check.cancel()
+            self._stall_check = None
+        digests, self._digests = self._digests, []
+        for turn in digests:
+            if not turn.done():
                 turn.set_result(None)

@@ -111,6 +111,11 @@ class ChatExplorer:
             return fill, fill
         return {**fill, "stream": self.config.stream}, {**fill, "stream": True} if self.config.stream else fill
 
+    async def expect(self, requests: int) -> None:
+        """``requests`` requests are about to go out: our own chat model opens connections for them meanwhile."""
+        if isinstance(self.model, OpenAICompatibleChatModel):
+            await self.model.apreconnect(requests)
+
     async def explore(self, messages: list[BaseMessage], episode: EpisodeContext) -> Trajectory:
         config = episode.config
         kwargs = self._final if episode.final else self._early

@@ -23,7 +23,12 @@ __all__ = ["AgentExplorer", "ChatExplorer", "Explorer", "ModelOrExplorer", "as_e
 
 @runtime_checkable
 class Explorer(Protocol):
-    """Produces one trajectory from the round's messages; ``episode`` says which one and for whom."""
+    """Produces one trajectory from the round's messages; ``episode`` says which one and for whom.
+
+    Optionally ``async def expect(self, requests: int) -> None``: called as a round is admitted, with how
+    many requests are about to go out on this loop (capped at the limit), to get ready for them meanwhile
+    (:class:`ChatExplorer` opens connections when the model is this package's own chat model).
+    """
 
     async def explore(self, messages: list[BaseMessage], episode: EpisodeContext) -> Trajectory: ...
 

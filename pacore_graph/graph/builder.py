@@ -127,16 +127,22 @@ def build_pacore_graph(
         k = schedule[round_index]
         run.emit({"event": "round_started", "round": round_index, "k": k, "rounds": len(schedule)})
 
+    expect = getattr(explorer, "expect", None)  # optional (see Explorer): ChatExplorer opens connections
+
+    async def admit(round_index: int) -> None:
+        admission = await current_run().admit(limiter, round_index, schedule[round_index])
+        if expect is not None:  # the requests of every round admitted on this loop, at most the limit
+            await expect(min(admission.pending, limiter.limit))
+
     async def abegin(state: PaCoReState, config: RunnableConfig) -> Command[Any]:
         command = begin(state, config)
-        await current_run().admit(limiter, 0, schedule[0])
+        await admit(0)
         return command
 
     async def acollect(state: PaCoReState, config: RunnableConfig) -> Command[Any]:
         command = collect(state, config)
         if command.goto:  # the round fanned out next
-            following = command.update["round_index"]  # type: ignore[index]
-            await current_run().admit(limiter, following, schedule[following])
+            await admit(command.update["round_index"])  # type: ignore[index]
         return command
 
     def fan_out(round_index: int, rounds: list[RoundData]) -> list[Send]:
@@ -172,13 +178,18 @@ def build_pacore_graph(
         barrier.start()
         slot = limiter.slot()
         exploration: Exploration | None = None
+        stage = 0  # 1: its request is sent, 2: its response received (RunState.trajectory_ended)
         try:
             await slot.take()  # first: a trajectory still queued for its slot has built nothing of its own
+            run.request_sent(round_index)
+            stage = 1
             child = run.child_config(config, round_index, index, final)
             episode = EpisodeContext(round_index, index, final, child, run.payload, run.on_record, run.unobserved)
             exploration = Exploration(explorer, messages, episode, settings, uncapped=uncapped)
             work = exploration.explore(slot=slot)
             outcome = await (control.guard(index, work) if control.watching else work)
+            stage = 2
+            await run.response_received(round_index)  # requests still to send go first
         except (asyncio.CancelledError, GraphBubbleUp):  # an agent's interrupt goes to the caller, as is
             barrier.leave()
             raise
@@ -200,7 +211,7 @@ def build_pacore_graph(
             return {"results": [record]}
         finally:
             slot.drop()  # when no attempt ran (cut first); an attempt gives it back as it ends
-            run.trajectory_ended(running, round_index)  # nothing below awaits: close() has nothing left to stop
+            run.trajectory_ended(running, round_index, stage)  # nothing below awaits: close() has nothing left to stop
         record = seen_references(exploration.record(outcome), task)
         control.finished(record)
         barrier.finish(record, passes(record))

@@ -35,7 +35,8 @@ class RunState:
 
     __slots__ = (
         "messages", "payload", "on_event", "on_record", "trace", "stream_metadata", "unobserved", "started",
-        "_rounds", "_control", "_fanned_out", "_in_flight", "_admission", "_admitted", "_admitted_rounds", "_closed",
+        "_rounds", "_control", "_fanned_out", "_in_flight", "_admission", "_admitted", "_unsent", "_admitted_rounds",
+        "_closed",
     )  # fmt: skip
 
     def __init__(self, context: PaCoReContext):
@@ -53,6 +54,7 @@ class RunState:
         self._in_flight: set[asyncio.Task[Any]] = set()
         self._admission: Admission | None = None
         self._admitted = 0  # admitted here, not finished
+        self._unsent = 0  # admitted here, request not sent
         self._admitted_rounds: set[int] = set()
         self._closed = False
 
@@ -71,18 +73,50 @@ class RunState:
             raise asyncio.CancelledError("the PaCoRe run was closed before this trajectory started")
         return task
 
-    def trajectory_ended(self, task: asyncio.Task[Any], round_index: int) -> None:
-        self._in_flight.discard(task)
-        admission = self._admission
-        if admission is not None and self._admitted and round_index in self._admitted_rounds and not self._closed:
-            self._admitted -= 1
-            admission.finished()
+    def request_sent(self, round_index: int) -> None:
+        """The trajectory holds its slot and sends its request now (Admission.send_first waits for this)."""
+        admission = self._holding(round_index)
+        if admission is not None and self._unsent:
+            self._unsent -= 1
+            admission.sent()
 
-    async def admit(self, limiter: ConcurrencyLimiter, round_index: int, k: int) -> None:
+    async def response_received(self, round_index: int) -> None:
+        """The trajectory's request is over: its admission goes back at once (a round waiting for it fans out),
+        and its digest waits while the trajectories admitted so far still have requests to send."""
+        admission = self._give_back(round_index)
+        if admission is not None:
+            await admission.send_first()
+
+    def trajectory_ended(self, task: asyncio.Task[Any], round_index: int, stage: int) -> None:
+        """``stage``: 0 before its request was sent, 1 before its response was received, 2 after."""
+        self._in_flight.discard(task)
+        if stage == 0:
+            self.request_sent(round_index)  # it never will be
+        if stage < 2:
+            self._give_back(round_index)
+
+    def _holding(self, round_index: int) -> Admission | None:
+        """The admission the round holds when this run admitted it and goes on (close() gives back the rest)."""
+        admission = self._admission
+        if admission is None or round_index not in self._admitted_rounds or self._closed:
+            return None
+        return admission
+
+    def _give_back(self, round_index: int) -> Admission | None:
+        admission = self._holding(round_index)
+        if admission is None or not self._admitted:
+            return None
+        self._admitted -= 1
+        admission.finished()
+        return admission
+
+    async def admit(self, limiter: ConcurrencyLimiter, round_index: int, k: int) -> Admission:
         """Wait until the run-wide limiter admits this round's K trajectories (see ConcurrencyLimiter.admit)."""
-        self._admission = await limiter.admit(k)
+        self._admission = admission = await limiter.admit(k)
         self._admitted += k
+        self._unsent += k
         self._admitted_rounds.add(round_index)
+        return admission
 
     def close(self) -> None:
         """The run is over (finished, failed or cancelled): cancel every trajectory still running.
@@ -95,9 +129,13 @@ class RunState:
         :mod:`pacore_graph.concurrency.sync`: they are cancelled through their own loop.
         """
         self._closed = True
-        if self._admitted and self._admission is not None:  # admitted ones that will not finish here
-            self._admission.finished(self._admitted)
-            self._admitted = 0
+        if self._admission is not None:  # admitted ones that will not finish (or send) here
+            if self._admitted:
+                self._admission.finished(self._admitted)
+                self._admitted = 0
+            if self._unsent:
+                self._admission.sent(self._unsent)
+                self._unsent = 0
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:

@@ -20,6 +20,7 @@ import ipaddress
 import socket
 import ssl
 import weakref
+from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -163,6 +164,9 @@ class ConnectionPool:
         self._resolving: asyncio.Future[list[Any]] | None = None  # one lookup shared by every connection
         self._idle: list[_Connection] = []
         self._busy: set[_Connection] = set()
+        self._opening: set[asyncio.Task[None]] = set()  # preconnect's, until they land
+        self._spares: deque[_Connection] = deque()  # preconnect's, landed and not used yet (oldest first)
+        self._claims: deque[asyncio.Future[_Connection | None]] = deque()  # requests waiting for one to land
         host = f"[{self._host}]" if ":" in self._host else self._host
         default_port = self._port == (443 if self._ssl else 80)
         lines = [f"POST {parts.path or '/'}{'?' + parts.query if parts.query else ''} HTTP/1.1",
@@ -189,18 +193,72 @@ class ConnectionPool:
         """Send ``body`` and read the response as it arrives: ``async with pool.stream(...) as response``."""
         return StreamedResponse(self, body, headers)
 
+    def preconnect(self, connections: int) -> None:
+        """Open connections in the background until ``connections`` exist (idle, busy or opening).
+
+        A burst of requests built meanwhile then finds them ready. Otherwise each request starts its own
+        handshake, which completes only once the whole burst is built (asyncio polls its sockets between
+        batches of callbacks). A request that finds none idle waits for one still opening, in the order
+        requests came; a connection that fails to open is handed on as none, and the request opens its own
+        (and reports the error).
+        """
+        for _ in range(connections - len(self._idle) - len(self._spares) - len(self._busy) - len(self._opening)):
+            task = asyncio.ensure_future(self._open_spare())
+            self._opening.add(task)
+
+    async def _open_spare(self) -> None:
+        connection: _Connection | None = None
+        try:
+            connection = await self._connect()
+        except Exception:  # noqa: BLE001 - the request it is handed to opens its own and reports it
+            pass
+        finally:  # also when aclose() cancels it: a waiting request must not wait on
+            self._opening.discard(asyncio.current_task())
+            claims = self._claims
+            while claims:
+                claim = claims.popleft()
+                if not claim.done():
+                    claim.set_result(connection)
+                    break
+            else:
+                if connection is not None:
+                    self._spares.append(connection)
+
+    async def _new_connection(self) -> _Connection:
+        """One opening in the background if there is one nobody waits for yet, else one of our own."""
+        if len(self._opening) > len(self._claims):
+            claim: asyncio.Future[_Connection | None] = asyncio.get_running_loop().create_future()
+            self._claims.append(claim)
+            try:
+                connection = await claim
+            except asyncio.CancelledError:
+                if claim.done() and not claim.cancelled() and (handed := claim.result()) is not None:
+                    self._spares.append(handed)  # it landed as this request was cancelled: not lost
+                raise
+            if connection is not None and not connection.closed:
+                return connection
+        return await self._connect()
+
     async def aclose(self) -> None:
         """Close every connection (requests in flight fail)."""
-        for connection in (*self._idle, *self._busy):
+        for task in self._opening:  # one not started yet never runs its finally: no one waits on it
+            task.cancel()
+        self._opening.clear()
+        while self._claims:
+            claim = self._claims.popleft()
+            if not claim.done():
+                claim.set_result(None)
+        for connection in (*self._idle, *self._spares, *self._busy):
             connection.close()
         self._idle.clear()
+        self._spares.clear()
         self._busy.clear()
 
     # ---- connections -------------------------------------------------------------------------------
 
     async def _send(self, body: bytes, headers: dict[str, str] | None) -> tuple[_Connection, _Exchange]:
         head = self._head + _header_lines(headers) if headers else self._head
-        connection = self._idle_connection() or await self._connect()
+        connection = self._idle_connection() or await self._new_connection()
         self._busy.add(connection)
         exchange = _Exchange(asyncio.get_running_loop())
         connection.exchange = exchange
@@ -218,9 +276,17 @@ class ConnectionPool:
             connection.close()
 
     def _idle_connection(self) -> _Connection | None:
+        """The connection used last (the one least likely to have been closed by the server meanwhile), else
+        the oldest one preconnect opened: a burst of requests takes those in the order they were opened, which
+        is the order the server accepted them."""
         idle = self._idle
         while idle:
             connection = idle.pop()
+            if not connection.closed:
+                return connection
+        spares = self._spares
+        while spares:
+            connection = spares.popleft()
             if not connection.closed:
                 return connection
         return None

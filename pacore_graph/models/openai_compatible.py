@@ -311,6 +311,13 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         assert isinstance(message, AIMessage)  # as _agenerate made it (ChatResult types it as a BaseMessage)
         return message
 
+    async def apreconnect(self, connections: int) -> None:
+        """Have ``connections`` connections to the server open or opening on this loop, opened in the
+        background (see ConnectionPool.preconnect); for a caller about to send a burst of requests."""
+        pools, _ = self._endpoint()
+        pool = pools.current() or await pools.get()
+        pool.preconnect(connections)
+
     def plain_calls(self) -> bool:
         """Whether a call is one request and its message: no cache, rate limiter or other output version
         (those take the base class's road)."""
