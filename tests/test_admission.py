@@ -142,7 +142,8 @@ async def test_a_cancelled_run_gives_back_its_admission():
 
 
 class StaggeredExplorer:
-    """First-round trajectory ``i`` answers after ``0.05 + i / 1000`` s; logs when each one was sent."""
+    """First-round trajectory ``i`` answers after ``0.05 + i / 100`` s (one at a time, even on a busy machine:
+    more than 8 at once would digest past the 64 // 8 that may wait); logs when each one was sent."""
 
     def __init__(self):
         self.log: list[tuple[str, str, int, int]] = []
@@ -150,7 +151,7 @@ class StaggeredExplorer:
     async def explore(self, messages, episode) -> Trajectory:
         problem = messages[-1].content if episode.round_index == 0 else "synthesis"
         self.log.append(("sent", problem, episode.round_index, episode.index))
-        await asyncio.sleep(0.05 + episode.index / 1000 if episode.round_index == 0 else 0.01)
+        await asyncio.sleep(0.05 + episode.index / 100 if episode.round_index == 0 else 0.01)
         return Trajectory(content=f"answer {episode.index}", completion_tokens=3)
 
 
