@@ -95,6 +95,9 @@ class Admission:
     send is held back by something else (a full limiter, LangGraph's own ``max_concurrency``, which may be
     waiting for these very digests)."""
 
+    DIGEST_WAIT_SHARE = 8
+    """At most ``limit // DIGEST_WAIT_SHARE`` digests wait at once (send_first): each keeps its task alive."""
+
     def __init__(self, limit: int):
         self.limit = limit
         self.pending = 0
@@ -139,8 +142,8 @@ class Admission:
 
     async def send_first(self) -> None:
         """Return once the trajectories admitted so far have sent their requests (see the module docstring);
-        at once when they have, or when ``limit // 8`` digests wait already."""
-        if self.unsent <= 0 or len(self._digests) >= self.limit // 8:
+        at once when they have, or when ``limit // DIGEST_WAIT_SHARE`` digests wait already."""
+        if self.unsent <= 0 or len(self._digests) >= self.limit // self.DIGEST_WAIT_SHARE:
             return
         loop = asyncio.get_running_loop()
         turn = loop.create_future()
