@@ -25,12 +25,21 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
+# VLLM=off leaves out the tests on real vLLM (tests/vllm_cpu/), for machines where its CPU build cannot run
+VLLM ?= on
+PYTEST_SELECT := $(if $(filter off,$(VLLM)),-m 'not vllm',)
+
 test: $(STAMP)
 	bash scripts/docker-setup.sh
+ifeq ($(VLLM),off)
+	@echo "VLLM=off: the tests on real vLLM (tests/vllm_cpu/) are left out"
+else
+	bash scripts/vllm-setup.sh >/dev/null  # vLLM's CPU build in its own venv, once (about 4 minutes): docs/vllm-on-cpu.md
+endif
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports  # import boundaries: [tool.importlinter] in pyproject.toml
 	$(VENV)/bin/mypy  # types: [tool.mypy] in pyproject.toml
-	$(VENV)/bin/pytest -ra
+	$(VENV)/bin/pytest -ra $(PYTEST_SELECT)
 
 # Re-pin constraints.txt to the newest releases the dependencies allow (then run `make test` and commit it)
 lock:

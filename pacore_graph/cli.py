@@ -189,6 +189,7 @@ def _serve_vllm(args: argparse.Namespace) -> int:
 
     from pacore_graph.models.vllm_server import serve_vllm
 
+    args.vllm_args = _own_options_first(args.own_parser, args)
     check_port(args.port)
     check_port(args.port + max(args.replicas, 1))  # the replicas listen on the ports after the router's
     if args.replicas == 1 and not args.emulate:
@@ -200,6 +201,30 @@ def _serve_vllm(args: argparse.Namespace) -> int:
                       emulate=args.emulate, vllm_args=args.vllm_args, router_args=shlex.split(args.router_args),
                       log_dir=args.log_dir)  # fmt: skip
     return serve_cluster(cluster)
+
+
+SERVE_VLLM_OWN = ("--port", "--host", "--replicas", "--policy", "--router-args", "--log-dir")
+
+
+def _own_options_first(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """serve-vllm's own options, also where they come after the model (``pacore serve-vllm DIR --port 8001``,
+    as vLLM's own command reads them) are taken as ours; the rest go to ``vllm serve``."""
+    own: list[str] = []
+    rest: list[str] = []
+    tokens = iter(args.vllm_args)
+    for token in tokens:
+        name = token.split("=", 1)[0]
+        if name in SERVE_VLLM_OWN:
+            own += [token] if "=" in token else [token, next(tokens, "")]
+        elif token == "--emulate":
+            own.append(token)
+        else:
+            rest.append(token)
+    if own:
+        model, rest_given = args.model, args.vllm_args
+        parser.parse_args(own, namespace=args)  # checks them as usual (a port that is no number: one line)
+        args.model, args.vllm_args = model, rest_given
+    return rest
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -284,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     vllm.add_argument("--log-dir", help="where each server's log goes (default: a new temporary folder, which "
                       "--emulate removes when the cluster stops)")
     vllm.add_argument("vllm_args", nargs=argparse.REMAINDER, help="further flags passed to vllm serve")
-    vllm.set_defaults(func=_serve_vllm)
+    vllm.set_defaults(func=_serve_vllm, own_parser=vllm)
 
     endpoint = commands.add_parser(
         "serve", help="PaCoRe behind an OpenAI-compatible endpoint (/v1/chat/completions)",

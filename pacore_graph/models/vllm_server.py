@@ -262,18 +262,19 @@ class Cluster:
 
 
 def serve_vllm(
-    model: str, *, port: int = 8000, host: str = "127.0.0.1", extra: Sequence[str] = (), announce: bool = True
+    model: str, *, port: int = 8000, host: str = "127.0.0.1", extra: Sequence[str] = ()
 ) -> int:
     """``vllm serve`` in the foreground with the model's profile (one line says which flags and why)."""
     build = check_vllm_available()
     profile = serve_profile(model)
     command = vllm_command(model, port=port, host=host, extra=extra, build=build, profile=profile)
     env = vllm_env(build)
-    if announce:
-        kind = "CPU build" if build.cpu else "GPU build"
-        settings = "".join(f" {name}={value}" for name, value in env.items())
-        print(f"pacore serve-vllm: vLLM {build.version} ({kind}), {profile.describe()}:{settings} "
-              f"{' '.join(command[1:])}", file=sys.stderr, flush=True)  # fmt: skip
+    kind = "CPU build" if build.cpu else "GPU build"
+    replaced = sorted(set(profile.flags) & {item.split("=", 1)[0] for item in extra if item.startswith("--")})
+    yours = f"; yours replace {', '.join(replaced)}" if replaced else ""
+    settings = "".join(f" {name}={value}" for name, value in env.items())
+    print(f"pacore serve-vllm: vLLM {build.version} ({kind}), {profile.describe()}{yours}:{settings} "
+          f"vllm {' '.join(command[1:])}", file=sys.stderr, flush=True)  # fmt: skip
     server = ServerProcess("vLLM", command, f"http://{host}:{port}", None, env).start()
     try:
         assert server.process is not None

@@ -9,7 +9,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from conftest import MODEL, SECOND_NAME, vllm_executable
+from conftest import MODEL, SECOND_NAME, WINDOW, vllm_executable
 
 from pacore_graph import PaCoReConfig
 from pacore_graph.models import chat_model
@@ -21,19 +21,21 @@ def test_serve_vllm_serves_the_model_with_flags_read_from_it(vllm):
     with urllib.request.urlopen(f"{vllm.base_url}/models") as response:
         listed = json.load(response)["data"]
     assert [entry["id"] for entry in listed] == [MODEL, SECOND_NAME]
-    assert listed[0]["max_model_len"] == 8192  # SmolLM2's config, as the profile read it
+    assert listed[0]["max_model_len"] == WINDOW  # the fixture's --max-model-len replaced the profile's
     announced = vllm.log.read_text(errors="replace")
     assert "pacore serve-vllm: vLLM 0.32.0 (CPU build), profile read from the model" in announced
     assert "no reasoning parser" in announced and "--enforce-eager" in announced
+    assert announced.count("--max-model-len") == 1 and f"--max-model-len {WINDOW}" in announced
     profile = serve_profile(vllm.model_dir)
+    assert profile.flags[profile.flags.index("--max-model-len") + 1] == "8192"  # SmolLM2's config.json
     assert "--reasoning-parser" not in profile.flags  # SmolLM2 does not think: its whole reply is the conclusion
     assert profile.flags[profile.flags.index("--tool-call-parser") + 1] == "hermes"
 
 
 def test_the_context_window_is_learned_from_v1_models(vllm):
     model = chat_model(vllm.base_url, MODEL)
-    assert model.profile == {"max_input_tokens": 8192}
-    assert with_model_context(PaCoReConfig(rounds=[2], max_tokens=64), model).context_window == 8192
+    assert model.profile == {"max_input_tokens": WINDOW}
+    assert with_model_context(PaCoReConfig(rounds=[2], max_tokens=64), model).context_window == WINDOW
 
 
 def test_a_pacore_model_gets_the_paper_profile_and_a_missing_vllm_is_one_line(tmp_path: Path):

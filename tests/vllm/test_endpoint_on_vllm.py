@@ -1,0 +1,113 @@
+"""``pacore serve`` in front of real vLLM, for the openai SDK: a reply with its usage, a streamed reply, a parsed
+tool call, and a client that hangs up mid-stream (vLLM's running requests back to 0)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import MODEL, REPLY_CAP
+from openai import OpenAI
+
+from pacore_graph.models.embedded import free_port
+
+ROUNDS = 3  # the endpoint's default schedule: [3], so sum(K) + 1 = 4 requests upstream per call
+QUESTION = [{"role": "user", "content": "Name a fruit and its colour."}]
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def endpoint(vllm) -> Iterator[OpenAI]:
+    """``pacore serve --base-url VLLM``, started and stopped (Ctrl-C) as a user would."""
+    port = free_port()
+    pacore = str(Path(sys.executable).parent / "pacore")
+    process = subprocess.Popen([pacore, "serve", "--base-url", vllm.base_url, "--model", MODEL, "--rounds",
+                                str(ROUNDS), "--max-tokens", str(REPLY_CAP), "--port", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "pacore serve did not start"
+                time.sleep(0.1)
+        yield OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def generated(vllm) -> float:
+    return vllm.metrics()["vllm:generation_tokens_total"]
+
+
+def test_a_reply_counts_every_trajectorys_tokens(vllm, endpoint):
+    vllm.wait_idle()
+    before, tokens = vllm.finished(), generated(vllm)
+    reply = endpoint.chat.completions.create(model=MODEL, messages=QUESTION)
+    assert reply.choices[0].message.content
+    assert vllm.finished() - before == ROUNDS + 1
+    assert reply.usage.completion_tokens == generated(vllm) - tokens  # effective TTC: all 4 requests' tokens
+
+
+def test_a_streamed_reply_with_usage(vllm, endpoint):
+    vllm.wait_idle()
+    before, tokens = vllm.finished(), generated(vllm)
+    chunks = list(endpoint.chat.completions.create(model=f"pacore-rounds-2/{MODEL}", messages=QUESTION, stream=True,
+                                                   stream_options={"include_usage": True}))  # fmt: skip
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+    assert text and chunks[-1].usage is not None and not chunks[-1].choices
+    assert vllm.finished() - before == 2 + 1
+    assert chunks[-1].usage.completion_tokens == generated(vllm) - tokens
+
+
+def test_a_tool_call_comes_back_parsed(vllm, endpoint):
+    """The client's tool, forced: every trajectory calls it (vLLM's hermes parser), the synthesis too, and the
+    client gets one call whose arguments are a JSON object that names a city."""
+    vllm.wait_idle()
+    reply = endpoint.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "What is the weather in Paris?"}], tools=[WEATHER],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )  # fmt: skip
+    (call,) = reply.choices[0].message.tool_calls
+    assert call.function.name == "get_weather"  # finish_reason "stop", as vLLM and OpenAI give for a named tool
+    arguments = json.loads(call.function.arguments)
+    assert isinstance(arguments, dict) and isinstance(arguments["city"], str)
+
+
+def test_a_client_that_hangs_up_mid_stream_stops_vllm(vllm, endpoint):
+    vllm.wait_idle()
+    stream = endpoint.chat.completions.create(
+        model=f"pacore-rounds-2/{MODEL}", messages=QUESTION, stream=True, max_tokens=1500,
+        extra_body={"min_tokens": 1500},
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while vllm.metrics().get("vllm:num_requests_running", 0) < 2:
+        assert time.monotonic() < deadline, "the proposals never reached vLLM"
+        time.sleep(0.05)
+    stream.close()  # the client hangs up
+    deadline = time.monotonic() + 5
+    while vllm.running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert vllm.running() == 0
