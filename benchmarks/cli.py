@@ -16,6 +16,7 @@ BENCHMARKS = {
     "faults": "pacore_benchmarks.perf.faults_cli",
     "replicas": "pacore_benchmarks.perf.replicas_cli",
     "coordination": "pacore_benchmarks.perf.coordination_cli",
+    "engine": "pacore_benchmarks.perf.engine_cli",
 }
 
 

@@ -87,7 +87,8 @@ def test_openai_sdk_tools_every_trajectory_offered_and_reply_carries_final_calls
         streamed = list(client.chat.completions.create(model="mock-model", messages=QUESTION, tools=[BASH_TOOL],
                                                        stream=True))  # fmt: skip
         requests = list(upstream.requests)
-    assert len(requests) == 6 and all(body["tools"] == [BASH_TOOL] for body in requests)
+    strict = {**BASH_TOOL, "function": {**BASH_TOOL["function"], "strict": True}}  # sent strict: vLLM returns objects
+    assert len(requests) == 6 and all(body["tools"] == [strict] for body in requests)
     assert "ls -la" not in json.dumps(requests[2]) and '"command": "ls ' in last_user_text(requests[2])  # references
     (call,) = reply.choices[0].message.tool_calls
     assert (call.function.name, json.loads(call.function.arguments)) == ("bash", {"command": "ls -la"})

@@ -11,6 +11,7 @@ Every process runs in its own process group and is stopped on Ctrl-C; its output
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -135,10 +136,10 @@ class ServerProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> ServerProcess:
-        with self.log.open("ab") if self.log is not None else open(os.devnull, "rb") as sink:
+        with self.log.open("ab") if self.log is not None else contextlib.nullcontext() as sink:
             self.process = subprocess.Popen(
-                self.command, stdout=sink if self.log is not None else None,
-                stderr=subprocess.STDOUT if self.log is not None else None, stdin=subprocess.DEVNULL,
+                self.command, stdout=sink, stderr=subprocess.STDOUT if sink is not None else None,
+                stdin=subprocess.DEVNULL,
                 env={**os.environ, **(self.env or {})}, start_new_session=True,
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
             )  # fmt: skip
