@@ -128,6 +128,10 @@ class EmulatorConfig(BaseModel):
         0.02, gt=0, description="streams are written in batches this often, like a busy server"
     )
     max_model_len: int = Field(131072, ge=1, description="context limit; longer requests get HTTP 400")
+    clamp_max_tokens: bool = Field(
+        False, description="a prompt that fits but leaves less room than max_tokens: shorten the reply to the window "
+        "(vLLM 0.32) instead of HTTP 400 (earlier vLLM, OpenAI)"
+    )
     strict_model: bool = Field(True, description="answer 404 to a request for another model name")
     slots: int | None = Field(
         None, ge=1, description="requests served at once (like vLLM max_num_seqs); the rest wait in a queue"

@@ -174,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-usage", action="store_true", help="omit token usage")
     parser.add_argument("--slots", type=int, help="requests served at once; the rest queue")
     parser.add_argument("--max-model-len", type=int)
+    parser.add_argument("--clamp-max-tokens", action="store_true",
+                        help="shorten a reply to what the window leaves (vLLM 0.32) instead of HTTP 400")
     parser.add_argument("--mix", metavar="KIND=WEIGHT,...", help="share of easy, split and hard problems")
     parser.add_argument("--minority-length", type=float, help="length factor of replies off the majority answer")
     parser.add_argument("--fault", action="append", default=[], metavar="KIND=RATE",
@@ -196,6 +198,8 @@ def config_from_args(args: argparse.Namespace) -> EmulatorConfig:
             data[name] = value
     if args.no_usage:
         data["usage"] = False
+    if args.clamp_max_tokens:
+        data["clamp_max_tokens"] = True
     answers = dict(data.get("answers") or {})
     if args.mix is not None:
         try:

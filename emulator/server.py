@@ -18,8 +18,11 @@ from pacore_emulator.config import EmulatorConfig
 from pacore_emulator.gpu import GpuClock, PrefixCache, prompt_text
 from pacore_emulator.replies import (
     ReplyPlan,
+    check_request,
     completion_body,
     error_body,
+    invalid_body,
+    models_body,
     plan_reply,
     request_key,
     stream_events,
@@ -27,6 +30,9 @@ from pacore_emulator.replies import (
 
 MAX_HEADER_BYTES = 1 << 16
 CRLF = "\r\n"
+# Starlette's answers (vLLM's server) to a path it lacks and to a wrong method
+NOT_FOUND = b'{"detail":"Not Found"}'
+NOT_ALLOWED = b'{"detail":"Method Not Allowed"}'
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 500:
            "Internal Server Error", 503: "Service Unavailable"}
 
@@ -160,6 +166,7 @@ class _Stream:
     sent: int  # events written so far
     cut_at: int | None
     release: Any
+    tokens: int  # completion tokens of every choice
 
 
 class EmulatorServer:
@@ -230,13 +237,14 @@ class EmulatorServer:
     def dispatch(self, conn: _Connection, method: str, path: str, body: bytes) -> None:
         if path in ("/v1/chat/completions", "/chat/completions"):
             if method != "POST":
-                conn.respond(405, error_body(405, "use POST", "BadRequestError"))
+                conn.respond(405, NOT_ALLOWED)
                 return
             self._chat(conn, body)
-        elif path in ("/v1/models", "/models") and method == "GET":
-            model = {"id": self.config.model, "object": "model", "created": 0, "owned_by": "emulator",
-                     "max_model_len": self.config.max_model_len}
-            conn.respond(200, json.dumps({"object": "list", "data": [model]}).encode())
+        elif path in ("/v1/models", "/models"):
+            if method == "GET":
+                conn.respond(200, models_body(self.config))
+            else:
+                conn.respond(405, NOT_ALLOWED)
         elif path in ("/health", "/ping"):
             conn.respond(200, b"")
         elif path == "/emulator/stats":
@@ -245,38 +253,51 @@ class EmulatorServer:
             self.reset()
             conn.respond(200, b"{}")
         else:
-            conn.respond(404, error_body(404, f"no route {method} {path}", "NotFoundError"))
+            conn.respond(404, NOT_FOUND)
 
     def _chat(self, conn: _Connection, raw: bytes) -> None:
         self.counts["requests"] += 1
-        try:
-            body = json.loads(raw)
-            if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-                raise ValueError("body must be an object with a 'messages' list")
-        except ValueError as exc:
+        body, refusal = invalid_body(raw)
+        if body is None:
             self._log({"body_raw": raw.decode("utf-8", "replace"), "error": "bad_json"})
             self.counts["error:bad_request"] += 1
-            conn.respond(400, error_body(400, f"invalid request body: {exc}", "BadRequestError"))
+            conn.respond(400, refusal or b"")
             return
         key = request_key(body["messages"])
         occurrence = self.seen[key]
-        self.seen[key] += 1
+        n = body.get("n")
+        self.seen[key] += n if isinstance(n, int) and n > 1 else 1
         plan = plan_reply(self.config, body, occurrence)
         self._log({"body": body, "occurrence": occurrence, "fault": plan.fault})
-        if self.config.strict_model and body.get("model") not in (None, self.config.model):
-            self.counts["error:model"] += 1
-            conn.respond(404, error_body(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError"))
+        checked = check_request(self.config, body)
+        if checked is not None:
+            status, error, counter = checked
+            self.counts["error:" + counter] += 1
+            conn.respond(status, error)
             return
+        window = self.config.max_model_len
         limit = body.get("max_completion_tokens") or body.get("max_tokens") or 0
-        if plan.prompt_tokens + limit > self.config.max_model_len or plan.prompt_tokens >= self.config.max_model_len:
+        if plan.prompt_tokens >= window:  # vLLM: the prompt alone leaves no room
             self.counts["error:context"] += 1
             message = (
-                f"This model's maximum context length is {self.config.max_model_len} tokens. However, you "
-                f"requested {plan.prompt_tokens + limit} tokens ({plan.prompt_tokens} in the messages, "
-                f"{limit} in the completion). Please reduce the length of the messages or completion."
+                f"This model's maximum context length is {window} tokens. However, your prompt contains at least "
+                f"{plan.prompt_tokens} input tokens, which exceeds this limit even without any output tokens. Please "
+                "reduce the length of the input prompt."
             )
-            conn.respond(400, error_body(400, message, "BadRequestError"))
+            conn.respond(400, error_body(400, message, "BadRequestError", "input_tokens"))
             return
+        if plan.prompt_tokens + limit > window:
+            if self.config.clamp_max_tokens:  # vLLM 0.32: max_tokens shrinks to what the window leaves
+                plan.truncate(window - plan.prompt_tokens)
+            else:
+                self.counts["error:context"] += 1
+                message = (
+                    f"This model's maximum context length is {window} tokens. However, you "
+                    f"requested {plan.prompt_tokens + limit} tokens ({plan.prompt_tokens} in the messages, "
+                    f"{limit} in the completion). Please reduce the length of the messages or completion."
+                )
+                conn.respond(400, error_body(400, message, "BadRequestError", "input_tokens"))
+                return
         if plan.fault is not None:
             self.counts["fault:" + plan.fault] += 1
         if plan.fault in ("http_500", "http_503", "timeout", "drop"):
@@ -342,7 +363,7 @@ class EmulatorServer:
     def _serve(self, conn: _Connection, body: dict[str, Any], plan: ReplyPlan) -> None:
         """Take a slot, prefill what the prefix cache lacks, then answer after the time to first token
         (a stream) or the whole decode (a plain reply), both held back by the replica's later prefills."""
-        release = self._held(self._acquire(conn), plan.prompt_tokens + plan.completion_tokens // 2)
+        release = self._held(self._acquire(conn), plan.prompt_tokens + plan.steps // 2)
         if self.cache is not None:
             plan.cached_tokens = self.cache.admit(prompt_text(body["messages"]), plan.prompt_tokens)
         cached = plan.cached_tokens or 0
@@ -356,7 +377,7 @@ class EmulatorServer:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             self._after_work(conn, begun + self.config.ttft, self._begin_stream, conn, plan, include_usage, release)
         else:
-            work = self.config.ttft + plan.completion_tokens * self.config.token_delay
+            work = self.config.ttft + plan.steps * self.config.token_delay
             self._after_work(conn, begun + work, self._finish_plain, conn, plan, release)
 
     def _held(self, release: Any, context: int) -> Any:
@@ -425,8 +446,8 @@ class EmulatorServer:
             conn.close()
         else:
             self.counts["completed"] += 1
-            self.counts["completion_tokens"] += plan.completion_tokens
-            self.tokens_out += plan.completion_tokens
+            self.counts["completion_tokens"] += plan.all_completion_tokens
+            self.tokens_out += plan.all_completion_tokens
             conn.respond(200, body)
 
     def _begin_stream(self, conn: _Connection, plan: ReplyPlan, include_usage: bool, release: Any) -> None:
@@ -446,7 +467,8 @@ class EmulatorServer:
             b"Transfer-Encoding: chunked\r\n\r\n"
         )
         now = self.loop.time()
-        stream = _Stream(conn, payload, offsets, tail, self.gpu.progress(now), 0, cut_at, release)
+        stream = _Stream(conn, payload, offsets, tail, self.gpu.progress(now), 0, cut_at, release,
+                         plan.all_completion_tokens)
         self.streams.append(stream)
         self._advance(stream, now)
         if self.ticker is None or self.ticker.done():
@@ -478,7 +500,8 @@ class EmulatorServer:
             if finished:
                 s.release()
                 self.counts["completed"] += 1
-                self.counts["completion_tokens"] += len(s.offsets) - 1
+                self.counts["completion_tokens"] += s.tokens
+                self.tokens_out += s.tokens - (len(s.offsets) - 1)  # n > 1: several tokens a step
                 conn.done()
                 return True
         if s.cut_at is not None and s.sent >= s.cut_at:

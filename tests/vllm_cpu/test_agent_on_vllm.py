@@ -7,11 +7,11 @@ arguments as an object, and the tool runs with them."""
 from __future__ import annotations
 
 import pytest
-from conftest import MODEL, REPLY_CAP
 from langchain.agents import create_agent
 from langchain.agents.middleware import wrap_model_call
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
+from real_vllm import MODEL, REPLY_CAP
 
 from pacore_graph import PaCoReChatModel, PaCoReConfig, PaCoReMiddleware, chat_model
 

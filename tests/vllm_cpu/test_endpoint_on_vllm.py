@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import MODEL, REPLY_CAP
 from openai import OpenAI
+from real_vllm import MODEL, REPLY_CAP
 
 from pacore_graph.models.embedded import free_port
 

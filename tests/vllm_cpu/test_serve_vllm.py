@@ -9,7 +9,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from conftest import MODEL, SECOND_NAME, WINDOW, vllm_executable
+from real_vllm import MODEL, SECOND_NAME, WINDOW, vllm_executable
 
 from pacore_graph import PaCoReConfig
 from pacore_graph.models import chat_model
@@ -25,7 +25,9 @@ def test_serve_vllm_serves_the_model_with_flags_read_from_it(vllm):
     announced = vllm.log.read_text(errors="replace")
     assert "pacore serve-vllm: vLLM 0.32.0 (CPU build), profile read from the model" in announced
     assert "no reasoning parser" in announced and "--enforce-eager" in announced
-    assert announced.count("--max-model-len") == 1 and f"--max-model-len {WINDOW}" in announced
+    command = announced.split(" vllm serve ", 1)[1].splitlines()[0]
+    assert command.count("--max-model-len") == 1 and f"--max-model-len {WINDOW}" in command
+    assert "yours replace --max-model-len" in announced
     profile = serve_profile(vllm.model_dir)
     assert profile.flags[profile.flags.index("--max-model-len") + 1] == "8192"  # SmolLM2's config.json
     assert "--reasoning-parser" not in profile.flags  # SmolLM2 does not think: its whole reply is the conclusion

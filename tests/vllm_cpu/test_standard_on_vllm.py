@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import MODEL, SECOND_NAME
 from langchain_core.language_models import BaseChatModel
 from langchain_tests.integration_tests import ChatModelIntegrationTests
+from real_vllm import MODEL, SECOND_NAME
 
 from pacore_graph import PaCoReChatModel, PaCoReConfig
 from pacore_graph.errors import ModelRequestError

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import MODEL, REPLY_CAP
+from real_vllm import MODEL, REPLY_CAP
 
 
 def done_requests(vllm) -> float:

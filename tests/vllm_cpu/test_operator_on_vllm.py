@@ -8,9 +8,9 @@ import urllib.request
 from typing import Any
 
 import pytest
-from conftest import MODEL, REPLY_CAP, WINDOW
 from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.graph import END, START, MessagesState, StateGraph
+from real_vllm import MODEL, REPLY_CAP, WINDOW
 
 from pacore_graph import PaCoReConfig, PaCoReNode, RoundFailedError, asolve, chat_model, solve
 from pacore_graph.synthesis.tokens import count_tokens

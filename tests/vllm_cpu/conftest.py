@@ -1,0 +1,86 @@
+"""Real vLLM (its CPU build) for the tests of this folder: set up by scripts/vllm-setup.sh, started with
+``pacore serve-vllm`` as a user would start it, and counted with vLLM's own ``/metrics`` (real_vllm.py).
+
+One server serves the whole folder (starting it takes about half a minute) and is stopped when the folder's tests
+end; nothing of it is left running. The embedded SmolLM2-135M is served under two names (the standard tests
+switch models per call). A machine where vLLM's CPU build cannot run fails here with the setup's one line,
+which says how to run the rest of the suite (``make test VLLM=off``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from real_vllm import (
+    HERE,
+    MODEL,
+    SECOND_NAME,
+    START_TIMEOUT,
+    WINDOW,
+    VllmServer,
+    alive,
+    descendants,
+    setup_vllm,
+    stop,
+    vllm_executable,
+)
+
+from pacore_graph.models.embedded import free_port
+
+
+def pytest_collection_modifyitems(items):
+    """Every test here needs vLLM (marker ``vllm``); a module's ``EXPECTED_FAILURES`` (``{(class, test): reason}``,
+    the test's name with its parameters, or without for all of them) become strict xfails: the reason is
+    documented, and a pass is news."""
+    for item in items:
+        if HERE not in Path(item.path).parents:
+            continue
+        item.add_marker(pytest.mark.vllm)
+        expected = getattr(item.module, "EXPECTED_FAILURES", {})
+        owner = item.cls.__name__ if item.cls else ""
+        reason = expected.get((owner, item.name)) or expected.get((owner, getattr(item, "originalname", item.name)))
+        if reason:
+            item.add_marker(pytest.mark.xfail(strict=True, reason=reason))
+
+
+@pytest.fixture(scope="package")
+def vllm() -> Iterator[VllmServer]:
+    """``pacore serve-vllm DIR`` on a free loopback port, as a user starts it; SIGTERM at the end."""
+    model_dir = setup_vllm()
+    port = free_port()
+    log = Path(os.environ.get("PACORE_VLLM_TEST_LOG", f"/tmp/pacore-vllm-test-{port}.log"))
+    pacore = str(Path(sys.executable).parent / "pacore")
+    command = [pacore, "serve-vllm", model_dir, "--port", str(port), "--served-model-name", MODEL, SECOND_NAME,
+               "--block-size", "32", "--max-model-len", str(WINDOW)]  # fmt: skip
+    env = {**os.environ, "PACORE_VLLM": vllm_executable(), "VLLM_CPU_KVCACHE_SPACE": "2"}
+    with log.open("wb") as sink:
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    server = VllmServer(f"http://127.0.0.1:{port}/v1", model_dir, process, log)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"pacore serve-vllm exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{server.base_url}/models", timeout=2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"vLLM did not start within {START_TIMEOUT} s:\n{log.read_text()[-3000:]}")
+                time.sleep(1)
+        yield server
+    finally:
+        started = descendants(process.pid)
+        stop(process)
+    deadline = time.monotonic() + 15  # a killed process takes a moment to go
+    while (left := [pid for pid in started if alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"vLLM processes left behind by pacore serve-vllm: {left}"
+    log.unlink(missing_ok=True)
