@@ -25,13 +25,12 @@ from real_vllm import (
     START_TIMEOUT,
     WINDOW,
     VllmServer,
-    alive,
-    descendants,
     setup_vllm,
     stop,
     vllm_executable,
 )
 
+from pacore_benchmarks.perf.engine_server import alive, descendants
 from pacore_graph.models.embedded import free_port
 
 

@@ -86,30 +86,6 @@ def vllm_executable() -> str:
     return str(home / "venv" / "bin" / "vllm")
 
 
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (vLLM's API server and the engine processes it forked)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
 def stop(process: subprocess.Popen[bytes]) -> None:
     """SIGTERM, as a service manager stops ``pacore serve-vllm``; its whole group killed if it lingers."""
     if process.poll() is None:

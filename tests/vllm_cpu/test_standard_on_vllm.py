@@ -11,6 +11,7 @@ import pytest
 from langchain_core.language_models import BaseChatModel
 from langchain_tests.integration_tests import ChatModelIntegrationTests
 from real_vllm import MODEL, SECOND_NAME
+from test_standard_chat_models import ClientFeatures
 
 from pacore_graph import PaCoReChatModel, PaCoReConfig
 from pacore_graph.errors import ModelRequestError
@@ -55,14 +56,8 @@ def client_params() -> dict[str, Any]:
             "temperature": 0.0}  # fmt: skip
 
 
-class OnVllm:
-    @property
-    def supports_json_mode(self) -> bool:
-        return True
-
-    @property
-    def supports_model_override(self) -> bool:
-        return True
+class OnVllm(ClientFeatures):
+    """The client's features (as in the scripted-server module), the override being the second served name."""
 
     @property
     def model_override_value(self) -> str:
