@@ -37,7 +37,8 @@ COMMON = {
 CLIENT = {f"{test}[{schema}]": RAMBLES for test in ("test_structured_output", "test_structured_output_async")
           for schema in ("pydantic", "typeddict")}  # the JSON schema's joke, in the same words, closes in time
 PACORE = {"test_structured_output": ONE_RUN_PER_CALL, "test_structured_output_async": ONE_RUN_PER_CALL}
-COMMON["test_unicode_tool_call_integration"] = RAMBLES
+COMMON["test_unicode_tool_call_integration"] = ("a 135M model, greedy: the forced call's arguments repeat until the "
+                                                "reply cap, so its JSON never closes")  # fmt: skip
 EXPECTED_FAILURES = {
     **{("TestClientOnVllm", name): reason for name, reason in {**COMMON, **CLIENT}.items()},
     **{("TestPaCoReChatModelOnVllm", name): reason for name, reason in {**COMMON, **PACORE}.items()},
