@@ -50,7 +50,8 @@ def served_context(
     A synthesis prompt over K long references is the prompt most likely not to fit: knowing the window, PaCoRe
     fits it (:mod:`pacore_graph.synthesis.context_window`) instead of getting an HTTP 400 from the server."""
     root = base_url.rstrip("/").removesuffix("/v1")
-    n_ctx = (_get_json(f"{root}/props", api_key, timeout).get("default_generation_settings") or {}).get("n_ctx")
+    settings = _get_json(f"{root}/props", api_key, timeout).get("default_generation_settings")
+    n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
     if isinstance(n_ctx, int) and n_ctx > 0:
         return n_ctx
     listed = _get_json(f"{base_url.rstrip('/')}/models", api_key, timeout).get("data") or []
