@@ -26,8 +26,15 @@ from pacore_graph.extend import ServerProcess, free_port
 
 START_TIMEOUT = 600.0  # eager start-up takes about a minute on two busy cores; a cold page cache more
 STOP_GRACE = 60.0
-DEFAULT_VLLM = Path.home() / ".cache" / "pacore-graph" / "vllm" / "venv" / "bin" / "vllm"
+
 KVCACHE_GIB = "2"
+
+def setup_vllm_executable() -> str:
+    """The ``vllm`` that scripts/vllm-setup.sh installs: in ``$PACORE_VLLM_HOME`` (default
+    ``~/.cache/pacore-graph/vllm``), in a venv of its own."""
+    home = Path(os.environ.get("PACORE_VLLM_HOME", Path.home() / ".cache" / "pacore-graph" / "vllm"))
+    return str(home / "venv" / "bin" / "vllm")
+
 
 # Prometheus name -> field of Counters (each summed over its labels)
 METRICS = {
@@ -118,7 +125,7 @@ def started_vllm(model_dir: str, block_size: int, log_dir: str | None = None) ->
     pacore = str(Path(sys.executable).parent / "pacore")
     port = free_port()
     command = [pacore, "serve-vllm", "--port", str(port), model_dir, "--block-size", str(block_size)]
-    env = {"PACORE_VLLM": os.environ.get("PACORE_VLLM", str(DEFAULT_VLLM)),
+    env = {"PACORE_VLLM": os.environ.get("PACORE_VLLM", setup_vllm_executable()),
            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", KVCACHE_GIB)}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="pacore-bench-engine-") as scratch:
         folder = Path(log_dir or scratch)

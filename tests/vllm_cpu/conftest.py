@@ -10,28 +10,16 @@ which says how to run the rest of the suite (``make test VLLM=off``).
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from real_vllm import (
-    HERE,
-    MODEL,
-    SECOND_NAME,
-    START_TIMEOUT,
-    WINDOW,
-    VllmServer,
-    setup_vllm,
-    stop,
-    vllm_executable,
-)
+from real_vllm import HERE, MODEL, SECOND_NAME, START_TIMEOUT, WINDOW, VllmServer, setup_vllm
 
-from pacore_benchmarks.perf.engine_server import alive, descendants
-from pacore_graph.models.embedded import free_port
+from pacore_benchmarks.perf.engine_server import alive, descendants, setup_vllm_executable
+from pacore_graph.extend import ServerProcess, free_port
 
 
 def pytest_collection_modifyitems(items):
@@ -51,33 +39,25 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="package")
 def vllm() -> Iterator[VllmServer]:
-    """``pacore serve-vllm DIR`` on a free loopback port, as a user starts it; SIGTERM at the end."""
+    """``pacore serve-vllm DIR`` on a free loopback port, as a user starts it; SIGTERM at the end, and the test
+    fails if any process it forked is still there after."""
     model_dir = setup_vllm()
     port = free_port()
     log = Path(os.environ.get("PACORE_VLLM_TEST_LOG", f"/tmp/pacore-vllm-test-{port}.log"))
     pacore = str(Path(sys.executable).parent / "pacore")
     command = [pacore, "serve-vllm", model_dir, "--port", str(port), "--served-model-name", MODEL, SECOND_NAME,
                "--block-size", "32", "--max-model-len", str(WINDOW)]  # fmt: skip
-    env = {**os.environ, "PACORE_VLLM": vllm_executable(), "VLLM_CPU_KVCACHE_SPACE": "2"}
-    with log.open("wb") as sink:
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    server = VllmServer(f"http://127.0.0.1:{port}/v1", model_dir, process, log)
+    env = {"PACORE_VLLM": setup_vllm_executable(), "VLLM_CPU_KVCACHE_SPACE": "2"}
+    log.unlink(missing_ok=True)
+    server = ServerProcess("pacore serve-vllm", command, f"http://127.0.0.1:{port}", log, env).start()
+    assert server.process is not None
+    pid = server.process.pid
     try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"pacore serve-vllm exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{server.base_url}/models", timeout=2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"vLLM did not start within {START_TIMEOUT} s:\n{log.read_text()[-3000:]}")
-                time.sleep(1)
-        yield server
+        server.wait_ready(START_TIMEOUT)
+        yield VllmServer(f"{server.url}/v1", model_dir, log)
     finally:
-        started = descendants(process.pid)
-        stop(process)
+        started = descendants(pid)
+        server.stop(grace=60)
     deadline = time.monotonic() + 15  # a killed process takes a moment to go
     while (left := [pid for pid in started if alive(pid)]) and time.monotonic() < deadline:
         time.sleep(0.2)

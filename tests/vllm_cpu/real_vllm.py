@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import subprocess
 import time
 import urllib.request
@@ -31,7 +29,6 @@ class VllmServer:
 
     base_url: str
     model_dir: str
-    process: subprocess.Popen[bytes]
     log: Path
 
     @property
@@ -60,9 +57,9 @@ class VllmServer:
         return self.metrics().get("vllm:request_success_total", 0.0)
 
     def running(self) -> float:
-        return self.metrics().get("vllm:num_requests_running", 0.0) + self.metrics().get(
-            "vllm:num_requests_waiting", 0.0
-        )
+        """Requests vLLM is running or has queued."""
+        found = self.metrics()
+        return found.get("vllm:num_requests_running", 0.0) + found.get("vllm:num_requests_waiting", 0.0)
 
     def wait_idle(self, timeout: float = 60.0) -> None:
         """Until vLLM runs and queues nothing (earlier tests' requests finished or aborted)."""
@@ -79,23 +76,3 @@ def setup_vllm() -> str:
         errors = [line for line in done.stderr.splitlines() if "error:" in line] or done.stderr.splitlines()[-1:]
         pytest.fail(f"vLLM's CPU build is not set up: {errors[-1] if errors else done.returncode}", pytrace=False)
     return done.stdout.strip().splitlines()[-1]
-
-
-def vllm_executable() -> str:
-    home = Path(os.environ.get("PACORE_VLLM_HOME", Path.home() / ".cache" / "pacore-graph" / "vllm"))
-    return str(home / "venv" / "bin" / "vllm")
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, as a service manager stops ``pacore serve-vllm``; its whole group killed if it lingers."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait()

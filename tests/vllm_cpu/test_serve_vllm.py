@@ -9,8 +9,9 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from real_vllm import MODEL, SECOND_NAME, WINDOW, vllm_executable
+from real_vllm import MODEL, SECOND_NAME, WINDOW
 
+from pacore_benchmarks.perf.engine_server import setup_vllm_executable
 from pacore_graph import PaCoReConfig
 from pacore_graph.models import chat_model
 from pacore_graph.models.vllm_flags import serve_profile
@@ -49,4 +50,4 @@ def test_a_pacore_model_gets_the_paper_profile_and_a_missing_vllm_is_one_line(tm
                              env={"PATH": "/usr/bin:/bin", "PACORE_VLLM": str(tmp_path / "vllm")})  # fmt: skip
     assert missing.returncode == 1 and missing.stderr.count("\n") == 1
     assert "is not an executable" in missing.stderr and "scripts/vllm-setup.sh" in missing.stderr
-    assert Path(vllm_executable()).exists()
+    assert Path(setup_vllm_executable()).exists()
