@@ -110,13 +110,14 @@ def serve_profile(model: str) -> ServeProfile:
     template = chat_template(folder) if folder else ""
     model_type = str(config.get("model_type") or "")
     thinks = "<think>" in template or (not folder and bool(re.search(r"qwen3|pacore", model, re.IGNORECASE)))
+    pacore = is_pacore_model(model)
     flags = ["--enable-prefix-caching"]
     notes: list[str] = []
-    if is_pacore_model(model) or (thinks and model_type in ("qwen3", "qwen3_moe", "")):
+    if pacore or (thinks and model_type in ("qwen3", "qwen3_moe", "")):
         name = "pacore"
         flags += ["--reasoning-parser", "qwen3"]
         notes.append("reasoning parser qwen3")
-        length = PACORE_CONTEXT if is_pacore_model(model) else context_length(config)
+        length = PACORE_CONTEXT if pacore else context_length(config)
     else:
         name = "read from the model" if folder else "default (the model's files are not here to read)"
         length = context_length(config)
@@ -129,9 +130,10 @@ def serve_profile(model: str) -> ServeProfile:
     if length:
         flags += ["--max-model-len", str(length)]
         notes.append(f"context {length}")
-    by_name = (parser for marker, parser in TOOL_PARSERS_BY_NAME if marker in model.lower()) if not folder else ()
     tool_parser = next((parser for marker, parser in TOOL_PARSERS if marker in template), None)
-    tool_parser = tool_parser or next(iter(by_name), DEFAULT_TOOL_PARSER)
+    if tool_parser is None and not folder:
+        tool_parser = next((parser for marker, parser in TOOL_PARSERS_BY_NAME if marker in model.lower()), None)
+    tool_parser = tool_parser or DEFAULT_TOOL_PARSER
     flags += ["--enable-auto-tool-choice", "--tool-call-parser", tool_parser]
     notes.append(f"tool-call parser {tool_parser}")
     if "<|im_start|>" in template and "tools" not in template:
