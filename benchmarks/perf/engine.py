@@ -82,9 +82,9 @@ class RoundLog:
         self.replies: list[tuple[str, int, int]] = []  # (the prompt's key, prompt tokens, choices)
 
 
-def prompt_key(body: dict[str, Any]) -> str:
-    """The request as vLLM's prefix cache sees it: the messages, exactly (sampling fields aside)."""
-    return json.dumps(body["messages"], sort_keys=True, ensure_ascii=False)
+def prompt_key(messages: list[dict[str, Any]]) -> str:
+    """A request as vLLM's prefix cache sees it: its messages, exactly (sampling fields aside)."""
+    return json.dumps(messages, sort_keys=True, ensure_ascii=False)
 
 
 class Probe:
@@ -131,7 +131,7 @@ class Probe:
         self.problems[-1][-1].bodies.append(body)
 
     def record_reply(self, messages: list[dict[str, Any]], prompt_tokens: int, choices: int) -> None:
-        key = json.dumps(messages, sort_keys=True, ensure_ascii=False)
+        key = prompt_key(messages)
         self.messages.setdefault(key, messages)
         self.problems[-1][-1].replies.append((key, prompt_tokens, choices))
         self.finished += choices
@@ -376,7 +376,8 @@ async def run_benchmark(settings: EngineSettings, base_url: str, model_name: str
         await one(BARE, -1, recorded, problems[:1])
         for repeat in range(settings.repeats):
             _, recorded = await one(OPERATOR, repeat, None, problems)
-            identical &= all(len({prompt_key(b) for b in bodies}) == 1 for rounds in recorded for bodies in rounds)
+            identical &= all(len({prompt_key(body["messages"]) for body in bodies}) == 1
+                             for rounds in recorded for bodies in rounds)  # fmt: skip
             for side in (BARE, SAMPLED) if repeat % 2 == 0 else (SAMPLED, BARE):
                 await one(side, repeat, recorded, problems)
     except aiohttp.ClientError as exc:
