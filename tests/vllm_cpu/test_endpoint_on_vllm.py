@@ -4,11 +4,8 @@ tool call, and a client that hangs up mid-stream (vLLM's running requests back t
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +13,7 @@ import pytest
 from openai import OpenAI
 from real_vllm import MODEL, REPLY_CAP
 
-from pacore_graph.models.embedded import free_port
+from pacore_graph.extend import ServerProcess, free_port
 
 ROUNDS = 3  # the endpoint's default schedule: [3], so sum(K) + 1 = 4 requests upstream per call
 QUESTION = [{"role": "user", "content": "Name a fruit and its colour."}]
@@ -31,31 +28,19 @@ WEATHER = {
 
 
 @pytest.fixture(scope="module")
-def endpoint(vllm) -> Iterator[OpenAI]:
-    """``pacore serve --base-url VLLM``, started and stopped (Ctrl-C) as a user would."""
+def endpoint(vllm, tmp_path_factory) -> Iterator[OpenAI]:
+    """``pacore serve --base-url VLLM``, started and stopped as a service manager would (SIGTERM)."""
     port = free_port()
     pacore = str(Path(sys.executable).parent / "pacore")
-    process = subprocess.Popen([pacore, "serve", "--base-url", vllm.base_url, "--model", MODEL, "--rounds",
-                                str(ROUNDS), "--max-tokens", str(REPLY_CAP), "--port", str(port)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    command = [pacore, "serve", "--base-url", vllm.base_url, "--model", MODEL, "--rounds", str(ROUNDS),
+               "--max-tokens", str(REPLY_CAP), "--port", str(port)]  # fmt: skip
+    log = tmp_path_factory.mktemp("endpoint") / "serve.log"
+    server = ServerProcess("pacore serve", command, f"http://127.0.0.1:{port}", log).start()
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, process.stderr.read() if process.stderr else ""
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "pacore serve did not start"
-                time.sleep(0.1)
-        yield OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+        server.wait_ready(60)
+        yield OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        server.stop()
 
 
 def generated(vllm) -> float:
