@@ -81,6 +81,11 @@ class PaCoReConfig(BaseModel):
     model_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="extra request fields, e.g. chat_template_kwargs"
     )
+    answer_records: Literal["counts", "full"] = Field(
+        "counts",
+        description="what the answer message's response_metadata['pacore'] holds of each round: its counts and "
+        "usage (a chat thread then grows like a plain chat's), or every trajectory's record with its conclusion",
+    )
     compat: Literal["reference"] | None = Field(
         None,
         description="'reference': behave as the reference pipeline (stepfun-ai/PaCoRe base_exp.py) where replies are "

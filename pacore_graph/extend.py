@@ -27,7 +27,8 @@ Token accounting
     ``completion_tokens(reported, content, reasoning)`` (server usage first, else a count) and
     ``count_tokens(text)``, each giving ``(tokens, approximate)``.
 Records (results as data)
-    ``RoundRecord`` / ``TrajectoryRecord``: what ``PaCoReResult.rounds`` and ``RoundFailedError.round`` hold.
+    ``RoundRecord`` / ``TrajectoryRecord``: what ``PaCoReResult.rounds`` and ``RoundFailedError.round`` hold;
+    ``finished_rounds(state)``: the rounds (plain data, each with its records) of a PaCoRe graph's state.
 The batch engine's parts (see ``pacore_graph.RunFolder``)
     ``ProblemOutcome`` what ``row(outcome)`` receives; ``RunSummary``; ``RunProgress`` the one progress display
     (rich, stderr); ``ResultsFile`` append-only JSONL rows; ``write_json_atomically``; the folder's errors
@@ -102,7 +103,7 @@ from pacore_graph.errors import BudgetExhaustedError, ModelRequestError, UsageEr
 from pacore_graph.explorers.chat import ChatExplorer
 from pacore_graph.explorers.protocol import Explorer
 from pacore_graph.graph.exploration import Exploration, passed_on
-from pacore_graph.graph.runner import PaCoReRunner
+from pacore_graph.graph.runner import PaCoReRunner, finished_rounds
 from pacore_graph.models import (
     EmbeddedServer,
     OpenAICompatibleChatModel,
@@ -155,6 +156,7 @@ __all__ = [
     "ResultsFile",
     "RetryPolicy",
     "RoundRecord",
+    "finished_rounds",
     "RunProgress",
     "RunSummary",
     "ServerProcess",

@@ -58,6 +58,24 @@ class RoundData(TypedDict):
     trajectories: list[TrajectoryData]
 
 
+class RoundSummary(TypedDict):
+    """A finished round as graph state keeps it: its records are ``trajectories[start:end]`` of the run's
+    state (each conclusion is stored once, by its trajectory), in task order."""
+
+    round_index: int
+    k: int
+    reference_order: list[int]
+    start: int
+    end: int
+
+
+def round_data_of(summary: RoundSummary, trajectories: Sequence[TrajectoryData]) -> RoundData:
+    """The finished round ``summary`` describes, with its records from the run's ``trajectories``."""
+    records = sorted(trajectories[summary["start"] : summary["end"]], key=lambda record: record["index"])
+    return RoundData(round_index=summary["round_index"], k=summary["k"], reference_order=summary["reference_order"],
+                     trajectories=records)  # fmt: skip
+
+
 class OutcomeData(TypedDict, total=False):
     """How the answer was chosen, when a coordination option chose it (see :class:`Outcome`)."""
 
@@ -165,6 +183,19 @@ class RoundRecord(BaseModel):
     def failures(self) -> list[TrajectoryRecord]:
         return [t for t in self.trajectories if t.failed]
 
+    def counts(self) -> dict[str, Any]:
+        """The round in numbers: what an answer message carries of it by default."""
+        trajectories = self.trajectories
+        return {
+            "round_index": self.round_index,
+            "k": self.k,
+            "prompt_tokens": sum(t.prompt_tokens for t in trajectories),
+            "completion_tokens": self.completion_tokens,
+            "failed": sum(1 for t in trajectories if t.failed),
+            "truncated": sum(1 for t in trajectories if t.truncated),
+            "cut": sum(1 for t in trajectories if t.cut),
+        }
+
     @property
     def transient(self) -> bool:
         """Some trajectory failed for a reason that may pass (a 5xx, a dropped connection, a timeout)."""
@@ -219,12 +250,13 @@ class PaCoReResult(BaseModel):
         """JSON-ready account (what ``--output`` writes): each conclusion appears once, in its round."""
         return {"answer": self.answer, **self.accounting()}
 
-    def accounting(self) -> dict[str, Any]:
-        """TTC, rounds and failures: what the answer message's ``response_metadata["pacore"]`` carries."""
+    def accounting(self, full: bool = True) -> dict[str, Any]:
+        """TTC, rounds and failures: what the answer message's ``response_metadata["pacore"]`` carries, each
+        round's counts only unless ``full`` (every trajectory's record)."""
         return {
             "ttc": self.ttc,
             "ttc_approximate": self.ttc_approximate,
-            "rounds": [r.model_dump() for r in self.rounds],
+            "rounds": [r.model_dump() if full else r.counts() for r in self.rounds],
             "failures": [{"round_index": t.round_index, "index": t.index, "error": t.error} for t in self.failures],
             "outcome": self.outcome.model_dump(),
             "cut": [{"round_index": t.round_index, "index": t.index, "reason": t.cut} for t in self.cut],

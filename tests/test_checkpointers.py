@@ -1,5 +1,5 @@
-"""PaCoReNode under real savers: sync and async, plain-data checkpoints, constant size per turn, and a
-failed round re-run by the ordinary resume (``invoke(None, config)``)."""
+"""PaCoReNode under real savers: sync and async, plain-data checkpoints, nothing of a finished PaCoRe run left
+behind, and a failed round re-run by the ordinary resume (``invoke(None, config)``)."""
 
 from __future__ import annotations
 
@@ -36,36 +36,36 @@ def turn(number: int) -> dict:
     return {"messages": [("user", f"Question {number}: " + "with some context. " * 10)]}
 
 
-def pacore_bytes(path) -> int:
-    """Checkpoint and pending-write bytes of the PaCoRe subgraph (namespace other than the caller's)."""
+def threads(path) -> dict[str, tuple[int, int]]:
+    """(checkpoints, namespaces) per thread of a SqliteSaver file."""
     with sqlite3.connect(path) as db:
-        (checkpoints,) = db.execute(
-            "SELECT COALESCE(SUM(LENGTH(checkpoint) + LENGTH(metadata)), 0) FROM checkpoints WHERE checkpoint_ns != ''"
-        ).fetchone()
-        query = "SELECT COALESCE(SUM(LENGTH(value)), 0) FROM writes WHERE checkpoint_ns != ''"
-        (writes,) = db.execute(query).fetchone()
-    return checkpoints + writes
+        rows = db.execute("SELECT thread_id, COUNT(*), COUNT(DISTINCT checkpoint_ns) FROM checkpoints GROUP BY 1")
+        return {thread: (count, namespaces) for thread, count, namespaces in rows}
 
 
-def test_sync_sqlite_saver_and_invoke_over_turns_with_constant_checkpoint_size(mock_server, tmp_path, caplog):
+def test_sync_sqlite_saver_over_turns_leaves_nothing_of_finished_runs(mock_server, tmp_path, caplog):
+    """Each turn's PaCoRe run checkpoints on a thread of its own while it runs (seen mid-run) and deletes it
+    as it answers: the file holds the conversation's thread only, in its own namespace only."""
     path = tmp_path / "chat.sqlite"
-    per_turn = []
-    with mock_server(conclusion) as server, SqliteSaver.from_conn_string(str(path)) as saver:
+    seen_while_running: list[set[str]] = []
+
+    def conclusion_seen(body, attempt):
+        seen_while_running.append(set(threads(path)))
+        return conclusion(body, attempt)
+
+    with mock_server(conclusion_seen) as server, SqliteSaver.from_conn_string(str(path)) as saver:
         saver.serde = checkpoint_serde()  # strict: reading back anything but plain data and messages fails
         graph = chat_graph(chat_model(server.base_url), saver)
         config = {"configurable": {"thread_id": "chat"}}
-        before = 0
         with caplog.at_level(logging.WARNING):
             for number in range(1, 6):
                 out = graph.invoke(turn(number), config)
-                after = pacore_bytes(path)
-                per_turn.append(after - before)
-                before = after
+                left = threads(path)
+                assert set(left) == {"chat"} and left["chat"][1] == 1, left
             history = list(graph.get_state_history(config))
     assert len(out["messages"]) == 10 and out["messages"][-1].content.startswith("A conclusion.")
     assert len(server.requests) == 5 * 4
-    # the conversation is not in the PaCoRe graph's state: its checkpoints do not grow with the chat
-    assert max(per_turn) - min(per_turn) < 0.02 * min(per_turn), per_turn
+    assert any(any("|pacore|" in thread for thread in seen) for seen in seen_while_running)
     assert history and not [r for r in caplog.records if "unregistered" in r.getMessage().lower()]
 
 
@@ -185,3 +185,51 @@ async def test_a_round_left_without_a_conclusion_across_an_interruption_is_run_a
     resumed = server.requests[sent_before:]
     assert [first_round(body) for body in resumed] == [True] * 4 + [False]  # the whole round, then the synthesis
     assert out["messages"][-1].content == "the synthesis"
+
+
+def synthesis_fails_once():
+    failed: list[int] = []
+
+    def handler(body, attempt):
+        if synthesis(body) and not failed:
+            failed.append(1)
+            return 500
+        return conclusion(body, attempt)
+
+    return handler
+
+
+@pytest.mark.parametrize("entry", ["chat_model", "middleware"])
+@pytest.mark.parametrize("sync", [True, False])
+async def test_a_model_call_retried_in_an_agent_reuses_its_proposals(mock_server, tmp_path, entry, sync):
+    """create_agent with a checkpointer and LangChain's ModelRetryMiddleware around the PaCoRe call: a failed
+    synthesis is retried alone (the 3 proposals are read back from the run's own thread), and once the call
+    answers, the file holds the agent's thread only. Sync agents lend a sync-only SqliteSaver."""
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import ModelRetryMiddleware
+
+    from pacore_graph import PaCoReChatModel, PaCoReMiddleware
+
+    path = tmp_path / "agent.sqlite"
+    config = PaCoReConfig(rounds=[3], retry=QUICK.model_copy(update={"max_attempts": 1}))
+    retry = ModelRetryMiddleware(max_retries=1, initial_delay=0.0)
+    question = {"messages": [("user", "Question?")]}
+    thread = {"configurable": {"thread_id": "agent"}}
+
+    def agent(model, saver):
+        if entry == "chat_model":
+            return create_agent(PaCoReChatModel(model=model, config=config), [], middleware=[retry], checkpointer=saver)
+        return create_agent(model, [], middleware=[retry, PaCoReMiddleware(config)], checkpointer=saver)
+
+    with mock_server(synthesis_fails_once()) as server:
+        model = chat_model(server.base_url)
+        if sync:
+            with SqliteSaver.from_conn_string(str(path)) as saver:
+                out = agent(model, saver).invoke(question, thread)
+        else:
+            async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
+                out = await agent(model, saver).ainvoke(question, thread)
+        await model.aclose()
+    assert out["messages"][-1].content.startswith("A conclusion.")
+    assert len(server.requests) == 3 + 1 + 1  # the proposals once, the failed synthesis, its retry
+    assert set(threads(path)) == {"agent"}

@@ -19,7 +19,7 @@ from pacore_graph.batch.resume import open_checkpointer, solve_resumable, thread
 from pacore_graph.coordination import RSA_TEMPLATE, Budget, EarlyStop, boxed_answer
 from pacore_graph.coordination.rsa import rsa_config
 from pacore_graph.errors import BudgetExhaustedError
-from pacore_graph.graph.runner import PaCoReRunner, to_messages
+from pacore_graph.graph.runner import PaCoReRunner, finished_rounds, to_messages
 from pacore_graph.records import RoundRecord
 from pacore_graph.synthesis.prompt import render_synthesis_prompt
 
@@ -110,7 +110,7 @@ async def test_a_context_reused_for_a_second_run_after_an_early_stop_runs_it_afr
         finally:
             await model.aclose()
     for state in states:
-        (round_1, _) = [RoundRecord.model_validate(data) for data in state["rounds"]]
+        (round_1, _) = [RoundRecord.model_validate(data) for data in finished_rounds(state)]
         assert [t.cut for t in round_1.trajectories].count("early_stop") == 2
         assert state["answer"].content == "So the answer is \\boxed{7}."
     assert [kind(body) for body in server.requests].count("synthesis") == 2

@@ -93,11 +93,11 @@ def test_chatopenai_connection_errors_are_transient_by_class():
 async def test_answer_metadata_has_model_name_and_finish_reason(mock_server):
     with mock_server(lambda body, attempt: {"content": "done", "finish_reason": "stop"}) as server:
         model = chat_model(server.base_url)
-        result = await asolve(model, "q", PaCoReConfig(rounds=[2]))
+        result = await asolve(model, "q", PaCoReConfig(rounds=[2], answer_records="full"))
         await model.aclose()
     meta = result.message.response_metadata
     assert (meta["model_name"], meta["finish_reason"]) == ("mock-model", "stop")
-    rounds = meta["pacore"]["rounds"]
+    rounds = meta["pacore"]["rounds"]  # every record, asked for
     conclusions = [t["conclusion"] for r in rounds for t in r["trajectories"]]
     assert len(conclusions) == 3 and "references" not in rounds[0]  # each conclusion stored once
     assert result.rounds[0].references == ["done", "done"]

@@ -6,7 +6,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from pacore_graph.extend import message_text
+from pacore_graph.extend import RoundRecord, message_text
 
 
 def episode_record(state: dict, row: dict, seconds: float) -> dict[str, Any]:
@@ -57,13 +57,4 @@ def pacore_rounds(message: AIMessage) -> list[dict[str, Any]] | None:
     account = message.response_metadata.get("pacore")
     if not account:
         return None
-    return [
-        {
-            "round_index": r["round_index"],
-            "k": r["k"],
-            "failed": sum(1 for t in r["trajectories"] if t.get("error")),
-            "prompt_tokens": sum(t.get("prompt_tokens", 0) for t in r["trajectories"]),
-            "completion_tokens": sum(t.get("completion_tokens", 0) for t in r["trajectories"]),
-        }
-        for r in account["rounds"]
-    ]
+    return [RoundRecord.model_validate(r).counts() if "trajectories" in r else r for r in account["rounds"]]

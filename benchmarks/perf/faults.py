@@ -235,27 +235,19 @@ def trajectories_on_disk(folder: Path, per_problem: int) -> int:
 
 
 async def saved_trajectories(folder: Path, written: set[str]) -> int:
-    """Trajectories of unwritten problems that the checkpoints hold: finished rounds, plus trajectories of the
-    round in flight whose writes were saved as they finished (LangGraph's pending writes). Every checkpoint
-    namespace counts: a PaCoRe graph run as a subgraph (``PaCoReNode``) checkpoints under its node's."""
-    saved = 0
+    """Trajectories of unwritten problems that the checkpoints hold: each finished trajectory's record is one
+    write to the PaCoRe graph's ``trajectories`` channel, saved as it finished (LangGraph's pending writes).
+    Every checkpoint namespace counts: a PaCoRe graph run as a subgraph checkpoints under its node's."""
+    saved: set[tuple[str, str, int, int]] = set()
     async with open_checkpointer(folder) as saver:
-        places = {
-            (item.config["configurable"]["thread_id"], item.config["configurable"]["checkpoint_ns"])
-            async for item in saver.alist(None)
-        }
-        for thread, namespace in places:
+        async for item in saver.alist(None):
+            thread, namespace = item.config["configurable"]["thread_id"], item.config["configurable"]["checkpoint_ns"]
             if thread.split(":", 1)[0] in written:
                 continue
-            latest = await saver.aget_tuple({"configurable": {"thread_id": thread, "checkpoint_ns": namespace}})
-            rounds = latest.checkpoint["channel_values"].get("rounds") or []
-            saved += sum(len(record["trajectories"]) for record in rounds)
-            # a finished trajectory's write is its one record; `begin` and `collect` reset the channel instead
-            saved += sum(
-                len(value) for _, channel, value in latest.pending_writes or [] if channel == "results"
-                and isinstance(value, list)
-            )
-    return saved
+            for _, channel, value in item.pending_writes or []:
+                if channel == "trajectories" and isinstance(value, list):  # `begin`'s reset is an Overwrite
+                    saved.update((thread, namespace, record["round_index"], record["index"]) for record in value)
+    return len(saved)
 
 
 def run_resume_scenario(settings: FaultSettings, folder: Path) -> ResumeReport:

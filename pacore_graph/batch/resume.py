@@ -41,10 +41,10 @@ from pacore_graph.records import PaCoReResult
 
 CHECKPOINT_FILE = "checkpoints.sqlite"
 # Config fields that do not change what a run sends: a resume may change them freely.
-RUNTIME_FIELDS = {"max_concurrency", "retry", "request_timeout", "stream", "spaced_gc"}
+RUNTIME_FIELDS = {"max_concurrency", "retry", "request_timeout", "stream", "spaced_gc", "answer_records"}
 
 # Part of every thread id: checkpoints of an older graph shape (other node names) start afresh.
-GRAPH_SHAPE = "begin-trajectory-collect"
+GRAPH_SHAPE = "begin-trajectory-collect/records-once"
 
 Status = Literal["fresh", "resumed", "finished", "retried"]
 

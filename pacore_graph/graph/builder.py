@@ -8,11 +8,14 @@ one more superstep (and checkpoint) per round. ``begin`` and ``collect`` return 
 ``Command``: a router after them would read the whole state back (LangGraph copies every channel for it),
 about 3% of the client's CPU at [32, 4].
 
-State is plain JSON data: the round counter, this round's trajectory records and every finished
-round's records (conclusions and counts, never reasoning). The conversation is not in state: it comes
-with every run in the runtime context (:class:`~pacore_graph.graph.context.PaCoReContext`), so the
-checkpoints of a chat thread do not grow with the chat. A Send carries indices plus the one thing only
-it knows, the previous round's references.
+State is plain JSON data, and each conclusion is stored once per problem: every trajectory's record
+(conclusion and counts, never reasoning) is written by its task into ``trajectories``, a LangGraph
+``DeltaChannel`` (a checkpoint keeps the writes, not the grown list again); a finished round adds a small
+summary (its K, its slice of ``trajectories``, its reference order) to ``rounds``. A Send carries indices
+only: a trajectory of round r+1 reads round r's conclusions from the run's in-process state, which the
+collector fills, or the runner from the checkpoint on a resume. The conversation is not in state: it
+comes with every run in the runtime context (:class:`~pacore_graph.graph.context.PaCoReContext`), so the
+checkpoints of a chat thread do not grow with the chat.
 
 Every node runs both ways: ``ainvoke`` under an async graph, ``invoke`` under a sync one (so a sync
 checkpointer such as ``SqliteSaver`` works). Nodes are plain Runnables, not sync functions, because
@@ -22,12 +25,12 @@ LangGraph runs sync functions of an async graph through a thread pool.
 from __future__ import annotations
 
 import asyncio
-import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Annotated, Any, NotRequired, TypedDict
 
 from langchain_core.messages import AIMessage
 from langchain_core.runnables import Runnable, RunnableConfig
+from langgraph.channels import DeltaChannel
 from langgraph.errors import GraphBubbleUp
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Overwrite, Send
@@ -37,7 +40,7 @@ from pacore_graph.concurrency.sync import run_sync
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.coordination.control import TrajectoryCut
 from pacore_graph.coordination.ending import ending
-from pacore_graph.coordination.references import next_round_references
+from pacore_graph.coordination.references import References
 from pacore_graph.errors import RoundFailedError
 from pacore_graph.explorers.episode import EpisodeContext
 from pacore_graph.explorers.protocol import Explorer, ModelOrExplorer, as_explorer
@@ -45,30 +48,39 @@ from pacore_graph.graph.compat import passes_on
 from pacore_graph.graph.context import PaCoReContext, current_run
 from pacore_graph.graph.exploration import Exploration, failure_data
 from pacore_graph.graph.run_state import RunState
-from pacore_graph.records import OutcomeData, RoundData, RoundRecord, TrajectoryData, usable
+from pacore_graph.records import (
+    OutcomeData,
+    RoundData,
+    RoundRecord,
+    RoundSummary,
+    TrajectoryData,
+    round_data_of,
+    usable,
+)  # fmt: skip
 from pacore_graph.synthesis.context_window import with_model_context
 from pacore_graph.synthesis.prompt import last_user_index, order_references
 
 
+def _extend(current: list[Any], writes: Sequence[list[Any]]) -> list[Any]:
+    """The ``DeltaChannel`` reducer: the writes' items appended in order (batching-invariant)."""
+    return [*current, *(item for write in writes for item in write)]
+
+
 class PaCoReState(TypedDict, total=False):
     round_index: int
-    results: Annotated[list[TrajectoryData], operator.add]  # this round's records (reset each round)
-    rounds: Annotated[list[RoundData], operator.add]
+    round_start: int  # where the current round's records begin in `trajectories`
+    trajectories: Annotated[list[TrajectoryData], DeltaChannel(_extend)]  # every record of the run, stored once
+    rounds: Annotated[list[RoundSummary], DeltaChannel(_extend)]  # one per finished round
     answer: AIMessage | None
     outcome: OutcomeData | None  # set when a coordination option chose the answer
 
 
 class TrajectoryTask(TypedDict):
-    """The Send argument: indices plus the previous round's references (empty in round 1)."""
+    """The Send argument: indices, never texts (the references come from the run's state)."""
 
     round_index: int
     index: int
-    references: list[str]
-    # only with coordination options on: which earlier trajectories the references are, and how many
-    # each stands for (subset, dedup); completion tokens spent before this round (token budget)
-    reference_indices: NotRequired[list[int]]
-    reference_counts: NotRequired[list[int]]
-    spent: NotRequired[int]
+    spent: NotRequired[int]  # completion tokens spent before this round (only with a token budget)
 
 
 class _Step(Runnable[Any, Any]):
@@ -95,7 +107,10 @@ def build_pacore_graph(
     """An uncompiled StateGraph running PaCoRe; compile with your own checkpointer.
 
     Run it with ``graph.invoke({}, config, context=PaCoReContext(messages=[...]))``. Output: ``answer``
-    (an AIMessage) and ``rounds`` (plain data; :class:`~pacore_graph.records.RoundRecord` reads it).
+    (an AIMessage); :func:`~pacore_graph.graph.runner.finished_rounds` reads the rounds (plain data, each
+    with its records) from the output state. Resume a thread through
+    :class:`~pacore_graph.graph.runner.PaCoReRunner` (``resume=True``): it gives a resumed round the conclusions
+    it builds on.
     """
     # `config` is LangGraph's name for the RunnableConfig below; a server-reported context fits the prompts
     settings = with_model_context(config or PaCoReConfig(), model_or_explorer)
@@ -118,7 +133,8 @@ def build_pacore_graph(
         if len(schedule) > 1:
             last_user_index(run.messages)  # fail now, not after round 1 was paid for
         announce(run, 0)
-        update = {"round_index": 0, "results": Overwrite([]), "rounds": Overwrite([]), "answer": None, "outcome": None}
+        update = {"round_index": 0, "round_start": 0, "trajectories": Overwrite([]), "rounds": Overwrite([]),
+                  "answer": None, "outcome": None}  # fmt: skip
         return Command(update=update, goto=fan_out(0, []))
 
     def announce(run: RunState, round_index: int) -> None:
@@ -146,18 +162,11 @@ def build_pacore_graph(
         return command
 
     def fan_out(round_index: int, rounds: list[RoundData]) -> list[Send]:
-        """The Send tasks of round ``round_index``, after the finished ``rounds``."""
-        k = schedule[round_index]
-        previous = rounds[-1] if round_index > 0 else None
-        lists = next_round_references(previous, k, round_index, settings)
+        """The Send tasks of round ``round_index``, after the finished ``rounds``: indices only."""
         spent = spent_tokens(rounds) if settings.budget.tokens is not None else None
         sends = []
-        for index, seen in enumerate(lists):
-            task = TrajectoryTask(round_index=round_index, index=index, references=seen.texts)
-            if seen.indices is not None:
-                task["reference_indices"] = seen.indices
-            if seen.counts is not None:
-                task["reference_counts"] = seen.counts
+        for index in range(schedule[round_index]):
+            task = TrajectoryTask(round_index=round_index, index=index)
             if spent is not None:
                 task["spent"] = spent
             sends.append(Send("trajectory", task))
@@ -171,7 +180,8 @@ def build_pacore_graph(
         k = schedule[round_index]
         verifier = round_index == final_round and settings.final_selector == "verifier"
         template = settings.verifier_template if verifier else settings.template
-        messages, barrier = run.round(round_index, k, task["references"], settings, template)
+        seen = run.references(round_index, index, k, settings)
+        messages, barrier = run.round(round_index, k, seen.texts, settings, template)
         control = run.control(settings).round(round_index, k, task.get("spent", 0))
         final = round_index == final_round and not verifier  # a verifier's reply is not the answer: no streaming
         running = run.trajectory_started()
@@ -194,25 +204,25 @@ def build_pacore_graph(
             barrier.leave()
             raise
         except TrajectoryCut as cut:
-            record = seen_references(TrajectoryData(round_index=round_index, index=index, cut=cut.reason), task)
+            record = seen_references(TrajectoryData(round_index=round_index, index=index, cut=cut.reason), seen)
             record["attempts"] = exploration.attempts if exploration is not None else 0
             barrier.finish(record, False)
             run.emit({"event": "trajectory_cut", "round": round_index, "index": index, "reason": cut.reason})
-            return {"results": [record]}
+            return {"trajectories": [record]}
         except Exception as exc:
             attempts = exploration.attempts if exploration is not None else 0
-            record = seen_references(failure_data(exc, round_index, index, attempts), task)
+            record = seen_references(failure_data(exc, round_index, index, attempts), seen)
             control.finished(record)
             run.emit({"event": "trajectory_failed", "round": round_index, "index": index, "error": record["error"]})
             if reference_mode:  # the reference pipeline carries on whatever failed
                 barrier.finish(record, False)
             elif await barrier.fail(record):
                 raise RoundFailedError(round_record(round_index, k, barrier.records.values())) from exc
-            return {"results": [record]}
+            return {"trajectories": [record]}
         finally:
             slot.drop()  # when no attempt ran (cut first); an attempt gives it back as it ends
             run.trajectory_ended(running, round_index, stage)  # nothing below awaits: close() has nothing left to stop
-        record = seen_references(exploration.record(outcome), task)
+        record = seen_references(exploration.record(outcome), seen)
         control.finished(record)
         barrier.finish(record, passes(record))
         if run.trace is not None:
@@ -228,20 +238,23 @@ def build_pacore_graph(
                 "truncated": record["truncated"],
             }
         )
-        return {"results": [record]}
+        return {"trajectories": [record]}
 
     def collect(state: PaCoReState, config: RunnableConfig) -> Command[Any]:
         """Order and compact the round and fan out the next one; after the final round its one conclusion
         is the answer."""
         run = current_run()
         round_index = state["round_index"]
-        records = sorted(state.get("results", []), key=lambda record: record["index"])
+        stored = state.get("trajectories", [])
+        start = state.get("round_start", 0)
+        records = sorted(stored[start:], key=lambda record: record["index"])
         order = order_references([r.get("content_length", 0) for r in records], settings.seed, settings.reference_order)
         chosen = [records[position] for position in order if passes(records[position])]
-        round_data = RoundData(
+        summary = RoundSummary(
             round_index=round_index, k=schedule[round_index], reference_order=[r["index"] for r in chosen],
-            trajectories=records,
+            start=start, end=len(stored),
         )  # fmt: skip
+        round_data = round_data_of(summary, stored)
         run.emit(
             {
                 "event": "round_finished",
@@ -252,7 +265,7 @@ def build_pacore_graph(
                 "cut": sum(1 for r in records if r.get("cut")),
             }
         )
-        finished = state.get("rounds", [])
+        finished = [round_data_of(done, stored) for done in state.get("rounds", [])]
         end = ending(finished, round_data, chosen, run.control(settings), settings, final_round)
         if not chosen and end is None and not reference_mode:  # the reference pipeline carries on with none
             if run.ran(round_index):
@@ -263,9 +276,10 @@ def build_pacore_graph(
             run.emit({"event": "round_restarted", "round": round_index, "k": round_data["k"]})
             announce(run, round_index)
             return Command(
-                update={"results": Overwrite([]), "round_index": round_index}, goto=fan_out(round_index, finished)
+                update={"round_start": len(stored), "round_index": round_index}, goto=fan_out(round_index, finished)
             )
-        update: dict[str, Any] = {"results": Overwrite([]), "rounds": [round_data], "round_index": round_index + 1}
+        run.round_finished(round_data)  # the next round's trajectories read their references from here
+        update: dict[str, Any] = {"rounds": [summary], "round_start": len(stored), "round_index": round_index + 1}
         if end is not None:
             update.update(round_index=len(schedule), answer=answer_message(end.record), outcome=end.outcome)
             run.emit({"event": "run_ended", "round": round_index, **end.outcome})
@@ -290,12 +304,12 @@ def spent_tokens(rounds: list[RoundData]) -> int:
     return sum(record.get("completion_tokens", 0) for data in rounds for record in data["trajectories"])
 
 
-def seen_references(record: TrajectoryData, task: TrajectoryTask) -> TrajectoryData:
+def seen_references(record: TrajectoryData, seen: References) -> TrajectoryData:
     """Records which earlier trajectories a trajectory saw, when an option chose them (subset, dedup)."""
-    if "reference_indices" in task:
-        record["reference_indices"] = task["reference_indices"]
-    if "reference_counts" in task:
-        record["reference_counts"] = task["reference_counts"]
+    if seen.indices is not None:
+        record["reference_indices"] = seen.indices
+    if seen.counts is not None:
+        record["reference_counts"] = seen.counts
     return record
 
 

@@ -31,9 +31,10 @@ class PaCoReNode(Runnable[Any, dict[str, Any]]):
     trajectory finished with its tokens) go to ``stream_mode="custom"``. The channel needs an
     appending reducer such as ``add_messages`` (``MessagesState`` has one).
 
-    Checkpointing: the PaCoRe graph runs as a subgraph and checkpoints with the enclosing graph's saver
-    (sync or async); resuming the thread (``invoke(None, config)``) continues an interrupted round and
-    re-runs a round that failed. Explorers get the enclosing graph's runtime context as their payload.
+    Checkpointing: in a graph compiled with a saver, the PaCoRe run checkpoints with that saver on a thread of its
+    own (each conclusion stored once), deleted as the answer is returned; resuming the thread
+    (``invoke(None, config)``) continues an interrupted round and re-runs a round that failed (see
+    :mod:`pacore_graph.graph.own_thread`). Explorers get the enclosing graph's runtime context as their payload.
     """
 
     def __init__(

@@ -1,5 +1,6 @@
-"""What the operator keeps while one run goes: its rounds' barriers and message lists, its coordination state,
-the trajectories in flight and the admission they hold, whether it was closed.
+"""What the operator keeps while one run goes: its finished rounds (the next round's references come from
+them, not from the Send arguments), its rounds' barriers and message lists, its coordination state, the
+trajectories in flight and the admission they hold, whether it was closed.
 
 Internal: a caller passes a :class:`~pacore_graph.graph.context.PaCoReContext` (frozen) and each holds one of
 these (see that module for why there). The context's fields are copied in once: they cannot change, and a
@@ -21,8 +22,9 @@ from langgraph.constants import TAG_NOSTREAM
 from pacore_graph.concurrency.limiter import Admission, ConcurrencyLimiter
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.coordination.control import RunControl
+from pacore_graph.coordination.references import References, next_round_references
 from pacore_graph.graph.barrier import RoundBarrier
-from pacore_graph.records import Trajectory
+from pacore_graph.records import RoundData, Trajectory
 from pacore_graph.synthesis.context_window import fit_references
 from pacore_graph.synthesis.prompt import synthesis_messages
 
@@ -35,7 +37,8 @@ class RunState:
 
     __slots__ = (
         "messages", "payload", "on_event", "on_record", "trace", "stream_metadata", "unobserved", "started",
-        "_rounds", "_control", "_fanned_out", "_in_flight", "_admission", "_admitted", "_unsent", "_admitted_rounds",
+        "_rounds", "_finished", "_references", "_control", "_fanned_out", "_in_flight", "_admission", "_admitted",
+        "_unsent", "_admitted_rounds",
         "_closed",
     )  # fmt: skip
 
@@ -49,6 +52,8 @@ class RunState:
         self.unobserved: bool = context.unobserved
         self.started = time.monotonic()  # a budget's deadline counts from here
         self._rounds: dict[int, tuple[dict[tuple[str, ...], list[BaseMessage]], RoundBarrier]] = {}
+        self._finished: dict[int, RoundData] = {}
+        self._references: dict[int, list[References]] = {}
         self._control: RunControl | None = None
         self._fanned_out: set[int] = set()
         self._in_flight: set[asyncio.Task[Any]] = set()
@@ -154,8 +159,29 @@ class RunState:
         if self._rounds or self._control is not None or self._fanned_out:
             self.started = time.monotonic()
         self._rounds.clear()
+        self._finished.clear()
+        self._references.clear()
         self._control = None
         self._fanned_out.clear()
+
+    def round_finished(self, data: RoundData) -> None:
+        """A finished round (from the collector, or from the checkpoint when a run resumes in a new process)."""
+        self._finished[data["round_index"]] = data
+
+    def references(self, round_index: int, index: int, k: int, settings: PaCoReConfig) -> References:
+        """What trajectory ``index`` of round ``round_index`` sees of the round before (nothing in round 1),
+        worked out once per round."""
+        lists = self._references.get(round_index)
+        if lists is None:
+            previous = self._finished.get(round_index - 1) if round_index > 0 else None
+            if round_index > 0 and previous is None:
+                raise RuntimeError(
+                    f"round {round_index + 1} is resumed without round {round_index}'s conclusions: resume the "
+                    "PaCoRe graph through PaCoReRunner, PaCoReNode or PaCoReChatModel (they read them from the "
+                    "checkpoint)"
+                )  # fmt: skip
+            lists = self._references[round_index] = next_round_references(previous, k, round_index, settings)
+        return lists[index]
 
     def fanned_out(self, round_index: int) -> None:
         """This process sends the round's K tasks: all of them will run here (see RoundBarrier)."""

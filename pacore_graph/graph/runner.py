@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeAlias
@@ -18,8 +19,17 @@ from pacore_graph.explorers.protocol import ModelOrExplorer
 from pacore_graph.graph.builder import PaCoReState, build_pacore_graph
 from pacore_graph.graph.context import PaCoReContext, ProgressListener, RecordSink, run_state, unobserved
 from pacore_graph.graph.gc_policy import spaced_full_collections
+from pacore_graph.graph.own_thread import OwnThread, async_capable, claimed, lent_saver, own_thread
 from pacore_graph.graph.unseen import ambient_unseen_removed, unseen_removed
-from pacore_graph.records import Outcome, PaCoReResult, RoundRecord, Trajectory, TrajectoryRecord
+from pacore_graph.records import (
+    Outcome,
+    PaCoReResult,
+    RoundData,
+    RoundRecord,
+    Trajectory,
+    TrajectoryRecord,
+    round_data_of,
+)  # fmt: skip
 
 MessagesInput: TypeAlias = str | Sequence[BaseMessage | dict[str, Any] | tuple[str, str]]
 """The conversation PaCoRe answers: a problem string (one user message), LangChain messages, OpenAI-style
@@ -43,8 +53,9 @@ def to_messages(messages: MessagesInput) -> list[BaseMessage]:
 class PaCoReRunner:
     """A compiled PaCoRe graph plus its run-wide concurrency limiter; reusable across problems.
 
-    Without a ``checkpointer`` of its own the graph uses the enclosing graph's, when run inside one;
-    ``checkpointer=False`` never checkpoints (one chat-model call is one PaCoRe run, not a subgraph).
+    Without a ``checkpointer`` of its own, a run inside a checkpointed graph (a node, a model call in an
+    agent) checkpoints with that graph's saver on a thread of its own, which is deleted once the answer is
+    returned (see :mod:`pacore_graph.graph.own_thread`); ``checkpointer=False`` never checkpoints.
     Runners given one ``limiter`` share its bound on in-flight trajectories (e.g. one per server).
     """
 
@@ -57,6 +68,7 @@ class PaCoReRunner:
         limiter: ConcurrencyLimiter | None = None,
     ):
         self.config = config or PaCoReConfig()
+        self.borrows_saver = checkpointer is None  # inside a checkpointed graph, runs on a thread of its own
         self.limiter = limiter or ConcurrencyLimiter(self.config.max_concurrency)
         builder = build_pacore_graph(model_or_explorer, self.config, limiter=self.limiter)
         self.graph = builder.compile(checkpointer=checkpointer, name="pacore")
@@ -122,16 +134,30 @@ class PaCoReRunner:
         ``trace=True`` keeps every full trajectory (``result.trajectories``); ``on_event`` receives progress
         events; ``payload`` and ``on_record`` reach the explorer (see :class:`PaCoReContext`).
         """
+        saver = lent_saver(runnable_config) if self.borrows_saver else None
+        if saver is not None and not await async_capable(saver):  # e.g. a sync agent's SqliteSaver or PostgresSaver
+            return await asyncio.to_thread(
+                self.run, messages, runnable_config, resume=resume, durability=durability, trace=trace,
+                on_event=on_event, payload=payload, on_record=on_record,
+            )  # fmt: skip
         context = self.context(
             messages, runnable_config, trace=trace, on_event=on_event, payload=payload, on_record=on_record
         )
-        graph_input = None if resume else START_INPUT
         config = self.run_config(runnable_config, context, sync=False)
-        with self.running(context):
+        with self.running(context), self.thread_of(config, context) as own:
+            if own is not None or resume:
+                config = own.config if own is not None else config
+                snapshot = await self.graph.aget_state(config)
+                resume = resume or bool(snapshot.next)
+                if resume:
+                    self.seed(context, snapshot.values)
             output = await self.graph.ainvoke(
-                graph_input, config, context=context, durability=durability, version="v2"
+                None if resume else START_INPUT, config, context=context, durability=durability, version="v2"
             )
-        return build_result(output.value, context.trace, output.interrupts)
+            result = build_result(output.value, context.trace, output.interrupts, self.config.answer_records == "full")
+            if own is not None:
+                await aforget(own)
+        return result
 
     def run(
         self,
@@ -149,20 +175,74 @@ class PaCoReRunner:
         context = self.context(
             messages, runnable_config, trace=trace, on_event=on_event, payload=payload, on_record=on_record
         )
-        graph_input = None if resume else START_INPUT
         config = self.run_config(runnable_config, context, sync=True)
-        with self.running(context):
+        with self.running(context), self.thread_of(config, context) as own:
+            if own is not None or resume:
+                config = own.config if own is not None else config
+                snapshot = self.graph.get_state(config)
+                resume = resume or bool(snapshot.next)
+                if resume:
+                    self.seed(context, snapshot.values)
+            graph_input = None if resume else START_INPUT
             output = call_interruptibly(
                 lambda: self.graph.invoke(graph_input, config, context=context, durability=durability, version="v2"),
                 run_state(context).close,
             )
-        return build_result(output.value, context.trace, output.interrupts)
+            result = build_result(output.value, context.trace, output.interrupts, self.config.answer_records == "full")
+            if own is not None:
+                forget(own)
+        return result
+
+    @contextmanager
+    def thread_of(self, config: RunnableConfig, context: PaCoReContext) -> Iterator[OwnThread | None]:
+        """The run's own thread, held for the run, when it runs inside a checkpointed graph (see
+        :mod:`pacore_graph.graph.own_thread`); None when it has a saver of its own or none at all."""
+        own = own_thread(config, context.messages, self.config.schedule) if self.borrows_saver else None
+        if own is None:
+            yield None
+            return
+        with claimed(own) as held:
+            yield held
+
+    @staticmethod
+    def seed(context: PaCoReContext, values: Mapping[str, Any]) -> None:
+        """A resumed run learns the rounds it finished before from the checkpoint: the next round's
+        trajectories read their references there (the Send arguments carry indices only)."""
+        run = run_state(context)
+        for data in finished_rounds(values):
+            run.round_finished(data)
+
+
+def forget(own: OwnThread) -> None:
+    """Deletes a finished run's own thread (a saver that cannot delete keeps it: see docs/checkpointing.md)."""
+    try:
+        own.saver.delete_thread(own.thread_id)
+    except NotImplementedError:
+        pass
+
+
+async def aforget(own: OwnThread) -> None:
+    """:func:`forget` with an async saver."""
+    try:
+        await own.saver.adelete_thread(own.thread_id)
+    except NotImplementedError:
+        pass
+
+
+def finished_rounds(values: Mapping[str, Any]) -> list[RoundData]:
+    """The finished rounds of a PaCoRe graph's state, each with its records."""
+    stored = values.get("trajectories", [])
+    return [round_data_of(summary, stored) for summary in values.get("rounds", [])]
 
 
 def build_result(
-    state: Mapping[str, Any], trace: list[Trajectory] | None = None, interrupts: Sequence[Interrupt] = ()
+    state: Mapping[str, Any],
+    trace: list[Trajectory] | None = None,
+    interrupts: Sequence[Interrupt] = (),
+    full_records: bool = False,
 ) -> PaCoReResult:
-    """The result of a finished graph state; its message is the answer with every round's account.
+    """The result of a finished graph state; its message is the answer with every round's account (counts, or
+    every record with ``full_records``: see ``PaCoReConfig.answer_records``).
 
     A run an explorer interrupted (LangGraph's ``interrupt()`` in an agent) has no result: its ``interrupts``
     (beside the final values in ``version="v2"`` output, which the runs ask for: v1 ``invoke`` also streams
@@ -170,7 +250,7 @@ def build_result(
     as a graph running it as a subgraph raises them."""
     if interrupts:
         raise GraphInterrupt(interrupts)
-    rounds = [RoundRecord.model_validate(data) for data in state["rounds"]]
+    rounds = [RoundRecord.model_validate(data) for data in finished_rounds(state)]
     answer: AIMessage = state["answer"]
     outcome = Outcome.model_validate(state.get("outcome") or {})
     final = chosen_trajectory(rounds, outcome)
@@ -184,7 +264,7 @@ def build_result(
         name="pacore",
         id=answer.id,
         response_metadata={
-            "pacore": result.accounting(),
+            "pacore": result.accounting(full_records),
             "model_name": final.model_name if final else None,
             "finish_reason": final.finish_reason if final else None,
         },

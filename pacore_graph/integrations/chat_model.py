@@ -11,9 +11,11 @@ that callbacks and LangSmith see with the caller's tags and metadata (plus ``pac
 tokens: the final synthesis's, as the server sends them. A usage callback that adds up every chat-model run
 counts the tokens twice (each trajectory, then this run's total).
 
-One call is one run, not a subgraph: the PaCoRe graph never checkpoints into the caller's thread, so any
-saver works around it, sync or async; sync calls run on the background loop of :mod:`pacore_graph.concurrency.sync`
-(safe inside a running event loop). Tools: ``bind_tools`` binds them on ``model`` for every trajectory.
+One call is one run, not a subgraph. Inside a checkpointed graph (an agent compiled with a saver) the run
+checkpoints with that saver on a thread of its own, deleted once it answers: a resumed step, or a call retried
+with the same messages, sends only the trajectories not yet finished (:mod:`pacore_graph.graph.own_thread`).
+Sync calls run on the background loop of :mod:`pacore_graph.concurrency.sync` (safe inside a running event
+loop). Tools: ``bind_tools`` binds them on ``model`` for every trajectory.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.concurrency.sync import iterate_sync, run_sync
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.graph.node import enclosing_graph
+from pacore_graph.graph.own_thread import lent_saver
 from pacore_graph.graph.runner import PaCoReRunner, chosen_trajectory
 from pacore_graph.integrations.final_tokens import FinalRoundTokens
 from pacore_graph.models.structured import StructuredOutputMixin
@@ -251,7 +254,7 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
             binds = {**self._binds, **call}
             if binds:
                 model = model.bind(**binds)
-            runner = PaCoReRunner(model, self._settings, checkpointer=False, limiter=self._limiter)
+            runner = PaCoReRunner(model, self._settings, limiter=self._limiter)
             if len(self._runners) >= CACHED_RUNNERS:
                 self._runners.pop(next(iter(self._runners)))
             self._runners[key] = runner
@@ -265,8 +268,9 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
         tokens: FinalRoundTokens | None = None,
     ) -> PaCoReResult:
         """One PaCoRe run, its model calls children of this model's run, detached from any enclosing graph
-        (its progress events still go to that graph's custom stream)."""
+        (its progress events still go to that graph's custom stream; it checkpoints with that graph's saver)."""
         enclosing = enclosing_graph()
+        caller = var_child_runnable_config.get()
         callbacks = child_callbacks(run_manager)
         if tokens is not None:
             callbacks.add_handler(tokens, inherit=True)
@@ -276,6 +280,8 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
             "tags": [TAG_NOSTREAM],  # the answer streams as this model's tokens, not as the final call's too
             "metadata": {key: value for key, value in outer.items() if key.startswith("langgraph_")},
         }
+        if caller is not None and lent_saver(caller) is not None:
+            config["configurable"] = caller["configurable"]  # the runner keeps the saver and thread, no more
         detached = var_child_runnable_config.set(None)
         try:
             return await runner.arun(messages, config, trace=True, **enclosing)

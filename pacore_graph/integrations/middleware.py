@@ -30,6 +30,7 @@ from pacore_graph.concurrency.sync import run_sync
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.explorers.chat import trajectory_from_message
 from pacore_graph.explorers.episode import EpisodeContext
+from pacore_graph.graph.own_thread import lent_saver
 from pacore_graph.graph.runner import PaCoReRunner
 from pacore_graph.integrations.chat_model import final_trajectory
 from pacore_graph.records import PaCoReResult, Trajectory
@@ -110,7 +111,7 @@ class PaCoReMiddleware(AgentMiddleware):
     def __init__(self, config: PaCoReConfig | None = None):
         super().__init__()
         self.config = config or PaCoReConfig()
-        self.runner = PaCoReRunner(HandlerExplorer(), self.config, checkpointer=False)
+        self.runner = PaCoReRunner(HandlerExplorer(), self.config)
 
     async def _run(self, request: ModelRequest, handler: Callable[..., Any], *, is_async: bool) -> Any:
         node_config = var_child_runnable_config.get() or {}
@@ -118,6 +119,8 @@ class PaCoReMiddleware(AgentMiddleware):
         config: RunnableConfig = {
             "callbacks": node_config.get("callbacks"), "metadata": node_config.get("metadata") or {}
         }
+        if lent_saver(node_config) is not None:  # durable: the run keeps a thread of its own with the agent's saver
+            config["configurable"] = node_config["configurable"]
         detached = var_child_runnable_config.set(None)  # one model step is one PaCoRe run, not a subgraph
         try:
             result = await self.runner.arun(request.messages, config, payload=call, trace=True)
