@@ -184,17 +184,23 @@ class RoundRecord(BaseModel):
         return [t for t in self.trajectories if t.failed]
 
     def counts(self) -> dict[str, Any]:
-        """The round in numbers: what an answer message carries of it by default."""
+        """The round in numbers, what an answer message carries of it by default: K and tokens, plus how many
+        trajectories failed, were truncated or were cut, each when there were some (a thread keeps it)."""
         trajectories = self.trajectories
-        return {
+        counts: dict[str, Any] = {
             "round_index": self.round_index,
             "k": self.k,
             "prompt_tokens": sum(t.prompt_tokens for t in trajectories),
             "completion_tokens": self.completion_tokens,
-            "failed": sum(1 for t in trajectories if t.failed),
-            "truncated": sum(1 for t in trajectories if t.truncated),
-            "cut": sum(1 for t in trajectories if t.cut),
         }
+        for name, number in (
+            ("failed", sum(1 for t in trajectories if t.failed)),
+            ("truncated", sum(1 for t in trajectories if t.truncated)),
+            ("cut", sum(1 for t in trajectories if t.cut)),
+        ):
+            if number:
+                counts[name] = number
+        return counts
 
     @property
     def transient(self) -> bool:
@@ -251,9 +257,10 @@ class PaCoReResult(BaseModel):
         return {"answer": self.answer, **self.accounting()}
 
     def accounting(self, full: bool = True) -> dict[str, Any]:
-        """TTC, rounds and failures: what the answer message's ``response_metadata["pacore"]`` carries, each
-        round's counts only unless ``full`` (every trajectory's record)."""
-        return {
+        """TTC, rounds and failures: what the answer message's ``response_metadata["pacore"]`` carries. Unless
+        ``full`` (every trajectory's record), each round's counts only, and the failures, cuts and outcome only
+        when there are any (the paper's synthesis is the outcome otherwise)."""
+        account = {
             "ttc": self.ttc,
             "ttc_approximate": self.ttc_approximate,
             "rounds": [r.model_dump() if full else r.counts() for r in self.rounds],
@@ -261,3 +268,8 @@ class PaCoReResult(BaseModel):
             "outcome": self.outcome.model_dump(),
             "cut": [{"round_index": t.round_index, "index": t.index, "reason": t.cut} for t in self.cut],
         }
+        if not full:
+            account = {key: value for key, value in account.items() if value or key in ("ttc", "rounds")}
+            if self.outcome == Outcome():
+                del account["outcome"]
+        return account

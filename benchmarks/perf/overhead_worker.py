@@ -130,7 +130,7 @@ async def _run_operator(spec: WorkerSpec, problems: list[list[dict[str, str]]], 
         if hasattr(llm, "aclose"):
             await llm.aclose()
     trajectories = sum(r["k"] for s in summaries for r in s["rounds"])
-    failures = sum(len(s["failures"]) for s in summaries)
+    failures = sum(len(s.get("failures", [])) for s in summaries)
     tokens = sum(s["ttc"] for s in summaries)
     answered = sum(1 for s in summaries if str(s["answer"]).strip())
     return trajectories, failures, tokens, answered
