@@ -10,7 +10,7 @@ from typing import Any, TypeAlias
 from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
 from langchain_core.runnables import RunnableConfig, ensure_config
 from langgraph.errors import GraphInterrupt
-from langgraph.types import Checkpointer, Durability, Interrupt
+from langgraph.types import Checkpointer, Durability, Interrupt, StateSnapshot
 
 from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.concurrency.sync import call_interruptibly, run_sync
@@ -145,15 +145,12 @@ class PaCoReRunner:
         )
         config = self.run_config(runnable_config, context, sync=False)
         with self.running(context), self.thread_of(config, context) as own:
+            snapshot = None
             if own is not None or resume:
                 config = own.config if own is not None else config
                 snapshot = await self.graph.aget_state(config)
-                resume = resume or bool(snapshot.next)
-                if resume:
-                    self.seed(context, snapshot.values)
-            output = await self.graph.ainvoke(
-                None if resume else START_INPUT, config, context=context, durability=durability, version="v2"
-            )
+            graph_input = self.graph_input(context, snapshot, resume)
+            output = await self.graph.ainvoke(graph_input, config, context=context, durability=durability, version="v2")
             result = build_result(output.value, context.trace, output.interrupts, self.config.answer_records == "full")
             if own is not None:
                 await aforget(own)
@@ -177,13 +174,11 @@ class PaCoReRunner:
         )
         config = self.run_config(runnable_config, context, sync=True)
         with self.running(context), self.thread_of(config, context) as own:
+            snapshot = None
             if own is not None or resume:
                 config = own.config if own is not None else config
                 snapshot = self.graph.get_state(config)
-                resume = resume or bool(snapshot.next)
-                if resume:
-                    self.seed(context, snapshot.values)
-            graph_input = None if resume else START_INPUT
+            graph_input = self.graph_input(context, snapshot, resume)
             output = call_interruptibly(
                 lambda: self.graph.invoke(graph_input, config, context=context, durability=durability, version="v2"),
                 run_state(context).close,
@@ -205,12 +200,16 @@ class PaCoReRunner:
             yield held
 
     @staticmethod
-    def seed(context: PaCoReContext, values: Mapping[str, Any]) -> None:
-        """A resumed run learns the rounds it finished before from the checkpoint: the next round's
-        trajectories read their references there (the Send arguments carry indices only)."""
+    def graph_input(context: PaCoReContext, snapshot: StateSnapshot | None, resume: bool) -> Any:
+        """What the graph is invoked with: a new run's input, or (asked to resume, or finding its own thread
+        unfinished) None, after the run learns the rounds it finished before from the checkpoint (the next
+        round's trajectories read their references there: Send arguments carry indices only)."""
+        if snapshot is None or not (resume or snapshot.next):
+            return START_INPUT
         run = run_state(context)
-        for data in finished_rounds(values):
+        for data in finished_rounds(snapshot.values):
             run.round_finished(data)
+        return None
 
 
 def forget(own: OwnThread) -> None:
