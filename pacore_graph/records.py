@@ -72,8 +72,12 @@ class RoundSummary(TypedDict):
 def round_data_of(summary: RoundSummary, trajectories: Sequence[TrajectoryData]) -> RoundData:
     """The finished round ``summary`` describes, with its records from the run's ``trajectories``."""
     records = sorted(trajectories[summary["start"] : summary["end"]], key=lambda record: record["index"])
-    return RoundData(round_index=summary["round_index"], k=summary["k"], reference_order=summary["reference_order"],
-                     trajectories=records)  # fmt: skip
+    return RoundData(
+        round_index=summary["round_index"],
+        k=summary["k"],
+        reference_order=summary["reference_order"],
+        trajectories=records,
+    )
 
 
 class OutcomeData(TypedDict, total=False):

@@ -56,7 +56,7 @@ from pacore_graph.records import (
     TrajectoryData,
     round_data_of,
     usable,
-)  # fmt: skip
+)
 from pacore_graph.synthesis.context_window import with_model_context
 from pacore_graph.synthesis.prompt import last_user_index, order_references
 
@@ -133,8 +133,14 @@ def build_pacore_graph(
         if len(schedule) > 1:
             last_user_index(run.messages)  # fail now, not after round 1 was paid for
         announce(run, 0)
-        update = {"round_index": 0, "round_start": 0, "trajectories": Overwrite([]), "rounds": Overwrite([]),
-                  "answer": None, "outcome": None}  # fmt: skip
+        update = {
+            "round_index": 0,
+            "round_start": 0,
+            "trajectories": Overwrite([]),
+            "rounds": Overwrite([]),
+            "answer": None,
+            "outcome": None,
+        }
         return Command(update=update, goto=fan_out(0, []))
 
     def announce(run: RunState, round_index: int) -> None:
@@ -251,9 +257,12 @@ def build_pacore_graph(
         order = order_references([r.get("content_length", 0) for r in records], settings.seed, settings.reference_order)
         chosen = [records[position] for position in order if passes(records[position])]
         summary = RoundSummary(
-            round_index=round_index, k=schedule[round_index], reference_order=[r["index"] for r in chosen],
-            start=start, end=len(stored),
-        )  # fmt: skip
+            round_index=round_index,
+            k=schedule[round_index],
+            reference_order=[r["index"] for r in chosen],
+            start=start,
+            end=len(stored),
+        )
         round_data = round_data_of(summary, stored)
         run.emit(
             {

@@ -29,7 +29,7 @@ from pacore_graph.records import (
     Trajectory,
     TrajectoryRecord,
     round_data_of,
-)  # fmt: skip
+)
 
 MessagesInput: TypeAlias = str | Sequence[BaseMessage | dict[str, Any] | tuple[str, str]]
 """The conversation PaCoRe answers: a problem string (one user message), LangChain messages, OpenAI-style

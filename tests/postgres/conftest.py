@@ -1,0 +1,81 @@
+"""Debian's PostgreSQL server for the tests of this folder: a throwaway cluster in a temporary folder, started on a
+free loopback port for the session and stopped when the folder's tests end; each test gets a database of its own.
+
+A machine without the server fails here with scripts/postgres-setup.sh's one line, which says how to run the rest
+of the suite (``make test PG=off``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from pg_storage import PostgresServer
+
+from pacore_graph.extend import free_port
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if HERE in Path(item.path).parents:
+            item.add_marker(pytest.mark.postgres)
+
+
+def server_bin() -> Path:
+    """The server's binaries, from scripts/postgres-setup.sh (which installs Debian's package when missing)."""
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "postgres-setup.sh")], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.fail(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "postgres-setup.sh failed")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def as_server_user(command: list[str]) -> list[str]:
+    """PostgreSQL refuses to run as root: as root, run it as Debian's ``postgres`` user."""
+    return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
+
+
+@pytest.fixture(scope="package")
+def postgres() -> Iterator[PostgresServer]:
+    """A fresh cluster (trust authentication, loopback only, fsync off: nothing here must survive a crash)."""
+    binaries = server_bin()
+    folder = Path(tempfile.mkdtemp(prefix="pacore-pg-"))
+    data = folder / "data"
+    if os.geteuid() == 0:
+        shutil.chown(folder, "postgres", "postgres")
+    port = free_port()
+    run = {"check": True, "capture_output": True, "text": True}
+    subprocess.run(as_server_user([str(binaries / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres",
+                                   "--no-sync"]), **run)  # fmt: skip
+    options = f"-k {folder} -p {port} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
+    pg_ctl = [str(binaries / "pg_ctl"), "-D", str(data), "-l", str(folder / "server.log")]
+    subprocess.run(as_server_user([*pg_ctl, "-o", options, "-w", "start"]), **run)
+    try:
+        yield PostgresServer(f"postgresql://postgres@127.0.0.1:{port}", data)
+    finally:
+        subprocess.run(as_server_user([*pg_ctl, "-m", "fast", "-w", "stop"]), **run)
+        left = subprocess.run(["pgrep", "-f", f"postgres -D {data}"], capture_output=True, text=True).stdout.split()
+        shutil.rmtree(folder, ignore_errors=True)
+        assert not left, f"PostgreSQL processes left behind: {left}"
+
+
+@pytest.fixture
+def pg_url(postgres: PostgresServer) -> Iterator[str]:
+    """A database of this test's own (dropped after it), as a connection URL."""
+    name = f"test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(f"{postgres.url}/postgres", autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{postgres.url}/{name}"
+    finally:
+        with psycopg.connect(f"{postgres.url}/postgres", autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
