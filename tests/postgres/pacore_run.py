@@ -2,11 +2,12 @@
 
     python pacore_run.py URL LOG ENTRY SAVER
 
-ENTRY: ``node`` (``PaCoReNode`` in a ``StateGraph(MessagesState)``) or ``chat_model`` (``create_agent`` with a
-``PaCoReChatModel``); SAVER: ``sync`` (``PostgresSaver``, ``invoke``) or ``async`` (``AsyncPostgresSaver``,
-``ainvoke``). Every trajectory that finishes appends ``[round, index]`` to LOG; round 1's six trajectories
-finish one after another (0.1 s + 0.4 s x index), so a test can kill the process between two of them. A thread
-with work pending is resumed (``invoke(None, config)``), as a user resumes one; the answer is printed.
+ENTRY: ``node`` (``PaCoReNode`` in a ``StateGraph(MessagesState)``), ``chat_model`` (``create_agent`` with a
+``PaCoReChatModel``) or ``middleware`` (``create_agent`` with ``PaCoReMiddleware``); SAVER: ``sync``
+(``PostgresSaver``, ``invoke``) or ``async`` (``AsyncPostgresSaver``, ``ainvoke``). Every trajectory that
+finishes appends ``[round, index]`` to LOG; round 1's six trajectories finish one after another (0.1 s + 0.4 s x
+index), so a test can kill the process between two of them. A thread with work pending is resumed
+(``invoke(None, config)``), as a user resumes one; the answer is printed.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 from typing import Any
 
 from langchain.agents import create_agent
@@ -24,7 +26,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 
-from pacore_graph import PaCoReChatModel, PaCoReConfig, PaCoReNode
+from pacore_graph import PaCoReChatModel, PaCoReConfig, PaCoReMiddleware, PaCoReNode
 from pacore_graph.extend import Trajectory
 
 URL, LOG, ENTRY, SAVER = sys.argv[1:5]
@@ -51,28 +53,36 @@ class SlowExplorer:
 
 
 class SlowChatModel(BaseChatModel):
-    """The same as a chat model (PaCoReChatModel's): it reads its round and index from the run's metadata."""
+    """The same as a chat model (PaCoReChatModel's and the agent's under PaCoReMiddleware): it reads its round and
+    index from the run's metadata."""
 
     @property
     def _llm_type(self) -> str:
         return "slow"
 
     def _generate(self, messages, stop=None, run_manager=None, **kwargs: Any) -> ChatResult:
-        raise NotImplementedError("async only")
+        round_index, index = run_manager.metadata["pacore_round"], run_manager.metadata["pacore_index"]
+        time.sleep(delay(round_index, index))
+        return reply(round_index, index)
 
     async def _agenerate(self, messages, stop=None, run_manager=None, **kwargs: Any) -> ChatResult:
-        metadata = run_manager.metadata if run_manager else {}
-        round_index, index = metadata["pacore_round"], metadata["pacore_index"]
+        round_index, index = run_manager.metadata["pacore_round"], run_manager.metadata["pacore_index"]
         await asyncio.sleep(delay(round_index, index))
-        finished(round_index, index)
-        message = AIMessage(content=f"conclusion {round_index}.{index}", usage_metadata={
-            "input_tokens": 1, "output_tokens": 1, "total_tokens": 2})  # fmt: skip
-        return ChatResult(generations=[ChatGeneration(message=message)])
+        return reply(round_index, index)
+
+
+def reply(round_index: int, index: int) -> ChatResult:
+    finished(round_index, index)
+    usage = {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2}
+    message = AIMessage(content=f"conclusion {round_index}.{index}", usage_metadata=usage)
+    return ChatResult(generations=[ChatGeneration(message=message)])
 
 
 def graph(saver):
     if ENTRY == "chat_model":
         return create_agent(PaCoReChatModel(model=SlowChatModel(), config=CONFIG), [], checkpointer=saver)
+    if ENTRY == "middleware":
+        return create_agent(SlowChatModel(), [], middleware=[PaCoReMiddleware(CONFIG)], checkpointer=saver)
     builder = StateGraph(MessagesState)
     builder.add_node("pacore", PaCoReNode(SlowExplorer(), CONFIG))
     builder.add_edge(START, "pacore")

@@ -124,8 +124,8 @@ def saved_records(pg_url: str) -> int:
         return 0
 
 
-@pytest.mark.parametrize(("entry", "saver"), [("node", "sync"), ("node", "async"), ("chat_model", "async"),
-                                              ("chat_model", "sync")])  # fmt: skip
+@pytest.mark.parametrize("saver", ["sync", "async"])
+@pytest.mark.parametrize("entry", ["node", "chat_model", "middleware"])
 def test_a_killed_run_resumes_sending_only_what_was_not_finished(pg_url, tmp_path, entry, saver):
     """Killed mid-round with three of six trajectories saved, the user's resume (``invoke(None, config)``) runs
     the other three and the synthesis, nothing twice, and leaves no thread but the conversation's."""
