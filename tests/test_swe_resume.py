@@ -75,13 +75,13 @@ def first_request_of_second_episode():
 
 
 def finished_trajectory_writes(folder: Path) -> int:
-    """Finished episodes whose result LangGraph has saved (pending writes of the PaCoRe `results` channel)."""
+    """Finished episodes whose result LangGraph has saved (pending writes of the PaCoRe `trajectories` channel)."""
     path = folder / "checkpoints.sqlite"
     if not path.exists():
         return 0
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1) as db:
-            query = "SELECT count(*) FROM writes WHERE channel = 'results' AND instr(value, ?) > 0"
+            query = "SELECT count(*) FROM writes WHERE channel = 'trajectories' AND instr(value, ?) > 0"
             return db.execute(query, (b"content_length",)).fetchone()[0]  # a finished trajectory's record
     except sqlite3.OperationalError:  # tables not created yet, or the writer holds a lock
         return 0
