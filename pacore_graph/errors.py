@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import re
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -29,16 +30,31 @@ class RoundFailedError(PaCoReError):
     """No trajectory of a round produced a usable conclusion: there is nothing to synthesise over.
 
     ``round`` holds every trajectory's record (its error, HTTP status, whether that error was
-    transient, or why its conclusion was unusable). Resuming the thread (``invoke(None, config)``)
-    runs the failed trajectories of that round again; finished rounds are kept.
+    transient, or why its conclusion was unusable); ``finished`` the rounds before it, with every record
+    and its token counts (the proposals of a failed synthesis). Resuming the thread
+    (``invoke(None, config)``) runs the failed trajectories of that round again; finished rounds are kept.
     """
 
-    def __init__(self, round: RoundRecord):
+    def __init__(self, round: RoundRecord, finished: Sequence[RoundRecord] = ()):
         self.round = round
-        super().__init__(describe_failed_round(round))
+        self.finished = list(finished)
+        message = describe_failed_round(round)
+        if self.finished:
+            kept = sum(len(done.trajectories) for done in self.finished)
+            tokens = sum(done.completion_tokens for done in self.finished)
+            message += (
+                f" (kept from the {len(self.finished)} round(s) before it: {kept} trajectories, {tokens} completion "
+                "tokens, in error.finished)"
+            )
+        super().__init__(message)
 
-    def __reduce__(self) -> tuple[type[RoundFailedError], tuple[RoundRecord]]:
-        return (type(self), (self.round,))
+    def __reduce__(self) -> tuple[type[RoundFailedError], tuple[RoundRecord, list[RoundRecord]]]:
+        return (type(self), (self.round, self.finished))
+
+    @property
+    def completion_tokens(self) -> int:
+        """Tokens spent by the run up to the failure: the finished rounds' and the failed round's."""
+        return self.round.completion_tokens + sum(done.completion_tokens for done in self.finished)
 
     @property
     def round_index(self) -> int:

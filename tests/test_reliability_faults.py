@@ -99,3 +99,29 @@ async def test_a_round_where_every_trajectory_fails_raises_one_clear_error():
     assert "round 1: none of its 4 trajectories" in message
     assert "failed after 2 attempt(s)" in message and "HTTP 500" in message
     assert "\n" not in message
+
+
+async def test_a_failed_synthesis_error_carries_the_proposals_and_their_tokens(mock_server):
+    """The synthesis fails for good: the error holds the round before it (every proposal's record and token
+    counts) and says so in its one line, and its token total covers everything the run spent."""
+
+    def synthesis_down(body, attempt):
+        if "Reference Responses" in str(body["messages"][-1]["content"]):
+            return 500
+        return {"content": "a proposal", "reasoning_content": "thinking"}
+
+    config = PaCoReConfig(rounds=[4], retry=RetryPolicy(max_attempts=2, initial_delay=0, max_delay=0))
+    with mock_server(synthesis_down) as server:
+        model = OpenAICompatibleChatModel(base_url=server.base_url, model="mock-model")
+        try:
+            with pytest.raises(RoundFailedError) as caught:
+                await PaCoReRunner(model, config).arun("problem")
+        finally:
+            await model.aclose()
+    error = caught.value
+    assert error.round_index == 1 and [done.round_index for done in error.finished] == [0]
+    (proposals,) = error.finished
+    assert [t.conclusion for t in proposals.trajectories] == ["a proposal"] * 4
+    assert proposals.completion_tokens > 0 and error.completion_tokens == proposals.completion_tokens
+    assert f"4 trajectories, {proposals.completion_tokens} completion tokens" in str(error)
+    assert "\n" not in str(error)

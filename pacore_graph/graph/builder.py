@@ -223,7 +223,8 @@ def build_pacore_graph(
             if reference_mode:  # the reference pipeline carries on whatever failed
                 barrier.finish(record, False)
             elif await barrier.fail(record):
-                raise RoundFailedError(round_record(round_index, k, barrier.records.values())) from exc
+                failed = round_record(round_index, k, barrier.records.values())
+                raise RoundFailedError(failed, run.finished_before(round_index)) from exc
             return {"trajectories": [record]}
         finally:
             slot.drop()  # when no attempt ran (cut first); an attempt gives it back as it ends
@@ -278,7 +279,8 @@ def build_pacore_graph(
         end = ending(finished, round_data, chosen, run.control(settings), settings, final_round)
         if not chosen and end is None and not reference_mode:  # the reference pipeline carries on with none
             if run.ran(round_index):
-                raise RoundFailedError(RoundRecord.model_validate(round_data))
+                earlier = [RoundRecord.model_validate(data) for data in finished]
+                raise RoundFailedError(RoundRecord.model_validate(round_data), earlier)
             # A resume reached the collector of a round that failed before (its trajectories ran elsewhere,
             # e.g. some saved with empty conclusions before a kill, the rest failed on the resume after it):
             # run the whole round again instead of raising the same error on every resume.

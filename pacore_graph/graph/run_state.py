@@ -24,7 +24,7 @@ from pacore_graph.config import PaCoReConfig
 from pacore_graph.coordination.control import RunControl
 from pacore_graph.coordination.references import References, next_round_references
 from pacore_graph.graph.barrier import RoundBarrier
-from pacore_graph.records import RoundData, Trajectory
+from pacore_graph.records import RoundData, RoundRecord, Trajectory
 from pacore_graph.synthesis.context_window import fit_references
 from pacore_graph.synthesis.prompt import synthesis_messages
 
@@ -167,6 +167,11 @@ class RunState:
     def round_finished(self, data: RoundData) -> None:
         """A finished round (from the collector, or from the checkpoint when a run resumes in a new process)."""
         self._finished[data["round_index"]] = data
+
+    def finished_before(self, round_index: int) -> list[RoundRecord]:
+        """The rounds finished before ``round_index``, as records (what a failure of that round reports)."""
+        return [RoundRecord.model_validate(self._finished[number]) for number in sorted(self._finished)
+                if number < round_index]  # fmt: skip
 
     def references(self, round_index: int, index: int, k: int, settings: PaCoReConfig) -> References:
         """What trajectory ``index`` of round ``round_index`` sees of the round before (nothing in round 1),
