@@ -76,3 +76,29 @@ def test_ctrl_c_in_a_sync_run_cancels_its_requests(mock_server, tmp_path, how):
     assert out.strip() == "interrupted" and process.returncode == 130, err
     assert server.disconnected == 4, "every in-flight request was closed, not left to run on"
     assert len(server.requests) == 4, "no request was sent after the interrupt"
+
+
+LOOPS_SCRIPT = textwrap.dedent(
+    """
+    import asyncio, gc, sys
+    from pacore_graph import PaCoReChatModel, PaCoReConfig, asolve, chat_model
+
+    model = chat_model(sys.argv[1], model="mock-model")
+    pacore = PaCoReChatModel(model=model, config=PaCoReConfig(rounds=[2]))
+    for number in range(50):  # an app or a test suite running one loop per request
+        asyncio.run(pacore.ainvoke("q") if number % 2 else asolve(model, "q", PaCoReConfig(rounds=[2])))
+    gc.collect()
+    print(sum(isinstance(o, asyncio.AbstractEventLoop) for o in gc.get_objects()))
+    """
+)
+
+
+def test_event_loops_that_used_a_model_are_not_kept_alive(mock_server):
+    """50 ``asyncio.run`` calls through one chat model and one PaCoReChatModel: their loops are collected once
+    closed (each loop's connection pool, semaphore and admission are dropped as it shuts down)."""
+    with mock_server(lambda body, attempt: {"content": "done"}) as server:
+        done = subprocess.run([sys.executable, "-c", LOOPS_SCRIPT, server.base_url], capture_output=True, text=True,
+                              timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.strip().splitlines()[-1]) <= 2
+    assert len(server.requests) == 50 * 3

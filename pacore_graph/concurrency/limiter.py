@@ -20,28 +20,22 @@ the last one. At most ``limit // 8`` digests wait, so the tasks alive stay near 
 from __future__ import annotations
 
 import asyncio
-import threading
-import weakref
 from collections import deque
+
+from pacore_graph.concurrency.per_loop import PerLoop
 
 
 class ConcurrencyLimiter:
     def __init__(self, limit: int):
         self.limit = limit
-        self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._admissions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Admission] = weakref.WeakKeyDictionary()
-        self._lock = threading.Lock()
+        # forgotten as each loop shuts down: a semaphore or admission refers to its loop (see per_loop.py)
+        self._semaphores: PerLoop[asyncio.Semaphore] = PerLoop(lambda: asyncio.Semaphore(limit))
+        self._admissions: PerLoop[Admission] = PerLoop(lambda: Admission(limit))
 
     async def admit(self, k: int) -> Admission:
         """Wait until a round of ``k`` trajectories may be fanned out (rounds in the order they asked); each
         of them then calls ``finished`` on the returned admission once, however it ends."""
-        loop = asyncio.get_running_loop()
-        admission = self._admissions.get(loop)
-        if admission is None:
-            with self._lock:
-                admission = self._admissions.setdefault(loop, Admission(self.limit))
+        admission = self._admissions.get()
         await admission.enter(k)
         return admission
 
@@ -50,12 +44,7 @@ class ConcurrencyLimiter:
         return Slot(self.semaphore())
 
     def semaphore(self) -> asyncio.Semaphore:
-        loop = asyncio.get_running_loop()
-        semaphore = self._semaphores.get(loop)
-        if semaphore is None:
-            with self._lock:
-                semaphore = self._semaphores.setdefault(loop, asyncio.Semaphore(self.limit))
-        return semaphore
+        return self._semaphores.get()
 
 
 class Slot:

@@ -19,14 +19,14 @@ import asyncio
 import ipaddress
 import socket
 import ssl
-import weakref
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
 import httptools
 
+from pacore_graph.concurrency.per_loop import PerLoop
 from pacore_graph.errors import ModelRequestError
 
 
@@ -401,42 +401,22 @@ def _header_lines(headers: dict[str, str]) -> bytes:
     return "".join(lines).encode("latin-1")
 
 
-async def _hold(pool: ConnectionPool) -> AsyncGenerator[None, None]:
-    """Lives as long as its loop: ``asyncio.run`` (any loop shut down properly) finalizes it, closing the pool."""
-    try:
-        yield
-    finally:
-        await pool.aclose()
-
-
 class LoopPools:
-    """One :class:`ConnectionPool` per event loop (a pool's connections belong to the loop that made them)."""
+    """One :class:`ConnectionPool` per event loop (a pool's connections belong to the loop that made them),
+    closed and forgotten when its loop shuts down (see :mod:`pacore_graph.concurrency.per_loop`)."""
 
     def __init__(self, url: str, headers: dict[str, str] | None = None):
         self.url = url
         self.headers = headers
-        self._pools: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, tuple[ConnectionPool, AsyncGenerator[None, None]]
-        ] = weakref.WeakKeyDictionary()
+        self._pools: PerLoop[ConnectionPool] = PerLoop(lambda: ConnectionPool(url, headers), ConnectionPool.aclose)
 
     def current(self) -> ConnectionPool | None:
-        """The running loop's pool if it has one already (no coroutine for the common case)."""
-        entry = self._pools.get(asyncio.get_running_loop())
-        return entry[0] if entry is not None else None
+        """The running loop's pool if it has one already."""
+        return self._pools.current()
 
     async def get(self) -> ConnectionPool:
-        loop = asyncio.get_running_loop()
-        entry = self._pools.get(loop)
-        if entry is not None:
-            return entry[0]
-        pool = ConnectionPool(self.url, self.headers)
-        holder = _hold(pool)
-        self._pools[loop] = (pool, holder)
-        await holder.__anext__()  # registers with the loop: closed by its shutdown_asyncgens()
-        return pool
+        return self._pools.get()
 
     async def aclose(self) -> None:
         """Close the running loop's pool now (the loop's shutdown would close it too)."""
-        entry = self._pools.pop(asyncio.get_running_loop(), None)
-        if entry is not None:
-            await entry[1].aclose()
+        await self._pools.drop()
