@@ -153,7 +153,7 @@ def test_a_results_line_no_kill_explains_is_refused_and_the_file_left_as_it_is(t
     folder(tmp_path).claim().release()
     results = tmp_path / "results.jsonl"
     for text, why in [
-        ('{"id": "a"}\nnot json\n{"id": "b"}\n', "line 2 is not JSON"),
+        ('{"id": "a"}\nnot json\n{"id": "b"}\n', "line 2 is not JSON (Expecting value at column 1)"),
         ('{"id": "a"}\n{"id": "b", "x": \n', "line 2 is not JSON"),  # whole (newline-ended), so no kill tore it
         ('{"id": "a"}\n{"name": "b"}\n', "line 2 is not a row of this run (KeyError"),
         ('{"id": "a"}\n[1, 2]\n', "line 2 is not a row of this run"),
@@ -164,6 +164,9 @@ def test_a_results_line_no_kill_explains_is_refused_and_the_file_left_as_it_is(t
             folder(tmp_path).claim()
         assert "\n" not in str(refused.value) and "left as it is" in str(refused.value)
         assert snapshot(tmp_path) == before
+        drop = str(refused.value).rsplit(": ", 1)[1]  # the one command the error gives: it drops that line
+        subprocess.run(drop, shell=True, check=True)
+        assert results.read_text().splitlines() == text.splitlines()[:1] + text.splitlines()[2:]
 
 
 def test_a_torn_last_line_is_cut_off_the_end_and_nothing_else_changes(tmp_path):

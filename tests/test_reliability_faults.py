@@ -125,3 +125,18 @@ async def test_a_failed_synthesis_error_carries_the_proposals_and_their_tokens(m
     assert proposals.completion_tokens > 0 and error.completion_tokens == proposals.completion_tokens
     assert f"4 trajectories, {proposals.completion_tokens} completion tokens" in str(error)
     assert "\n" not in str(error)
+
+
+async def test_a_timed_out_request_says_how_long_it_was_given(mock_server):
+    """asyncio's TimeoutError has no text; the failure says what ran out and after how long."""
+    config = PaCoReConfig(rounds=[1], request_timeout=0.3, retry=RetryPolicy(max_attempts=2, initial_delay=0))
+    with mock_server(lambda body, attempt: {"content": "late", "delay": 5}) as server:
+        model = OpenAICompatibleChatModel(base_url=server.base_url, model="mock-model")
+        try:
+            with pytest.raises(RoundFailedError) as caught:
+                await PaCoReRunner(model, config).arun("problem")
+        finally:
+            await model.aclose()
+    (record,) = caught.value.round.trajectories
+    assert record.error == "TimeoutError: no complete reply within 0.3 s (PaCoReConfig.request_timeout)"
+    assert record.attempts == 2 and "failed after 2 attempt(s): TimeoutError: no complete reply" in str(caught.value)

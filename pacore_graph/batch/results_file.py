@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -29,8 +30,8 @@ class ResultsFileError(PaCoReError):
         self.path = path
         self.line = line
         super().__init__(
-            f"{path} line {line} {why}: not a file of this run's rows; it was left as it is (move it away, or "
-            "choose another output folder)"
+            f"{path} line {line} {why}: no row this run writes; the file was left as it is. If that line is the "
+            f"only damage, drop it and run again: sed -i '{line}d' {shlex.quote(str(path))}"
         )
 
 
@@ -114,7 +115,10 @@ class ResultsFile:
 
 
 def _reason(exc: BaseException) -> str:
-    text = exc.msg if isinstance(exc, json.JSONDecodeError) else f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, json.JSONDecodeError):
+        text = f"{exc.msg} at column {exc.colno}"
+    else:
+        text = f"{type(exc).__name__}: {exc}"
     return text if len(text) <= 80 else f"{text[:77]}..."
 
 

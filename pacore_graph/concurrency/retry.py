@@ -45,8 +45,12 @@ async def with_retries(
             async with gate:
                 if timeout is None:
                     return await attempt(), number
-                async with asyncio.timeout(timeout):
-                    return await attempt(), number
+                try:
+                    async with asyncio.timeout(timeout):
+                        return await attempt(), number
+                except TimeoutError as exc:  # asyncio's says nothing: say what ran out, and how long it was
+                    limit = f"no complete reply within {timeout:g} s (PaCoReConfig.request_timeout)"
+                    raise TimeoutError(limit) from exc
         except Exception as exc:
             if isinstance(exc, GraphBubbleUp) or number == policy.max_attempts or not retryable(exc):
                 raise  # an interrupt (or a Command for the parent graph) is LangGraph's, never a failure
