@@ -13,6 +13,9 @@ from pydantic import BaseModel, Field, model_validator
 ReasoningStyle = Literal["reasoning", "reasoning_content", "both", "think", "none"]
 
 
+FAULTS = ("http_500", "http_503", "timeout", "drop", "malformed", "cut_stream", "http_429")  # the order of draws
+
+
 class FaultRates(BaseModel):
     """Probability per request of each injected fault (drawn from a seeded hash, so repeatable).
 
@@ -25,6 +28,7 @@ class FaultRates(BaseModel):
     drop: float = Field(0.0, ge=0, le=1, description="close the socket mid-request, without a response")
     malformed: float = Field(0.0, ge=0, le=1, description="HTTP 200 whose JSON (or SSE event) is broken")
     cut_stream: float = Field(0.0, ge=0, le=1, description="stop a response midway and close the socket")
+    http_429: float = Field(0.0, ge=0, le=1, description="answer HTTP 429 (rate limited) after the time to first token")
 
     @model_validator(mode="after")
     def _total_at_most_one(self) -> FaultRates:
@@ -33,12 +37,12 @@ class FaultRates(BaseModel):
         return self
 
     def total(self) -> float:
-        return self.http_500 + self.http_503 + self.timeout + self.drop + self.malformed + self.cut_stream
+        return sum(getattr(self, name) for name in FAULTS)
 
     def pick(self, u: float) -> str | None:
         """The fault for a uniform draw ``u`` in [0, 1), or None for a normal answer."""
         edge = 0.0
-        for name in ("http_500", "http_503", "timeout", "drop", "malformed", "cut_stream"):
+        for name in FAULTS:
             edge += getattr(self, name)
             if u < edge:
                 return name
@@ -149,6 +153,9 @@ class EmulatorConfig(BaseModel):
     answers: AnswerMix = Field(default_factory=AnswerMix, description="per-problem answer distributions")
     faults: FaultRates = Field(default_factory=FaultRates)
     hang_seconds: float = Field(3600.0, ge=0, description="how long a 'timeout' fault holds the connection")
+    retry_after: float | None = Field(
+        None, ge=0, description="seconds sent as Retry-After with the 429 and 503 faults (None: no header)"
+    )
     request_log: str | None = Field(None, description="JSON lines file of every request received")
 
     @model_validator(mode="after")

@@ -33,8 +33,8 @@ CRLF = "\r\n"
 # Starlette's answers (vLLM's server) to a path it lacks and to a wrong method
 NOT_FOUND = b'{"detail":"Not Found"}'
 NOT_ALLOWED = b'{"detail":"Method Not Allowed"}'
-REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 500:
-           "Internal Server Error", 503: "Service Unavailable"}
+REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 429: "Too Many Requests",
+           500: "Internal Server Error", 503: "Service Unavailable"}
 
 
 class _Connection(asyncio.Protocol):
@@ -100,13 +100,14 @@ class _Connection(asyncio.Protocol):
         self.server.dispatch(self, method, path.split("?", 1)[0], body)
 
     def respond(self, status: int, body: bytes, keep_alive: bool | None = None,
-                content_type: str = "application/json") -> None:
+                content_type: str = "application/json", headers: dict[str, str] | None = None) -> None:
         if self.closed or self.transport is None:
             return
         keep = self.keep_alive if keep_alive is None else keep_alive
+        extra = "".join(f"{name}: {value}{CRLF}" for name, value in (headers or {}).items())
         head = (
             f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\nContent-Type: {content_type}\r\n"
-            f"Content-Length: {len(body)}\r\n{'' if keep else 'Connection: close' + CRLF}\r\n"
+            f"Content-Length: {len(body)}\r\n{extra}{'' if keep else 'Connection: close' + CRLF}\r\n"
         )
         self.transport.write(head.encode() + body)
         self.done(keep)
@@ -300,7 +301,7 @@ class EmulatorServer:
                 return
         if plan.fault is not None:
             self.counts["fault:" + plan.fault] += 1
-        if plan.fault in ("http_500", "http_503", "timeout", "drop"):
+        if plan.fault in ("http_500", "http_503", "http_429", "timeout", "drop"):
             self._fault(conn, plan)  # faults occupy no slot
             return
         slots = self.config.slots
@@ -322,9 +323,13 @@ class EmulatorServer:
         if plan.fault == "http_500":
             body = error_body(500, "emulated internal server error", "InternalServerError")
             conn.timer = self.loop.call_later(ttft, conn.respond, 500, body)
-        elif plan.fault == "http_503":
-            body = error_body(503, "emulated overload, retry later", "ServiceUnavailableError")
-            conn.timer = self.loop.call_later(ttft, conn.respond, 503, body)
+        elif plan.fault in ("http_503", "http_429"):
+            status = 503 if plan.fault == "http_503" else 429
+            kind = "ServiceUnavailableError" if status == 503 else "RateLimitError"
+            body = error_body(status, "emulated overload, retry later", kind)
+            after = self.config.retry_after
+            headers = {"Retry-After": f"{after:g}"} if after is not None else None
+            conn.timer = self.loop.call_later(ttft, lambda: conn.respond(status, body, headers=headers))
         elif plan.fault == "drop":
             conn.timer = self.loop.call_later(ttft, conn.abort)
         else:  # timeout: hold the connection, answer nothing

@@ -7,8 +7,10 @@ Callers test types and fields, never message text: a :class:`RoundFailedError` c
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import re
 import sys
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -86,12 +88,16 @@ class BudgetExhaustedError(PaCoReError):
 
 
 class ModelRequestError(PaCoReError):
-    """The server answered a request with an error status or an unusable body."""
+    """The server answered a request with an error status or an unusable body; ``retry_after``: the seconds its
+    Retry-After header asked for (429 and 503 only), which a retry waits at least."""
 
-    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False):
+    def __init__(
+        self, message: str, *, status: int | None = None, retryable: bool = False, retry_after: float | None = None
+    ):
         super().__init__(message)
         self.status = status
         self.retryable = retryable
+        self.retry_after = retry_after
 
 
 CUT_REASONS = {
@@ -122,6 +128,22 @@ def describe_failed_round(round: RoundRecord) -> str:
 
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
+RETRY_AFTER_STATUSES = frozenset({429, 503})  # where a server's Retry-After means "wait this long, then retry"
+
+
+def retry_after_seconds(header: str | None, now: float | None = None) -> float | None:
+    """A Retry-After header's wait in seconds: delta-seconds or an HTTP date (RFC 9110); None if unreadable."""
+    if not header:
+        return None
+    if header.isdigit():
+        return float(header)
+    try:
+        when = email.utils.parsedate_to_datetime(header)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 def status_is_retryable(status: int) -> bool:

@@ -3,7 +3,8 @@
 Conformance tests need exact control (this reply for that prompt, a 500 for the first attempt of that
 trajectory), which a benchmark emulator with fault *rates* does not give. ``handler(body, attempt)``
 returns a reply dict (message fields), an ``int`` HTTP status to fail with (or a ``(status, message)``
-pair: vLLM's error body with that message), or ``bytes`` to send as a (malformed) body with status 200.
+pair: vLLM's error body with that message; or ``(status, message, headers)``, e.g. a 429 with Retry-After),
+or ``bytes`` to send as a (malformed) body with status 200.
 A reply with ``"delay": seconds`` is held that long first; a client that
 hangs up meanwhile is counted in ``disconnected``.
 
@@ -76,9 +77,9 @@ class MockOpenAIServer:
         if isinstance(reply, int):
             return web.json_response({"error": {"message": f"scripted {reply}", "code": reply}}, status=reply)
         if isinstance(reply, tuple):
-            status, text = reply
+            status, text, *headers = reply
             error = {"object": "error", "message": text, "type": "BadRequestError", "param": None, "code": status}
-            return web.json_response(error, status=status)
+            return web.json_response(error, status=status, headers=headers[0] if headers else None)
         message = {"role": "assistant", "content": stopped(reply.get("content", ""), body.get("stop"))}
         for field in ("reasoning_content", "reasoning", "tool_calls"):
             if field in reply:

@@ -187,12 +187,24 @@ def only(kind: str, **extra) -> EmulatorConfig:
     return EmulatorConfig(faults=FaultRates(**{kind: 1.0}), hang_seconds=30, **{**FAST, **extra})
 
 
-@pytest.mark.parametrize("kind,status", [("http_500", 500), ("http_503", 503)])
+@pytest.mark.parametrize("kind,status", [("http_500", 500), ("http_503", 503), ("http_429", 429)])
 async def test_http_error_faults(kind, status):
     with Emulator(only(kind)) as server:
         got, raw = await post(server.base_url, body())
         assert got == status and "error" in json.loads(raw)
         assert server.stats()["faults"] == {kind: 1}
+
+
+@pytest.mark.parametrize("kind", ["http_429", "http_503"])
+async def test_rate_limit_faults_carry_retry_after_when_configured(kind):
+    with Emulator(only(kind, retry_after=3)) as server:
+        async with aiohttp.ClientSession() as session:
+            async with session.post(server.base_url + "/chat/completions", json=body()) as response:
+                assert response.headers.get("Retry-After") == "3"
+    with Emulator(only(kind)) as server:
+        async with aiohttp.ClientSession() as session:
+            async with session.post(server.base_url + "/chat/completions", json=body()) as response:
+                assert "Retry-After" not in response.headers
 
 
 async def test_timeout_fault_hangs_until_the_client_gives_up():

@@ -88,7 +88,7 @@ async def test_keep_alive_reuses_one_connection_and_sends_the_headers_given():
     async with ScriptedServer(lambda n, body: with_length(b'{"n": %d}' % n)) as server:
         pool = ConnectionPool(server.url, {"Authorization": "Bearer k"})
         for n in range(1, 4):
-            status, raw = await pool.post(b'{"q": 1}', {"X-Session-ID": f"s{n}"})
+            status, raw, _ = await pool.post(b'{"q": 1}', {"X-Session-ID": f"s{n}"})
             assert (status, json.loads(raw)) == (200, {"n": n})
         await pool.aclose()
     assert server.connections == 1
@@ -103,7 +103,7 @@ async def test_a_host_name_is_looked_up_once_for_all_connections():
         pool = ConnectionPool(server.url.replace("127.0.0.1", "localhost"))
         statuses = await asyncio.gather(*(pool.post(b"{}") for _ in range(5)))
         await pool.aclose()
-    assert [status for status, _ in statuses] == [200] * 5 and server.connections == 5
+    assert [reply.status for reply in statuses] == [200] * 5 and server.connections == 5
 
 
 async def test_chunked_body_arrives_piece_by_piece_and_the_connection_is_reused():
@@ -132,7 +132,7 @@ async def test_a_body_delimited_by_the_end_of_the_connection_is_read_whole():
     server = await asyncio.start_server(serve_once, "127.0.0.1", 0)
     pool = ConnectionPool(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/chat/completions")
     for _ in range(2):  # the second on a new connection: the first ended with its body
-        status, raw = await pool.post(b"{}")
+        status, raw, _ = await pool.post(b"{}")
         assert (status, json.loads(raw)) == (200, {"whole": True})
     await pool.aclose()
     server.close()
@@ -236,7 +236,7 @@ async def test_preconnected_connections_carry_the_burst_that_follows():
         pool.preconnect(4)  # already opening: nothing more
         # the burst comes before they are open: it waits for them, in order, instead of opening its own
         replies = await asyncio.gather(*(pool.post(b'{"i": %d}' % i) for i in range(4)))
-        assert [status for status, _ in replies] == [200] * 4
+        assert [reply.status for reply in replies] == [200] * 4
         assert server.connections == 4
         assert [body for _, body in server.requests] == [b'{"i": %d}' % i for i in range(4)]
         pool.preconnect(6)  # 4 idle now: 2 more, which the pool keeps

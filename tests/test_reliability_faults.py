@@ -140,3 +140,50 @@ async def test_a_timed_out_request_says_how_long_it_was_given(mock_server):
     (record,) = caught.value.round.trajectories
     assert record.error == "TimeoutError: no complete reply within 0.3 s (PaCoReConfig.request_timeout)"
     assert record.attempts == 2 and "failed after 2 attempt(s): TimeoutError: no complete reply" in str(caught.value)
+
+
+@pytest.mark.parametrize("header", ["seconds", "http-date"])
+async def test_retry_after_is_waited_before_the_retry(mock_server, header):
+    """A 429 with ``Retry-After: 2`` (seconds, or the HTTP date 2 s on) for 2 of 4 proposals: those two retry
+    no sooner than asked (the backoff alone is 0.01 s), and the answer comes."""
+    import email.utils
+    import time
+
+    proposals: list[float] = []  # when each proposal request arrived
+
+    def rate_limited(body, attempt):
+        if "Reference Responses" in str(body["messages"][-1]["content"]):
+            return {"content": "the synthesis"}
+        proposals.append(time.monotonic())
+        if len(proposals) <= 2:
+            wait = "2" if header == "seconds" else email.utils.formatdate(time.time() + 2, usegmt=True)
+            return 429, "rate limited", {"Retry-After": wait}
+        return {"content": "a proposal"}
+
+    config = PaCoReConfig(rounds=[4], retry=RetryPolicy(max_attempts=3, initial_delay=0.01, max_delay=0.01))
+    with mock_server(rate_limited) as server:
+        model = OpenAICompatibleChatModel(base_url=server.base_url, model="mock-model")
+        try:
+            result = await PaCoReRunner(model, config).arun("problem")
+        finally:
+            await model.aclose()
+    assert result.answer == "the synthesis" and len(server.requests) == 4 + 2 + 1
+    assert sorted(t.attempts for t in result.rounds[0].trajectories) == [1, 1, 2, 2]
+    waited = min(proposals[4:]) - max(proposals[:2])
+    assert waited >= (1.9 if header == "seconds" else 1.0), waited  # an HTTP date has whole seconds
+
+
+async def test_a_retry_after_longer_than_allowed_fails_at_once_and_says_so(mock_server):
+    """Asked to wait longer than ``RetryPolicy.max_retry_after``, the trajectory fails now (one request), and the
+    failure says how long the server asked for."""
+    config = PaCoReConfig(rounds=[1], retry=RetryPolicy(max_attempts=3, initial_delay=0.01, max_retry_after=5))
+    with mock_server(lambda body, attempt: (429, "slow down", {"Retry-After": "30"})) as server:
+        model = OpenAICompatibleChatModel(base_url=server.base_url, model="mock-model")
+        try:
+            with pytest.raises(RoundFailedError) as caught:
+                await PaCoReRunner(model, config).arun("problem")
+        finally:
+            await model.aclose()
+    assert len(server.requests) == 1
+    assert "failed after 1 attempt(s): ModelRequestError: HTTP 429" in str(caught.value)
+    assert "(Retry-After: 30 s)" in str(caught.value)

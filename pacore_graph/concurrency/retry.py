@@ -1,4 +1,5 @@
-"""Retry one trajectory on transient failures with exponential backoff and jitter."""
+"""Retry one trajectory on transient failures with exponential backoff and jitter, or after the wait a
+server's Retry-After asked for (429, 503), when it asked for longer."""
 
 from __future__ import annotations
 
@@ -54,5 +55,8 @@ async def with_retries(
         except Exception as exc:
             if isinstance(exc, GraphBubbleUp) or number == policy.max_attempts or not retryable(exc):
                 raise  # an interrupt (or a Command for the parent graph) is LangGraph's, never a failure
-            await asyncio.sleep(backoff_delay(policy, number))
+            asked = getattr(exc, "retry_after", None)
+            if asked is not None and asked > policy.max_retry_after:
+                raise  # the server will not take a retry within the wait allowed: its answer is the failure
+            await asyncio.sleep(max(backoff_delay(policy, number), asked or 0.0))
     raise AssertionError("unreachable")

@@ -21,7 +21,7 @@ import socket
 import ssl
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 import httptools
@@ -30,14 +30,23 @@ from pacore_graph.concurrency.per_loop import PerLoop
 from pacore_graph.errors import ModelRequestError
 
 
+class Reply(NamedTuple):
+    """A whole response: status, body, and the server's Retry-After header (None when it sent none)."""
+
+    status: int
+    body: bytes
+    retry_after: str | None = None
+
+
 class _Exchange:
     """One request's response so far: status, body pieces, whether it is complete or failed."""
 
-    __slots__ = ("status", "chunks", "complete", "keep_alive", "error", "waiter", "until_eof", "loop")
+    __slots__ = ("status", "chunks", "complete", "keep_alive", "error", "waiter", "until_eof", "loop", "retry_after")
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
         self.status = 0
+        self.retry_after: str | None = None  # the Retry-After header, as sent
         self.chunks: list[bytes] = []
         self.complete = False
         self.keep_alive = False
@@ -97,10 +106,15 @@ class _Connection(asyncio.Protocol):
 
     # The parser calls these only from feed_data in data_received, which returns early without an exchange.
     def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() in (b"content-length", b"transfer-encoding"):
+        lowered = name.lower()
+        if lowered in (b"content-length", b"transfer-encoding"):
             exchange = self.exchange
             assert exchange is not None
             exchange.until_eof = False
+        elif lowered == b"retry-after":
+            exchange = self.exchange
+            assert exchange is not None
+            exchange.retry_after = value.decode("latin-1").strip()
 
     def on_headers_complete(self) -> None:
         exchange = self.exchange
@@ -175,8 +189,8 @@ class ConnectionPool:
         lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
         self._head = ("\r\n".join(lines) + "\r\n").encode("latin-1")
 
-    async def post(self, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
-        """Send ``body``; the status and the whole response body."""
+    async def post(self, body: bytes, headers: dict[str, str] | None = None) -> Reply:
+        """Send ``body``; the status, the whole response body and the Retry-After header if any."""
         connection, exchange = await self._send(body, headers)
         del body  # sent: not held while the server generates (orjson's buffers are 4 KB however short the body)
         try:
@@ -187,7 +201,7 @@ class ConnectionPool:
             self._busy.discard(connection)
             raise
         self._release(connection, exchange)
-        return exchange.status, b"".join(exchange.chunks)
+        return Reply(exchange.status, b"".join(exchange.chunks), exchange.retry_after)
 
     def stream(self, body: bytes, headers: dict[str, str] | None = None) -> StreamedResponse:
         """Send ``body`` and read the response as it arrives: ``async with pool.stream(...) as response``."""
@@ -336,6 +350,7 @@ class StreamedResponse:
         self._connection: _Connection | None = None
         self._exchange: _Exchange | None = None
         self.status = 0
+        self.retry_after: str | None = None
 
     async def __aenter__(self) -> StreamedResponse:
         self._connection, self._exchange = await self._pool._send(self._body, self._headers)
@@ -347,6 +362,7 @@ class StreamedResponse:
             self._abandon()
             raise
         self.status = self._exchange.status
+        self.retry_after = self._exchange.retry_after
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

@@ -53,7 +53,13 @@ from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 from pacore_graph.concurrency.retry import with_retries
 from pacore_graph.concurrency.sync import run_sync
 from pacore_graph.config import RetryPolicy
-from pacore_graph.errors import ModelRequestError, PaCoReError, status_is_retryable
+from pacore_graph.errors import (
+    RETRY_AFTER_STATUSES,
+    ModelRequestError,
+    PaCoReError,
+    retry_after_seconds,
+    status_is_retryable,
+)
 from pacore_graph.models.http import LoopPools
 from pacore_graph.models.routing import SESSION_HEADER, fresh_key, prefix_key, session_key
 from pacore_graph.models.sse import Delta, read_stream, reasoning_of
@@ -211,9 +217,9 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
     async def _post(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
         pools, url = self._endpoint()
         pool = pools.current() or await pools.get()
-        status, raw = await pool.post(orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS), headers)
+        status, raw, retry_after = await pool.post(orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS), headers)
         if status != 200:
-            raise _status_error(status, raw, url)
+            raise _status_error(status, raw, url, retry_after)
         try:
             data = orjson.loads(raw)
             choice = data["choices"][0]
@@ -234,7 +240,7 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         pool = pools.current() or await pools.get()
         async with pool.stream(orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS), headers) as response:
             if response.status != 200:
-                raise _status_error(response.status, await response.read(), url)
+                raise _status_error(response.status, await response.read(), url, response.retry_after)
             return await read_stream(response.iter_chunks(), url, on_delta)
 
     def _openai_messages(self, messages: list[BaseMessage]) -> tuple[list[dict[str, Any]], str | None]:
@@ -466,15 +472,21 @@ def _chars(value: Any, depth: int = 5) -> int:
     return 0
 
 
-def _status_error(status: int, raw: bytes, url: str) -> ModelRequestError:
+def _status_error(status: int, raw: bytes, url: str, retry_after: str | None = None) -> ModelRequestError:
     text = raw[:500].decode("utf-8", "replace")
     hint = ""
+    wait = retry_after_seconds(retry_after) if status in RETRY_AFTER_STATUSES else None
     if status == 404:
         hint = " (wrong model name or base URL? the base URL should end in /v1)"
     elif status == 400 and ("context" in text.lower() or "too long" in text.lower() or "reduce" in text.lower()):
         hint = " (the prompt does not fit the model's context)"
+    elif wait is not None:
+        hint = f" (Retry-After: {wait:g} s)"
     return ModelRequestError(
-        f"HTTP {status} from {url}{hint}: {text}", status=status, retryable=status_is_retryable(status)
+        f"HTTP {status} from {url}{hint}: {text}",
+        status=status,
+        retryable=status_is_retryable(status),
+        retry_after=wait,
     )
 
 
