@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -72,8 +73,9 @@ def exit_status(exc: BaseException) -> int:
     return USAGE if isinstance(exc, ValueError) else FAILED
 
 
-# What a command reports in one line; anything else is a defect and keeps its traceback.
-REPORTED = (PaCoReError, ValueError, OSError, RuntimeError)
+# What a command reports in one line (the machine's too: a file system's or SQLite's); anything else is a defect
+# and keeps its traceback.
+REPORTED = (PaCoReError, ValueError, OSError, RuntimeError, sqlite3.Error)
 
 
 def report_error(exc: BaseException) -> int:

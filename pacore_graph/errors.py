@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import errno
+import os
 import re
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -85,6 +88,36 @@ class BudgetExhaustedError(PaCoReError):
 
     def __reduce__(self) -> tuple[type[BudgetExhaustedError], tuple[str, RoundRecord]]:
         return (type(self), (self.reason, self.round))
+
+
+class DiskFullError(PaCoReError, OSError):
+    """The disk a run writes to is full (its checkpoints or its results). The run stops at the first write that
+    fails (a row is written whole or not at all, a checkpoint in one transaction); once there is space again,
+    the same command goes on from there."""
+
+    def __init__(self, where: object, cause: BaseException):
+        self.where = where
+        super().__init__(
+            f"the disk holding {where} is full ({type(cause).__name__}: {cause}): free some space on it, then run "
+            "the same command again to go on"
+        )
+
+
+def is_disk_full(exc: BaseException, where: str | os.PathLike[str] | None = None) -> bool:
+    """A write failed for want of space: ENOSPC or EDQUOT, SQLite's "database or disk is full", or (as SQLite
+    also says when its journal cannot grow) "disk I/O error" while ``where`` has under 1 MiB free."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    if type(exc).__name__ != "OperationalError":
+        return False
+    if "disk is full" in str(exc):
+        return True
+    if "disk I/O error" in str(exc) and where is not None:
+        try:
+            return shutil.disk_usage(where).free < 1 << 20
+        except OSError:
+            return False
+    return False
 
 
 class ModelRequestError(PaCoReError):

@@ -44,7 +44,14 @@ from pacore_graph.batch.results_file import ResultsFile
 from pacore_graph.batch.resume import Status, open_checkpointer, thread_id, thread_status
 from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.errors import ModelRequestError, PaCoReError, RoundFailedError, UsageError
+from pacore_graph.errors import (
+    DiskFullError,
+    ModelRequestError,
+    PaCoReError,
+    RoundFailedError,
+    UsageError,
+    is_disk_full,
+)
 from pacore_graph.explorers.protocol import ModelOrExplorer
 from pacore_graph.graph.runner import MessagesInput, PaCoReRunner, to_messages
 from pacore_graph.records import PaCoReResult
@@ -196,13 +203,18 @@ class RunFolder:
             return self
         prepare_folder(self.path)
         refuse_foreign(self.path)
-        self._lock.acquire()
+        try:
+            self._lock.acquire()
+        except OSError as exc:
+            raise DiskFullError(self.path, exc) if is_disk_full(exc, self.path) else exc from None
         try:
             check_fingerprint(self.path, self.fingerprint)
             self._results = self.results_file(RESULTS_FILE, self.key)  # a file this run did not write is refused
             save_settings(self.path, self.fingerprint, self.settings)
-        except BaseException:
+        except BaseException as exc:
             self._lock.release()
+            if isinstance(exc, OSError) and is_disk_full(exc, self.path):
+                raise DiskFullError(self.path, exc) from None
             raise
         return self
 
@@ -229,9 +241,11 @@ class RunFolder:
         try:
             self.checkpointer = await self._stack.enter_async_context(open_checkpointer(self.path))
             self._stack.enter_context(self.progress)
-        except BaseException:
+        except BaseException as exc:
             await self._stack.aclose()
             self.release()
+            if isinstance(exc, Exception) and is_disk_full(exc, self.path):
+                raise DiskFullError(self.path, exc) from None
             raise
         return self
 
@@ -306,7 +320,9 @@ class RunFolder:
                     durability="sync", payload=problem.payload, on_record=records.append, on_event=self.progress,
                     trace=trace,
                 )  # fmt: skip
-        except Exception as exc:  # one problem's failure must not cost the others
+        except Exception as exc:  # one problem's failure must not cost the others, unless it is the disk's
+            if is_disk_full(exc, self.path):
+                raise DiskFullError(self.path, exc) from None  # every other problem would fail the same way
             outcome.error = exc
         return outcome
 
@@ -334,8 +350,17 @@ class RunFolder:
             return
         if self.key(made) != problem_id:
             raise PaCoReError(f"the row made for problem {problem_id!r} has the key {self.key(made)!r}")
-        self.results.append(made)
-        await checkpointer.adelete_thread(thread)  # the row is on disk: the rest is spare
+        try:
+            self.results.append(made)
+        except OSError as exc:
+            if is_disk_full(exc, self.path):
+                raise DiskFullError(self.path, exc) from None
+            raise
+        try:
+            await checkpointer.adelete_thread(thread)  # the row is on disk: the rest is spare
+        except Exception as exc:
+            if not is_disk_full(exc, self.path):  # a full disk keeps the spare thread: the row is what counts
+                raise
         records.remove()
         counter = _COUNTERS[outcome.status]
         setattr(summary, counter, getattr(summary, counter) + 1)

@@ -44,28 +44,47 @@ def as_server_user(command: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
 
 
+def run_as_server_user(command: list[str], what: str, log: Path | None = None) -> None:
+    """Run a server command; a failure fails the test with the command's own words (and the server log's end)."""
+    done = subprocess.run(as_server_user(command), capture_output=True, text=True)
+    if done.returncode != 0:
+        said = (done.stderr.strip() or done.stdout.strip()).splitlines()[-5:]
+        if log is not None and log.exists():
+            said += log.read_text(errors="replace").strip().splitlines()[-10:]
+        pytest.fail(f"PostgreSQL: {what} failed ({done.returncode}):\n" + "\n".join(said), pytrace=False)
+
+
+def server_processes(data: Path) -> list[str]:
+    """Process ids of a server running on ``data`` (the postmaster's command line names its data folder)."""
+    return subprocess.run(["pgrep", "-f", f"postgres -D {data}( |$)"], capture_output=True, text=True).stdout.split()
+
+
 @pytest.fixture(scope="package")
 def postgres() -> Iterator[PostgresServer]:
-    """A fresh cluster (trust authentication, loopback only, fsync off: nothing here must survive a crash)."""
+    """A fresh cluster (trust authentication, loopback only, fsync off: nothing here must survive a crash) with a
+    database ``pacore``; stopped at the end, its folder removed, and no server process of it may be left."""
     binaries = server_bin()
     folder = Path(tempfile.mkdtemp(prefix="pacore-pg-"))
-    data = folder / "data"
+    data, log = folder / "data", folder / "server.log"
     if os.geteuid() == 0:
         shutil.chown(folder, "postgres", "postgres")
     port = free_port()
-    run = {"check": True, "capture_output": True, "text": True}
-    subprocess.run(as_server_user([str(binaries / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres",
-                                   "--no-sync"]), **run)  # fmt: skip
     options = f"-k {folder} -p {port} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
-    pg_ctl = [str(binaries / "pg_ctl"), "-D", str(data), "-l", str(folder / "server.log")]
-    subprocess.run(as_server_user([*pg_ctl, "-o", options, "-w", "start"]), **run)
+    pg_ctl = [str(binaries / "pg_ctl"), "-D", str(data), "-l", str(log)]
     try:
-        yield PostgresServer(f"postgresql://postgres@127.0.0.1:{port}", data)
+        run_as_server_user([str(binaries / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"],
+                           "initdb")  # fmt: skip
+        run_as_server_user([*pg_ctl, "-o", options, "-w", "start"], "pg_ctl start", log)
+        server = PostgresServer(f"postgresql://postgres@127.0.0.1:{port}", data)
+        with psycopg.connect(f"{server.url}/postgres", autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{server.database}"')
+        yield server
     finally:
-        subprocess.run(as_server_user([*pg_ctl, "-m", "fast", "-w", "stop"]), **run)
-        left = subprocess.run(["pgrep", "-f", f"postgres -D {data}"], capture_output=True, text=True).stdout.split()
+        if server_processes(data):
+            run_as_server_user([*pg_ctl, "-m", "fast", "-w", "stop"], "pg_ctl stop", log)
+        left = server_processes(data)
         shutil.rmtree(folder, ignore_errors=True)
-        assert not left, f"PostgreSQL processes left behind: {left}"
+    assert not left, f"PostgreSQL processes left behind: {left}"
 
 
 @pytest.fixture

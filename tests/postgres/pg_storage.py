@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,14 +19,21 @@ TABLES = {
 
 @dataclass(frozen=True)
 class PostgresServer:
-    """A running test server: its URL without a database, and its data folder."""
+    """A running test server: its URL without a database, its data folder, and the database it made (``pacore``)
+    for tests that need no database of their own."""
 
     url: str
     data: Path
+    database: str = "pacore"
+
+    @property
+    def database_url(self) -> str:
+        return f"{self.url}/{self.database}"
 
 
 def breakdown(url: str) -> dict[tuple[str, str, str], tuple[int, int]]:
-    """(rows, bytes) per (table, thread, namespace)."""
+    """(rows, bytes) per (table, thread, namespace): where a thread's bytes are, the root graph's (namespace
+    ``""``) apart from its subgraphs'."""
     found: dict[tuple[str, str, str], tuple[int, int]] = {}
     with psycopg.connect(url) as db:
         for table, size in TABLES.items():
@@ -35,9 +43,19 @@ def breakdown(url: str) -> dict[tuple[str, str, str], tuple[int, int]]:
     return found
 
 
-def stored_bytes(url: str, thread_id: str | None = None) -> int:
-    """Bytes the saver holds, for one thread or for all."""
-    return sum(stored for (_, thread, _), (_, stored) in breakdown(url).items() if thread_id in (None, thread))
+def stored_bytes(
+    url: str, thread_id: str | None = None, namespace_filter: str | Callable[[str], bool] | None = None
+) -> int:
+    """Bytes the saver holds, for one thread or for all; ``namespace_filter`` keeps one checkpoint namespace
+    (a string, ``""`` for the root graph) or those a predicate accepts (subgraphs: ``lambda ns: ns != ""``)."""
+    if isinstance(namespace_filter, str):
+        wanted = namespace_filter
+        namespace_filter = lambda namespace: namespace == wanted  # noqa: E731
+    return sum(
+        stored
+        for (_, thread, namespace), (_, stored) in breakdown(url).items()
+        if thread_id in (None, thread) and (namespace_filter is None or namespace_filter(namespace))
+    )
 
 
 def thread_ids(url: str) -> set[str]:
