@@ -187,3 +187,35 @@ async def test_a_retry_after_longer_than_allowed_fails_at_once_and_says_so(mock_
     assert len(server.requests) == 1
     assert "failed after 1 attempt(s): ModelRequestError: HTTP 429" in str(caught.value)
     assert "(Retry-After: 30 s)" in str(caught.value)
+
+
+def test_a_timed_out_call_of_a_sync_agent_is_closed_before_its_retry(mock_server):
+    """Sync ``create_agent`` with ``PaCoReMiddleware`` (``request_timeout=2``): two proposals hang. Their
+    requests are closed upstream as they time out (before their retries go out), and no handler thread
+    outlives the call."""
+    import threading
+    import time
+
+    from langchain.agents import create_agent
+
+    from pacore_graph import PaCoReMiddleware, chat_model
+
+    proposals: list[int] = []
+
+    def two_hang(body, attempt):
+        if "Reference Responses" in str(body["messages"][-1]["content"]):
+            return {"content": "the synthesis"}
+        proposals.append(1)
+        return {"content": "late", "delay": 30} if len(proposals) <= 2 else {"content": "a proposal"}
+
+    config = PaCoReConfig(rounds=[4], request_timeout=2, retry=RetryPolicy(max_attempts=2, initial_delay=0))
+    with mock_server(two_hang) as server:
+        agent = create_agent(chat_model(server.base_url), [], middleware=[PaCoReMiddleware(config)])
+        out = agent.invoke({"messages": [("user", "q")]})
+        assert out["messages"][-1].content == "the synthesis"
+        assert not [thread for thread in threading.enumerate() if thread.name == "pacore-handler"]
+        deadline = time.monotonic() + 2  # the server notices a closed connection on its next poll (20 ms)
+        while server.disconnected < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert server.disconnected == 2  # both hung requests closed (they hang 30 s otherwise)
+    assert len(server.requests) == 4 + 2 + 1

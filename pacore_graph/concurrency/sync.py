@@ -28,6 +28,45 @@ _loop: asyncio.AbstractEventLoop | None = None
 _lock = threading.Lock()
 
 
+class CancelScope:
+    """What :func:`run_sync` starts while this scope is current (see :func:`cancel_scope`) is cancelled when the
+    scope is: a sync call that an async caller gave up on (a timeout) closes its requests instead of running on
+    in its thread."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._lock = threading.Lock()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled = True
+            tasks = list(self._tasks)
+        for task in tasks:
+            task.get_loop().call_soon_threadsafe(task.cancel)
+
+    def _enter(self, task: asyncio.Task[Any]) -> None:
+        """On the task's loop, as it starts."""
+        with self._lock:
+            if self.cancelled:
+                task.cancel()
+                return
+            self._tasks.add(task)
+        task.add_done_callback(self._leave)
+
+    def _leave(self, task: asyncio.Task[Any]) -> None:
+        with self._lock:
+            self._tasks.discard(task)
+
+
+_SCOPE: contextvars.ContextVar[CancelScope | None] = contextvars.ContextVar("pacore_cancel_scope", default=None)
+
+
+def cancel_scope(context: contextvars.Context, scope: CancelScope) -> None:
+    """Make ``scope`` current in ``context`` (the copy a sync call runs in)."""
+    context.run(_SCOPE.set, scope)
+
+
 def _background_loop() -> asyncio.AbstractEventLoop:
     global _loop
     with _lock:
@@ -61,6 +100,7 @@ def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
     """
     loop = _background_loop()
     context = contextvars.copy_context()
+    scope = _SCOPE.get()
     outcome: concurrent.futures.Future[T] = concurrent.futures.Future()
     started: list[asyncio.Task[T]] = []  # filled on the loop; callbacks run in order, so before any cancel
 
@@ -76,6 +116,8 @@ def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
         task = loop.create_task(coroutine, context=context)
         started.append(task)
         task.add_done_callback(finish)
+        if scope is not None:
+            scope._enter(task)
 
     loop.call_soon_threadsafe(start)
     try:

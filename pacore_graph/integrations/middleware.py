@@ -14,6 +14,7 @@ Under ``stream_mode="messages"`` only the final synthesis streams, as the agent'
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable
 from contextvars import copy_context
@@ -26,7 +27,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import var_child_runnable_config
 
-from pacore_graph.concurrency.sync import run_sync
+from pacore_graph.concurrency.sync import CANCEL_GRACE_SECONDS, CancelScope, cancel_scope, run_sync
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.explorers.chat import trajectory_from_message
 from pacore_graph.explorers.episode import EpisodeContext
@@ -78,10 +79,15 @@ class HandlerExplorer:
 
 async def in_thread(function: Callable[..., Any], *args: Any) -> Any:
     """``function(*args)`` in a thread of its own (K sync model calls at once, not a pool of a few), in a copy
-    of this context. A cancelled caller stops waiting; a sync call already sent runs to its end."""
+    of this context. A caller cancelled while it waits (a timeout, say) cancels what the call runs through
+    :func:`~pacore_graph.concurrency.sync.run_sync` (this project's chat models: their requests are closed)
+    and waits for the thread to end before it goes on, so a retry never runs beside the call it replaces."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
+    ended = asyncio.Event()
     context = copy_context()
+    scope = CancelScope()
+    cancel_scope(context, scope)
 
     def settle(method: Callable[[Any], None], value: Any) -> None:
         if not future.done():
@@ -91,12 +97,21 @@ async def in_thread(function: Callable[..., Any], *args: Any) -> Any:
         try:
             result = context.run(function, *args)
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
-            loop.call_soon_threadsafe(settle, future.set_exception, exc)
+            outcome: tuple[Callable[[Any], None], Any] = (future.set_exception, exc)
         else:
-            loop.call_soon_threadsafe(settle, future.set_result, result)
+            outcome = (future.set_result, result)
+        with contextlib.suppress(RuntimeError):  # the caller's loop is gone: nobody waits
+            loop.call_soon_threadsafe(settle, *outcome)
+            loop.call_soon_threadsafe(ended.set)
 
     threading.Thread(target=work, name="pacore-handler", daemon=True).start()
-    return await future
+    try:
+        return await future
+    except asyncio.CancelledError:
+        scope.cancel()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(ended.wait(), CANCEL_GRACE_SECONDS)
+        raise
 
 
 class PaCoReMiddleware(AgentMiddleware):
