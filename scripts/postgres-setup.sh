@@ -35,9 +35,17 @@ if ! BIN="$(server_bin)"; then
   # no system cluster: the tests make their own and nothing should be left running after them
   $SUDO mkdir -p /etc/postgresql-common/createcluster.d
   echo "create_main_cluster = false" | $SUDO tee /etc/postgresql-common/createcluster.d/pacore-graph.conf >/dev/null
-  $SUDO apt-get update -qq || die "apt-get update failed"
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends postgresql >/dev/null \
-    || die "apt-get install postgresql failed"
+  apt_install() {
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+  }
+  # apt-get update only when needed: a fresh machine has no package lists (no candidate for postgresql), and
+  # stale lists fail the download; then update and try once more
+  candidate="$(apt-cache policy postgresql 2>/dev/null | sed -n 's/^ *Candidate: *//p')"
+  if [ -z "$candidate" ] || [ "$candidate" = "(none)" ] || ! apt_install; then
+    log "apt-get update"
+    $SUDO apt-get update -qq || die "apt-get update failed"
+    apt_install || die "apt-get install postgresql failed"
+  fi
   BIN="$(server_bin)" || die "postgresql installed, but no initdb/pg_ctl/postgres under /usr/lib/postgresql"
 fi
 echo "$BIN"
