@@ -9,7 +9,7 @@ from langchain_openai import ChatOpenAI
 from pacore_graph import PaCoReConfig, PaCoReError, asolve, chat_model
 from pacore_graph.errors import is_transient
 from pacore_graph.extend import ModelRequestError
-from pacore_graph.models.chat_openai import ReasoningChatOpenAI, keep_reasoning
+from pacore_graph.models.chat_openai import ReasoningChatOpenAI, as_pacore_calls_it
 
 
 def reasoning_reply(body, attempt):
@@ -57,11 +57,33 @@ async def test_pacore_with_streaming_on(mock_server):
 async def test_chatopenai_passed_in_works_and_its_reasoning_is_recovered(mock_server):
     with mock_server(reasoning_reply) as server:
         user_model = ChatOpenAI(base_url=server.base_url, api_key="none", model="mock-model")
-        assert isinstance(keep_reasoning(user_model), ReasoningChatOpenAI)
+        called = as_pacore_calls_it(user_model)
+        assert isinstance(called, ReasoningChatOpenAI) and called.root_async_client.max_retries == 0
+        assert user_model.root_async_client.max_retries == 2  # the user's own model is left as it was
         result = await asolve(user_model, "q", PaCoReConfig(rounds=[2]), trace=True)
     assert result.answer == "the conclusion"
     assert all(t.reasoning == "long private reasoning" for t in result.trajectories)
     assert server.requests[0]["temperature"] == 1.0 and server.requests[0]["top_p"] == 1.0
+
+
+@pytest.mark.parametrize("entry", ["asolve", "chat_model"])
+async def test_a_chatopenai_under_pacore_is_one_layer_of_retries(mock_server, entry):
+    """ChatOpenAI's client retries twice by itself: under PaCoRe (asolve, or PaCoReChatModel over it) it does
+    not, so a server failing every proposal gets PaCoRe's attempts x K requests, and the error's count is what
+    was sent (before: 3 requests per PaCoRe attempt)."""
+    from pacore_graph import PaCoReChatModel, RoundFailedError
+    from pacore_graph.extend import RetryPolicy
+
+    config = PaCoReConfig(rounds=[4], retry=RetryPolicy(max_attempts=3, initial_delay=0, max_delay=0))
+    with mock_server(lambda body, attempt: 500) as server:
+        user_model = ChatOpenAI(base_url=server.base_url, api_key="none", model="mock-model")
+        with pytest.raises(RoundFailedError) as caught:
+            if entry == "asolve":
+                await asolve(user_model, "q", config)
+            else:
+                await PaCoReChatModel(model=user_model, config=config).ainvoke("q")
+    assert len(server.requests) == 3 * 4
+    assert "failed after 3 attempt(s)" in str(caught.value)
 
 
 def test_unreachable_server_is_named():

@@ -50,14 +50,15 @@ def trajectory_from_message(message: AIMessage, extra: dict[str, Any] | None = N
     )
 
 
-def _keep_reasoning(model: BaseChatModel) -> BaseChatModel:
-    """A plain ChatOpenAI upgraded to keep vLLM's reasoning; any other model as it is. A process that never
-    imported langchain-openai holds no ChatOpenAI, and does not import it here (about 30 MB)."""
+def _as_pacore_calls_it(model: BaseChatModel) -> BaseChatModel:
+    """A ChatOpenAI that keeps vLLM's reasoning and leaves retries to PaCoRe (see models/chat_openai.py); any
+    other model as it is. A process that never imported langchain-openai holds no ChatOpenAI, and does not
+    import it here (about 30 MB)."""
     if "langchain_openai" not in sys.modules:
         return model
-    from pacore_graph.models.chat_openai import keep_reasoning
+    from pacore_graph.models.chat_openai import as_pacore_calls_it
 
-    return keep_reasoning(model)
+    return as_pacore_calls_it(model)
 
 
 def takes_openai_params(model: BaseChatModel) -> bool:
@@ -71,8 +72,8 @@ class ChatExplorer:
 
     def __init__(self, model: BaseChatModel | WrappedChatModel, config: PaCoReConfig | None = None):
         found = model if isinstance(model, WrappedChatModel) else WrappedChatModel(model=model, call=model)
-        upgraded = _keep_reasoning(found.model)
-        if upgraded is not found.model:  # a plain ChatOpenAI: same settings, vLLM's reasoning kept
+        upgraded = _as_pacore_calls_it(found.model)
+        if upgraded is not found.model:  # a ChatOpenAI: same settings, vLLM's reasoning kept, no retries of its own
             found = WrappedChatModel(
                 model=upgraded, call=with_model(found.call, upgraded), prefix=found.prefix,
                 bound=found.bound, configurable=found.configurable,
