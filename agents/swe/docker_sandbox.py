@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import codecs
+import contextlib
 import logging
 import os
 import re
@@ -301,19 +302,28 @@ class DockerSandbox(BaseSandbox):
         An exec may fail to start in a container at its process cap (runc's own helper cannot fork there):
         then the cap is raised for the moment it takes. When processes still cannot be ended, or the command
         ended the container's keeper, the container is restarted (files kept)."""
+        import docker
+
         found, failure = self._end_from_inside()
         if failure is not None and self._pids_limit > 0:
-            self._set_pids_limit(self._pids_limit + PIDS_HEADROOM)
             try:
-                found, failure = self._end_from_inside()
-            finally:
-                self._set_pids_limit(self._pids_limit)
+                self._set_pids_limit(self._pids_limit + PIDS_HEADROOM)
+            except docker.errors.APIError:
+                pass  # a stopped container (the command ended its keeper) takes no update: it is restarted below
+            else:
+                try:
+                    found, failure = self._end_from_inside()
+                finally:
+                    with contextlib.suppress(docker.errors.APIError):  # stopped meanwhile: set again on restart
+                        self._set_pids_limit(self._pids_limit)
         if failure is None:
             return found
         self._container.reload()
         if self._container.status != "running":
             failure = "a command ended the container's main process"
         self._restart(failure)
+        if self._pids_limit > 0:
+            self._set_pids_limit(self._pids_limit)  # whatever the interrupted raise left
         return found
 
     def _end_from_inside(self) -> tuple[int, str | None]:
