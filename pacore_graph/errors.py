@@ -95,12 +95,16 @@ class DiskFullError(PaCoReError, OSError):
     fails (a row is written whole or not at all, a checkpoint in one transaction); once there is space again,
     the same command goes on from there."""
 
-    def __init__(self, where: object, cause: BaseException):
+    def __init__(self, where: object, cause: BaseException | str):
         self.where = where
+        self.cause = cause if isinstance(cause, str) else f"{type(cause).__name__}: {cause}"
         super().__init__(
-            f"the disk holding {where} is full ({type(cause).__name__}: {cause}): free some space on it, then run "
-            "the same command again to go on"
+            f"the disk holding {where} is full ({self.cause}): free some space on it, then run the same command "
+            "again to go on"
         )
+
+    def __reduce__(self) -> tuple[type[DiskFullError], tuple[object, str]]:
+        return (type(self), (self.where, self.cause))
 
 
 def is_disk_full(exc: BaseException, where: str | os.PathLike[str] | None = None) -> bool:
