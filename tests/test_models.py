@@ -120,3 +120,20 @@ def test_sync_invoke_works(mock_server):
     with mock_server(reasoning_reply) as server:
         model = chat_model(server.base_url)
         assert model.invoke("hi").content == "the conclusion"
+
+
+async def test_a_with_retry_wrapper_under_pacore_is_left_to_pacores_retries(mock_server):
+    """``model.with_retry(stop_after_attempt=4)`` under PaCoRe: the wrapper's retries are left out (PaCoRe retries
+    each trajectory itself), so a server failing every proposal gets PaCoRe's 2 attempts x 4, not 8 x 4."""
+    from pacore_graph import RoundFailedError
+    from pacore_graph.extend import RetryPolicy
+
+    config = PaCoReConfig(rounds=[4], retry=RetryPolicy(max_attempts=2, initial_delay=0, max_delay=0))
+    with mock_server(lambda body, attempt: 500) as server:
+        model = chat_model(server.base_url)
+        with pytest.raises(RoundFailedError) as caught:
+            await asolve(model.bind(temperature=0.5).with_retry(stop_after_attempt=4, wait_exponential_jitter=False),
+                         "q", config)  # fmt: skip
+        await model.aclose()
+    assert len(server.requests) == 2 * 4 and "failed after 2 attempt(s)" in str(caught.value)
+    assert all(body["temperature"] == 0.5 for body in server.requests)  # the wrappers inside it are kept

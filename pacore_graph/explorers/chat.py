@@ -15,6 +15,7 @@ this project's client that is its transport (``sse``), assembled without a LangC
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -27,7 +28,7 @@ from pacore_graph.config import PaCoReConfig
 from pacore_graph.explorers.episode import EpisodeContext
 from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
 from pacore_graph.models.sse import reasoning_of
-from pacore_graph.models.unwrap import WrappedChatModel, with_model
+from pacore_graph.models.unwrap import WrappedChatModel, with_model, without_retries
 from pacore_graph.records import Trajectory
 from pacore_graph.synthesis.prompt import message_text
 
@@ -78,6 +79,9 @@ class ChatExplorer:
                 model=upgraded, call=with_model(found.call, upgraded), prefix=found.prefix,
                 bound=found.bound, configurable=found.configurable,
             )  # fmt: skip
+        call = without_retries(found.call)  # one layer of retries: PaCoRe's
+        if call is not found.call:
+            found = dataclasses.replace(found, call=call)
         self.found = found
         self.model = found.model
         self.config = config or PaCoReConfig()

@@ -2,7 +2,8 @@
 
 ``model.bind_tools(...)``, ``.bind(...)``, ``.with_config(...)``, ``.with_retry()``, ``.with_fallbacks(...)``,
 ``.configurable_fields(...)`` and ``trim | model`` chains are still chat models: each trajectory calls the
-wrapper as the user built it (bound tools, retries and config kept), and PaCoRe's sampling settings fill
+wrapper as the user built it (bound tools and config kept; ``.with_retry()`` left out, as PaCoRe retries each
+trajectory itself: :func:`without_retries`), and PaCoRe's sampling settings fill
 in only what neither the model nor a binding set. A chain in which the model is followed by another
 step (``with_structured_output`` adds a parser) does not return an AIMessage: it is refused here, at
 construction, with what to do instead.
@@ -19,6 +20,7 @@ from langchain_core.runnables.base import RunnableBindingBase
 from langchain_core.runnables.configurable import DynamicRunnable, RunnableConfigurableFields
 from langchain_core.runnables.fallbacks import RunnableWithFallbacks
 from langchain_core.runnables.passthrough import RunnableAssign
+from langchain_core.runnables.retry import RunnableRetry
 
 # Request fields PaCoReConfig may fill in, with the other names a model or binding may know them by.
 PARAMETER_NAMES = {
@@ -124,6 +126,26 @@ def _holds_chat_model(runnable: Any) -> bool:
     if isinstance(runnable, DynamicRunnable):
         return _holds_chat_model(runnable.default)
     return False
+
+
+def without_retries(runnable: Runnable[Any, Any]) -> Runnable[Any, Any]:
+    """The same wrappers without ``.with_retry()`` ones: PaCoRe retries each trajectory itself
+    (``PaCoReConfig.retry``), and a second layer would multiply its attempts (and the count its errors give)."""
+    if isinstance(runnable, RunnableRetry):
+        return without_retries(runnable.bound)
+    if isinstance(runnable, RunnableBindingBase):
+        inner = without_retries(runnable.bound)
+        return runnable if inner is runnable.bound else runnable.model_copy(update={"bound": inner})
+    if isinstance(runnable, DynamicRunnable):
+        inner = without_retries(runnable.default)
+        return runnable if inner is runnable.default else runnable.model_copy(update={"default": inner})
+    if isinstance(runnable, RunnableWithFallbacks):
+        inner = without_retries(runnable.runnable)
+        fallbacks = [without_retries(fallback) for fallback in runnable.fallbacks]
+        if inner is runnable.runnable and all(a is b for a, b in zip(fallbacks, runnable.fallbacks, strict=True)):
+            return runnable
+        return runnable.model_copy(update={"runnable": inner, "fallbacks": fallbacks})
+    return runnable
 
 
 def with_model(runnable: Runnable[Any, Any], model: BaseChatModel) -> Runnable[Any, Any]:
