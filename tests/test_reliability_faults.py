@@ -19,6 +19,17 @@ EVERY_FAULT = FaultRates(http_500=0.05, http_503=0.03, drop=0.04, timeout=0.02, 
 FAST_RETRY = RetryPolicy(max_attempts=8, initial_delay=0.02, max_delay=0.2)
 
 
+async def failed_run(base_url: str, config: PaCoReConfig, model_name: str = "mock-model") -> RoundFailedError:
+    """The error of a run that must fail, over this project's client."""
+    model = OpenAICompatibleChatModel(base_url=base_url, model=model_name)
+    try:
+        with pytest.raises(RoundFailedError) as caught:
+            await PaCoReRunner(model, config).arun("problem")
+    finally:
+        await model.aclose()
+    return caught.value
+
+
 async def test_flaky_server_costs_retries_not_answers(tmp_path):
     settings = FaultSettings(problems=6, rounds=[8], faults=EVERY_FAULT, request_timeout=1.5)
     report = await run_fault_scenario(settings, tmp_path)
@@ -88,14 +99,9 @@ async def test_trajectories_that_still_fail_are_recorded_with_their_reason_and_l
 async def test_a_round_where_every_trajectory_fails_raises_one_clear_error():
     config = PaCoReConfig(rounds=[4], retry=RetryPolicy(max_attempts=2, initial_delay=0), request_timeout=5)
     with Emulator(EmulatorConfig(ttft=0.01, faults=FaultRates(http_500=1.0))) as emu:
-        model = OpenAICompatibleChatModel(base_url=emu.base_url, model=emu.config.model)
-        try:
-            with pytest.raises(RoundFailedError) as caught:
-                await PaCoReRunner(model, config).arun("problem")
-        finally:
-            await model.aclose()
+        failure = await failed_run(emu.base_url, config, emu.config.model)
         assert emu.stats()["requests"] == 4 * 2
-    message = str(caught.value)
+    message = str(failure)
     assert "round 1: none of its 4 trajectories" in message
     assert "failed after 2 attempt(s)" in message and "HTTP 500" in message
     assert "\n" not in message
@@ -112,13 +118,7 @@ async def test_a_failed_synthesis_error_carries_the_proposals_and_their_tokens(m
 
     config = PaCoReConfig(rounds=[4], retry=RetryPolicy(max_attempts=2, initial_delay=0, max_delay=0))
     with mock_server(synthesis_down) as server:
-        model = OpenAICompatibleChatModel(base_url=server.base_url, model="mock-model")
-        try:
-            with pytest.raises(RoundFailedError) as caught:
-                await PaCoReRunner(model, config).arun("problem")
-        finally:
-            await model.aclose()
-    error = caught.value
+        error = await failed_run(server.base_url, config)
     assert error.round_index == 1 and [done.round_index for done in error.finished] == [0]
     (proposals,) = error.finished
     assert [t.conclusion for t in proposals.trajectories] == ["a proposal"] * 4
@@ -131,15 +131,10 @@ async def test_a_timed_out_request_says_how_long_it_was_given(mock_server):
     """asyncio's TimeoutError has no text; the failure says what ran out and after how long."""
     config = PaCoReConfig(rounds=[1], request_timeout=0.3, retry=RetryPolicy(max_attempts=2, initial_delay=0))
     with mock_server(lambda body, attempt: {"content": "late", "delay": 5}) as server:
-        model = OpenAICompatibleChatModel(base_url=server.base_url, model="mock-model")
-        try:
-            with pytest.raises(RoundFailedError) as caught:
-                await PaCoReRunner(model, config).arun("problem")
-        finally:
-            await model.aclose()
-    (record,) = caught.value.round.trajectories
+        failure = await failed_run(server.base_url, config)
+    (record,) = failure.round.trajectories
     assert record.error == "TimeoutError: no complete reply within 0.3 s (PaCoReConfig.request_timeout)"
-    assert record.attempts == 2 and "failed after 2 attempt(s): TimeoutError: no complete reply" in str(caught.value)
+    assert record.attempts == 2 and "failed after 2 attempt(s): TimeoutError: no complete reply" in str(failure)
 
 
 @pytest.mark.parametrize("header", ["seconds", "http-date"])
@@ -178,15 +173,10 @@ async def test_a_retry_after_longer_than_allowed_fails_at_once_and_says_so(mock_
     failure says how long the server asked for."""
     config = PaCoReConfig(rounds=[1], retry=RetryPolicy(max_attempts=3, initial_delay=0.01, max_retry_after=5))
     with mock_server(lambda body, attempt: (429, "slow down", {"Retry-After": "30"})) as server:
-        model = OpenAICompatibleChatModel(base_url=server.base_url, model="mock-model")
-        try:
-            with pytest.raises(RoundFailedError) as caught:
-                await PaCoReRunner(model, config).arun("problem")
-        finally:
-            await model.aclose()
+        failure = await failed_run(server.base_url, config)
     assert len(server.requests) == 1
-    assert "failed after 1 attempt(s): ModelRequestError: HTTP 429" in str(caught.value)
-    assert "(Retry-After: 30 s)" in str(caught.value)
+    assert "failed after 1 attempt(s): ModelRequestError: HTTP 429" in str(failure)
+    assert "(Retry-After: 30 s)" in str(failure)
 
 
 def test_a_timed_out_call_of_a_sync_agent_is_closed_before_its_retry(mock_server):
