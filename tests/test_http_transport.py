@@ -285,4 +285,4 @@ async def test_the_chat_explorer_opens_connections_for_the_requests_it_is_told_t
                 break
             await asyncio.sleep(0.01)
         assert server.connections == 3 and not server.requests
-        await model._endpoint()[0].aclose()
+        await model.aclose()

@@ -9,8 +9,9 @@ closes the connection whenever a request is abandoned (cancelled, timed out, fai
 server stops generating for nobody. llhttp (through httptools, as uvicorn uses it) does the parsing:
 content length, chunked transfer encoding, or a body that ends with the connection.
 
-One :class:`ConnectionPool` belongs to one event loop (:class:`LoopPools` keeps one per loop and closes
-it when that loop shuts down). Time limits are the caller's (``asyncio.timeout`` around a request).
+One :class:`ConnectionPool` belongs to one event loop (a client keeps one per loop in a
+:class:`~pacore_graph.concurrency.per_loop.PerLoop`, which closes it when that loop shuts down). Time limits
+are the caller's (``asyncio.timeout`` around a request).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from pacore_graph.concurrency.per_loop import PerLoop
 from pacore_graph.errors import ModelRequestError
 
 
@@ -415,24 +415,3 @@ def _header_lines(headers: dict[str, str]) -> bytes:
             raise ValueError(f"header {name!r} holds a line break")
         lines.append(line)
     return "".join(lines).encode("latin-1")
-
-
-class LoopPools:
-    """One :class:`ConnectionPool` per event loop (a pool's connections belong to the loop that made them),
-    closed and forgotten when its loop shuts down (see :mod:`pacore_graph.concurrency.per_loop`)."""
-
-    def __init__(self, url: str, headers: dict[str, str] | None = None):
-        self.url = url
-        self.headers = headers
-        self._pools: PerLoop[ConnectionPool] = PerLoop(lambda: ConnectionPool(url, headers), ConnectionPool.aclose)
-
-    def current(self) -> ConnectionPool | None:
-        """The running loop's pool if it has one already."""
-        return self._pools.current()
-
-    async def get(self) -> ConnectionPool:
-        return self._pools.get()
-
-    async def aclose(self) -> None:
-        """Close the running loop's pool now (the loop's shutdown would close it too)."""
-        await self._pools.drop()

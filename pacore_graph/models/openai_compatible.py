@@ -50,6 +50,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_core.utils.utils import LC_ID_PREFIX
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
+from pacore_graph.concurrency.per_loop import PerLoop
 from pacore_graph.concurrency.retry import with_retries
 from pacore_graph.concurrency.sync import run_sync
 from pacore_graph.config import RetryPolicy
@@ -60,7 +61,7 @@ from pacore_graph.errors import (
     retry_after_seconds,
     status_is_retryable,
 )
-from pacore_graph.models.http import LoopPools
+from pacore_graph.models.http import ConnectionPool
 from pacore_graph.models.routing import SESSION_HEADER, fresh_key, prefix_key, session_key
 from pacore_graph.models.sse import Delta, read_stream, reasoning_of
 from pacore_graph.models.structured import StructuredOutputMixin
@@ -110,7 +111,7 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
     extra_body: dict[str, Any] = Field(default_factory=dict, description="extra request fields")
 
     _url: str = PrivateAttr()
-    _pool: LoopPools = PrivateAttr()
+    _pool: PerLoop[ConnectionPool] = PrivateAttr()
     _converted: dict[tuple[Any, ...], tuple[list[dict[str, Any]], str | None, int]] = PrivateAttr(default_factory=dict)
     _converted_chars: int = PrivateAttr(default=0)
     _serialized_identity: dict[str, Any] | None = PrivateAttr(default=None)
@@ -129,7 +130,8 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
     def model_post_init(self, context: Any) -> None:
         self._url = f"{self.base_url}/chat/completions"
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        self._pool = LoopPools(self._url, headers)
+        url = self._url
+        self._pool = PerLoop(lambda: ConnectionPool(url, headers), ConnectionPool.aclose)
 
     @property
     def _llm_type(self) -> str:
@@ -160,7 +162,7 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
 
     async def aclose(self) -> None:
         """Close the running loop's connections now (else they are closed when the loop shuts down)."""
-        await self._pool.aclose()
+        await self._pool.drop()
 
     def payload(self, messages: list[dict[str, Any]], **overrides: Any) -> dict[str, Any]:
         """The request body: only the fields that are set, as the PaCoRe reference pipeline sends."""
@@ -208,15 +210,15 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         and every request reads several."""
         return self.__pydantic_private__  # type: ignore[return-value]  # set by model_post_init
 
-    def _endpoint(self) -> tuple[LoopPools, str]:
-        """The connection pools (one per loop) and the URL every request goes to. A caller takes its loop's pool
-        with ``pools.current() or await pools.get()``: no coroutine once the pool exists."""
+    def _endpoint(self) -> tuple[PerLoop[ConnectionPool], str]:
+        """The connection pools (one per loop: ``pools.get()``, a dict lookup once the pool exists) and the URL
+        every request goes to."""
         private = self._private()
         return private["_pool"], private["_url"]
 
     async def _post(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
         pools, url = self._endpoint()
-        pool = pools.current() or await pools.get()
+        pool = pools.get()
         status, raw, retry_after = await pool.post(orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS), headers)
         if status != 200:
             raise _status_error(status, raw, url, retry_after)
@@ -237,7 +239,7 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         self, body: dict[str, Any], headers: dict[str, str], on_delta: Callable[[Delta], None] | None
     ) -> dict[str, Any]:
         pools, url = self._endpoint()
-        pool = pools.current() or await pools.get()
+        pool = pools.get()
         async with pool.stream(orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS), headers) as response:
             if response.status != 200:
                 raise _status_error(response.status, await response.read(), url, response.retry_after)
@@ -321,7 +323,7 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         """Have ``connections`` connections to the server open or opening on this loop, opened in the
         background (see ConnectionPool.preconnect); for a caller about to send a burst of requests."""
         pools, _ = self._endpoint()
-        pool = pools.current() or await pools.get()
+        pool = pools.get()
         pool.preconnect(connections)
 
     def plain_calls(self) -> bool:
