@@ -12,6 +12,7 @@ import errno
 import os
 import re
 import shutil
+import sqlite3
 import sys
 import time
 from collections.abc import Sequence
@@ -112,7 +113,7 @@ def is_disk_full(exc: BaseException, where: str | os.PathLike[str] | None = None
     also says when its journal cannot grow) "disk I/O error" while ``where`` has under 1 MiB free."""
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
-    if type(exc).__name__ != "OperationalError":
+    if not isinstance(exc, sqlite3.OperationalError):
         return False
     if "disk is full" in str(exc):
         return True
@@ -122,6 +123,13 @@ def is_disk_full(exc: BaseException, where: str | os.PathLike[str] | None = None
         except OSError:
             return False
     return False
+
+
+def stop_if_disk_full(exc: BaseException, where: str | os.PathLike[str]) -> None:
+    """Raise :class:`DiskFullError` in place of ``exc`` when it is a write that failed for want of space at
+    ``where`` (the run stops there); return otherwise, for the caller to go on or raise ``exc``."""
+    if is_disk_full(exc, where):
+        raise DiskFullError(where, exc) from None
 
 
 class ModelRequestError(PaCoReError):

@@ -45,12 +45,12 @@ from pacore_graph.batch.resume import Status, open_checkpointer, thread_id, thre
 from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.errors import (
-    DiskFullError,
     ModelRequestError,
     PaCoReError,
     RoundFailedError,
     UsageError,
     is_disk_full,
+    stop_if_disk_full,
 )
 from pacore_graph.explorers.protocol import ModelOrExplorer
 from pacore_graph.graph.runner import MessagesInput, PaCoReRunner, to_messages
@@ -206,15 +206,15 @@ class RunFolder:
         try:
             self._lock.acquire()
         except OSError as exc:
-            raise DiskFullError(self.path, exc) if is_disk_full(exc, self.path) else exc from None
+            stop_if_disk_full(exc, self.path)
+            raise
         try:
             check_fingerprint(self.path, self.fingerprint)
             self._results = self.results_file(RESULTS_FILE, self.key)  # a file this run did not write is refused
             save_settings(self.path, self.fingerprint, self.settings)
         except BaseException as exc:
             self._lock.release()
-            if isinstance(exc, OSError) and is_disk_full(exc, self.path):
-                raise DiskFullError(self.path, exc) from None
+            stop_if_disk_full(exc, self.path)
             raise
         return self
 
@@ -244,8 +244,7 @@ class RunFolder:
         except BaseException as exc:
             await self._stack.aclose()
             self.release()
-            if isinstance(exc, Exception) and is_disk_full(exc, self.path):
-                raise DiskFullError(self.path, exc) from None
+            stop_if_disk_full(exc, self.path)
             raise
         return self
 
@@ -321,8 +320,7 @@ class RunFolder:
                     trace=trace,
                 )  # fmt: skip
         except Exception as exc:  # one problem's failure must not cost the others, unless it is the disk's
-            if is_disk_full(exc, self.path):
-                raise DiskFullError(self.path, exc) from None  # every other problem would fail the same way
+            stop_if_disk_full(exc, self.path)  # every other problem would fail the same way
             outcome.error = exc
         return outcome
 
@@ -353,8 +351,7 @@ class RunFolder:
         try:
             self.results.append(made)
         except OSError as exc:
-            if is_disk_full(exc, self.path):
-                raise DiskFullError(self.path, exc) from None
+            stop_if_disk_full(exc, self.path)
             raise
         try:
             await checkpointer.adelete_thread(thread)  # the row is on disk: the rest is spare

@@ -22,20 +22,19 @@ trajectories of this process. The graph state is plain JSON data, read back unde
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-from langchain_core.messages import BaseMessage, convert_to_openai_messages
+from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.graph.context import ProgressListener, RecordSink
+from pacore_graph.graph.own_thread import conversation_digest
 from pacore_graph.graph.runner import MessagesInput, PaCoReRunner, build_result
 from pacore_graph.records import PaCoReResult
 
@@ -71,10 +70,7 @@ async def open_checkpointer(folder: str | Path) -> AsyncIterator[BaseCheckpointS
 def thread_id(problem_id: str, messages: Sequence[BaseMessage], config: PaCoReConfig, *salt: str) -> str:
     """``problem_id`` plus a digest of what the run sends (messages, schedule, sampling, template, salt)."""
     sent = config.model_dump(mode="json", exclude=RUNTIME_FIELDS)
-    payload = json.dumps(
-        [GRAPH_SHAPE, sent, convert_to_openai_messages(list(messages)), list(salt)], sort_keys=True, ensure_ascii=False
-    )
-    return f"{problem_id}:{hashlib.sha256(payload.encode()).hexdigest()[:16]}"
+    return f"{problem_id}:{conversation_digest(messages, GRAPH_SHAPE, sent, list(salt))}"
 
 
 def _failed_round(snapshot: Any) -> bool:
