@@ -213,11 +213,15 @@ async def test_the_readmes_routing_advice_holds_for_each_policy_on_every_workloa
         37] * 5  # [32, 4] alone: 32 + 4 + 1 requests, whatever the routing
     for run in report.runs:  # no routing computes less than the floor (each distinct prefix once)
         assert 0 < run.floor_tokens <= run.prefill_tokens, run
-    for workload in ("one", "chat"):
+    # One problem alone: a keyless routing must send its 32 copies to both replicas (about 1.85x the floor).
+    # The chat workload runs four problems at once, and round_robin may by chance alternate two problems'
+    # copies in lockstep, each problem then on one replica (1.34x once under load, 1.6x usually): there
+    # every keyless routing must only compute more than every keyed one.
+    for workload, keyless_above in (("one", 1.4), ("chat", 1.15)):
         keyed = [runs[workload, policy] for policy in KEYED]
         keyless = [runs[workload, policy] for policy in [*KEYLESS, "spread"]]
-        assert all(run.over_floor < 1.15 < 1.4 < other.over_floor for run in keyed for other in keyless), [
-            (run.policy, round(run.over_floor, 3)) for run in keyed + keyless]  # fmt: skip
+        assert all(run.over_floor < 1.15 <= keyless_above < other.over_floor for run in keyed for other in keyless), [
+            (workload, run.policy, round(run.over_floor, 3)) for run in keyed + keyless]  # fmt: skip
     summary = report.summary()
     assert summary["chat_best_policy"] in KEYED  # chosen by prefill among all four
     assert summary["chat_problems"] == 4
