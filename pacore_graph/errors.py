@@ -16,7 +16,7 @@ import sqlite3
 import sys
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pacore_graph.records import RoundRecord
@@ -134,15 +134,32 @@ def stop_if_disk_full(exc: BaseException, where: str | os.PathLike[str]) -> None
 
 class ModelRequestError(PaCoReError):
     """The server answered a request with an error status or an unusable body; ``retry_after``: the seconds its
-    Retry-After header asked for (429 and 503 only), which a retry waits at least."""
+    Retry-After header asked for (429 and 503 only), which a retry waits at least; ``usage``: the tokens the
+    server reported for it (a body or stream that broke after its usage), which the trajectory still spent."""
 
     def __init__(
-        self, message: str, *, status: int | None = None, retryable: bool = False, retry_after: float | None = None
-    ):
+        self, message: str, *, status: int | None = None, retryable: bool = False, retry_after: float | None = None,
+        usage: dict[str, Any] | None = None,
+    ):  # fmt: skip
         super().__init__(message)
         self.status = status
         self.retryable = retryable
         self.retry_after = retry_after
+        self.usage = usage
+
+
+def reported_usage(exc: BaseException) -> tuple[int, int]:
+    """(prompt, completion) tokens a failed attempt spent, as its server reported them; (0, 0) when it did not.
+    Any error may carry them as ``usage`` (OpenAI's field names), an agent episode's failure as well."""
+    usage = getattr(exc, "usage", None)
+    if not isinstance(usage, dict):
+        return 0, 0
+    prompt, completion = (usage.get(name) for name in ("prompt_tokens", "completion_tokens"))
+    return _count(prompt), _count(completion)
+
+
+def _count(number: object) -> int:
+    return number if isinstance(number, int) and number > 0 else 0
 
 
 CUT_REASONS = {

@@ -127,6 +127,73 @@ async def test_a_failed_synthesis_error_carries_the_proposals_and_their_tokens(m
     assert "\n" not in str(error)
 
 
+SPENT_BUT_BROKEN = b'{"usage": {"prompt_tokens": 11, "completion_tokens": 40}, "choices": []}'  # 200, no reply
+
+
+async def test_tokens_of_failed_attempts_count_when_the_server_reported_them(mock_server):
+    """Two proposals' first attempts come back with usage (40 tokens each) but no choices, and are retried:
+    their tokens are in those trajectories' records, the run's TTC and the answer's usage (5 per good reply)."""
+    proposals: list[int] = []
+
+    def first_two_broken(body, attempt):
+        if "Reference Responses" in str(body["messages"][-1]["content"]):
+            return {"content": "the synthesis"}
+        proposals.append(1)
+        return SPENT_BUT_BROKEN if len(proposals) <= 2 else {"content": "a proposal"}
+
+    config = PaCoReConfig(rounds=[4], retry=RetryPolicy(max_attempts=2, initial_delay=0, max_delay=0))
+    with mock_server(first_two_broken) as server:
+        model = OpenAICompatibleChatModel(base_url=server.base_url, model="mock-model")
+        try:
+            result = await PaCoReRunner(model, config).arun("problem")
+        finally:
+            await model.aclose()
+    tokens = sorted((t.attempts, t.completion_tokens, t.prompt_tokens) for t in result.rounds[0].trajectories)
+    assert tokens == [(1, 5, 11), (1, 5, 11), (2, 45, 22), (2, 45, 22)]
+    assert result.ttc == 4 * 5 + 2 * 40 + 5
+    assert result.message.usage_metadata["output_tokens"] == result.ttc
+    assert result.message.usage_metadata["input_tokens"] == 6 * 11 + 11
+
+
+async def test_a_failed_synthesis_counts_the_tokens_its_attempts_spent(mock_server):
+    def synthesis_broken(body, attempt):
+        if "Reference Responses" in str(body["messages"][-1]["content"]):
+            return SPENT_BUT_BROKEN
+        return {"content": "a proposal"}
+
+    config = PaCoReConfig(rounds=[4], retry=RetryPolicy(max_attempts=2, initial_delay=0, max_delay=0))
+    with mock_server(synthesis_broken) as server:
+        error = await failed_run(server.base_url, config)
+    (synthesis,) = error.round.trajectories
+    assert synthesis.failed and synthesis.attempts == 2 and synthesis.completion_tokens == 2 * 40
+    assert error.completion_tokens == 4 * 5 + 2 * 40
+
+
+async def test_a_failed_agent_episode_counts_the_tokens_its_model_calls_spent(mock_server):
+    """An episode that dies after a model call (its sandbox gone, say) leaves no state to sum usage over: the
+    tokens its calls spent still reach the failed record, as the callbacks saw them."""
+    from langchain_core.runnables import RunnableLambda
+
+    from pacore_graph import AgentExplorer
+
+    with mock_server(lambda body, attempt: {"content": "a step"}) as server:
+        model = OpenAICompatibleChatModel(base_url=server.base_url, model="mock-model")
+
+        async def dies_after_one_step(state, config):
+            await model.ainvoke(state["messages"], config)
+            raise RuntimeError("the sandbox went away")
+
+        explorer = AgentExplorer(RunnableLambda(dies_after_one_step), output=lambda state: "unreached")
+        try:
+            with pytest.raises(RoundFailedError) as caught:
+                await PaCoReRunner(explorer, PaCoReConfig(rounds=[2])).arun("problem")
+        finally:
+            await model.aclose()
+    records = caught.value.round.trajectories
+    assert [(t.error, t.prompt_tokens, t.completion_tokens) for t in records] == [
+        ("RuntimeError: the sandbox went away", 11, 5)] * 2  # fmt: skip
+
+
 async def test_a_timed_out_request_says_how_long_it_was_given(mock_server):
     """asyncio's TimeoutError has no text; the failure says what ran out and after how long."""
     config = PaCoReConfig(rounds=[1], request_timeout=0.3, retry=RetryPolicy(max_attempts=2, initial_delay=0))
@@ -179,10 +246,11 @@ async def test_a_retry_after_longer_than_allowed_fails_at_once_and_says_so(mock_
     assert "(Retry-After: 30 s)" in str(failure)
 
 
-def test_a_timed_out_call_of_a_sync_agent_is_closed_before_its_retry(mock_server):
+@pytest.mark.parametrize("client", ["chat_model", "ChatOpenAI"])
+def test_a_timed_out_call_of_a_sync_agent_is_closed_before_its_retry(mock_server, client):
     """Sync ``create_agent`` with ``PaCoReMiddleware`` (``request_timeout=2``): two proposals hang. Their
     requests are closed upstream as they time out (before their retries go out), and no handler thread
-    outlives the call."""
+    outlives the call. A default ChatOpenAI (2 retries of its own, no timeout) sends no request more."""
     import threading
     import time
 
@@ -200,7 +268,13 @@ def test_a_timed_out_call_of_a_sync_agent_is_closed_before_its_retry(mock_server
 
     config = PaCoReConfig(rounds=[4], request_timeout=2, retry=RetryPolicy(max_attempts=2, initial_delay=0))
     with mock_server(two_hang) as server:
-        agent = create_agent(chat_model(server.base_url), [], middleware=[PaCoReMiddleware(config)])
+        if client == "chat_model":
+            model = chat_model(server.base_url)
+        else:
+            from langchain_openai import ChatOpenAI
+
+            model = ChatOpenAI(base_url=server.base_url, api_key="unused", model="mock-model")
+        agent = create_agent(model, [], middleware=[PaCoReMiddleware(config)])
         out = agent.invoke({"messages": [("user", "q")]})
         assert out["messages"][-1].content == "the synthesis"
         assert not [thread for thread in threading.enumerate() if thread.name == "pacore-handler"]

@@ -13,10 +13,12 @@ Two ways to use an agent with PaCoRe:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 from collections.abc import Callable
 from typing import Any
 
+from langchain_core.callbacks import BaseCallbackHandler, Callbacks, UsageMetadataCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import merge_configs
@@ -63,11 +65,19 @@ class AgentExplorer:
 
     async def explore(self, messages: list[BaseMessage], episode: EpisodeContext) -> Trajectory:
         config = merge_configs(self.config, episode.config) if self.config else episode.config
+        spent = UsageMetadataCallbackHandler()  # what a failed episode's model calls cost (its state is gone)
+        config = {**config, "callbacks": _with_handler(config.get("callbacks"), spent)}
         episode_run = self.runnable.ainvoke(self.input(messages, episode), config)
-        if self.isolate:
-            state = await asyncio.create_task(episode_run, context=contextvars.Context())
-        else:
-            state = await episode_run
+        try:
+            if self.isolate:
+                state = await asyncio.create_task(episode_run, context=contextvars.Context())
+            else:
+                state = await episode_run
+        except Exception as exc:
+            if getattr(exc, "usage", None) is None and spent.usage_metadata:
+                with contextlib.suppress(AttributeError):  # counted with the attempt (errors.reported_usage)
+                    exc.usage = _openai_usage(spent)  # type: ignore[attr-defined]
+            raise
         if self.record is not None:
             episode.record(self.record(state, episode))
         result = self.output(state)
@@ -77,6 +87,27 @@ class AgentExplorer:
         if completion is not None:
             trajectory.prompt_tokens, trajectory.completion_tokens = prompt, completion
         return trajectory
+
+
+def _with_handler(callbacks: Callbacks, handler: BaseCallbackHandler) -> Callbacks:
+    """``callbacks`` (none, a list or a manager) plus ``handler``, inherited by every run below; the original
+    is left as it was. (``merge_configs`` would also pull in the config of the task running this.)"""
+    if callbacks is None:
+        return [handler]
+    if isinstance(callbacks, list):
+        return [*callbacks, handler]
+    manager = callbacks.copy()
+    manager.add_handler(handler, inherit=True)
+    return manager
+
+
+def _openai_usage(spent: UsageMetadataCallbackHandler) -> dict[str, int]:
+    """The usage of every model call seen, in OpenAI's field names."""
+    usages = spent.usage_metadata.values()
+    return {
+        "prompt_tokens": sum(usage.get("input_tokens", 0) for usage in usages),
+        "completion_tokens": sum(usage.get("output_tokens", 0) for usage in usages),
+    }
 
 
 def _episode_usage(state: Any) -> tuple[int | None, int | None]:

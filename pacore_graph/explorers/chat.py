@@ -51,15 +51,15 @@ def trajectory_from_message(message: AIMessage, extra: dict[str, Any] | None = N
     )
 
 
-def _as_pacore_calls_it(model: BaseChatModel) -> BaseChatModel:
-    """A ChatOpenAI that keeps vLLM's reasoning and leaves retries to PaCoRe (see models/chat_openai.py); any
-    other model as it is. A process that never imported langchain-openai holds no ChatOpenAI, and does not
-    import it here (about 30 MB)."""
+def as_pacore_calls_it(model: BaseChatModel, request_timeout: float | None) -> BaseChatModel:
+    """A ChatOpenAI that keeps vLLM's reasoning, leaves retries to PaCoRe and times out with it (see
+    models/chat_openai.py); any other model as it is. A process that never imported langchain-openai holds no
+    ChatOpenAI, and does not import it here (about 30 MB)."""
     if "langchain_openai" not in sys.modules:
         return model
-    from pacore_graph.models.chat_openai import as_pacore_calls_it
+    from pacore_graph.models import chat_openai
 
-    return as_pacore_calls_it(model)
+    return chat_openai.as_pacore_calls_it(model, request_timeout)
 
 
 def takes_openai_params(model: BaseChatModel) -> bool:
@@ -73,7 +73,8 @@ class ChatExplorer:
 
     def __init__(self, model: BaseChatModel | WrappedChatModel, config: PaCoReConfig | None = None):
         found = model if isinstance(model, WrappedChatModel) else WrappedChatModel(model=model, call=model)
-        upgraded = _as_pacore_calls_it(found.model)
+        self.config = config or PaCoReConfig()
+        upgraded = as_pacore_calls_it(found.model, self.config.request_timeout)
         if upgraded is not found.model:  # a ChatOpenAI: same settings, vLLM's reasoning kept, no retries of its own
             found = WrappedChatModel(
                 model=upgraded, call=with_model(found.call, upgraded), prefix=found.prefix,
@@ -84,7 +85,6 @@ class ChatExplorer:
             found = dataclasses.replace(found, call=call)
         self.found = found
         self.model = found.model
-        self.config = config or PaCoReConfig()
         self._early, self._final = self._request_kwargs()
         model = found.model
         # called as it is (no wrapper, no steps before it) and with nothing of its own to tell: in a run

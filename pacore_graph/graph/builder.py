@@ -46,7 +46,7 @@ from pacore_graph.explorers.episode import EpisodeContext
 from pacore_graph.explorers.protocol import Explorer, ModelOrExplorer, as_explorer
 from pacore_graph.graph.compat import passes_on
 from pacore_graph.graph.context import PaCoReContext, current_run
-from pacore_graph.graph.exploration import Exploration, failure_data
+from pacore_graph.graph.exploration import Exploration, failure_data, with_failed_tokens
 from pacore_graph.graph.run_state import RunState
 from pacore_graph.records import (
     OutcomeData,
@@ -211,13 +211,15 @@ def build_pacore_graph(
             raise
         except TrajectoryCut as cut:
             record = seen_references(TrajectoryData(round_index=round_index, index=index, cut=cut.reason), seen)
+            if exploration is not None:
+                record = with_failed_tokens(record, exploration.failed_tokens)
             record["attempts"] = exploration.attempts if exploration is not None else 0
             barrier.finish(record, False)
             run.emit({"event": "trajectory_cut", "round": round_index, "index": index, "reason": cut.reason})
             return {"trajectories": [record]}
         except Exception as exc:
-            attempts = exploration.attempts if exploration is not None else 0
-            record = seen_references(failure_data(exc, round_index, index, attempts), seen)
+            failure = exploration.failure(exc) if exploration is not None else failure_data(exc, round_index, index)
+            record = seen_references(failure, seen)
             control.finished(record)
             run.emit({"event": "trajectory_failed", "round": round_index, "index": index, "error": record["error"]})
             if reference_mode:  # the reference pipeline carries on whatever failed

@@ -15,7 +15,7 @@ from langchain_core.messages import BaseMessage
 
 from pacore_graph.concurrency.retry import with_retries
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.errors import error_status, is_transient
+from pacore_graph.errors import error_status, is_transient, reported_usage
 from pacore_graph.explorers.episode import EpisodeContext
 from pacore_graph.explorers.protocol import Explorer
 from pacore_graph.graph.compat import ReferenceRetries, passes_on, pipeline_conclusion
@@ -28,7 +28,8 @@ class Exploration:
     """``explorer.explore(messages, episode)`` as the operator runs it: retried on transient failures
     (``settings.retry``), each attempt holding ``slot`` and limited to ``settings.request_timeout``.
 
-    ``attempts`` counts the attempts made so far, also when the work is cancelled midway. With
+    ``attempts`` counts the attempts made so far, also when the work is cancelled midway; ``failed_tokens`` the
+    (prompt, completion) tokens that failed attempts spent, as far as their servers reported them. With
     ``compat="reference"`` the reference pipeline's retry rule holds
     (:class:`~pacore_graph.graph.compat.ReferenceRetries`): ``uncapped``, the same explorer without
     ``max_tokens``, takes over after a refusal as too long.
@@ -48,6 +49,7 @@ class Exploration:
         self.episode = episode
         self.settings = settings
         self.attempts = 0
+        self.failed_tokens = (0, 0)
         reference = settings.compat == "reference"
         self._uncapped = uncapped or explorer
         self._retries = ReferenceRetries(capped=self._uncapped is not explorer) if reference else None
@@ -55,7 +57,12 @@ class Exploration:
     async def _attempt(self) -> Trajectory:
         self.attempts += 1
         explorer = self.explorer if self._retries is None or self._retries.capped else self._uncapped
-        return await explorer.explore(self.messages, self.episode)
+        try:
+            return await explorer.explore(self.messages, self.episode)
+        except Exception as exc:
+            prompt, completion = reported_usage(exc)
+            self.failed_tokens = (self.failed_tokens[0] + prompt, self.failed_tokens[1] + completion)
+            raise
 
     async def explore(self, *, slot: AbstractAsyncContextManager[Any] | None = None) -> Trajectory:
         """The trajectory; the last error when it still fails after its retries."""
@@ -67,12 +74,15 @@ class Exploration:
         return outcome
 
     def record(self, outcome: Trajectory) -> TrajectoryData:
-        """What a run keeps of it (see :func:`trajectory_data`)."""
-        return trajectory_data(outcome, self.episode, self.settings, self.attempts)
+        """What a run keeps of it (see :func:`trajectory_data`), its failed attempts' tokens counted in."""
+        record = trajectory_data(outcome, self.episode, self.settings, self.attempts)
+        return with_failed_tokens(record, self.failed_tokens)
 
     def failure(self, exc: BaseException) -> TrajectoryData:
-        """The record of a trajectory that failed for good (see :func:`failure_data`)."""
-        return failure_data(exc, self.episode.round_index, self.episode.index, self.attempts)
+        """The record of a trajectory that failed for good (see :func:`failure_data`), with the tokens its
+        attempts spent."""
+        record = failure_data(exc, self.episode.round_index, self.episode.index, self.attempts)
+        return with_failed_tokens(record, self.failed_tokens)
 
 
 def trajectory_data(
@@ -116,6 +126,16 @@ def failure_data(exc: BaseException, round_index: int, index: int, attempts: int
         error_transient=is_transient(exc),
         attempts=attempts,
     )
+
+
+def with_failed_tokens(record: TrajectoryData, failed_tokens: tuple[int, int]) -> TrajectoryData:
+    """``record`` with the tokens of its failed attempts added: they were spent on this trajectory (usage and
+    TTC count compute spent, not only the reply kept)."""
+    prompt, completion = failed_tokens
+    if prompt or completion:
+        record["prompt_tokens"] = record.get("prompt_tokens", 0) + prompt
+        record["completion_tokens"] = record.get("completion_tokens", 0) + completion
+    return record
 
 
 def _tool_call(call: dict[str, Any]) -> ToolCallData:

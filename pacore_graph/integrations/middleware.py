@@ -29,7 +29,7 @@ from langchain_core.runnables.config import var_child_runnable_config
 
 from pacore_graph.concurrency.sync import CANCEL_GRACE_SECONDS, CancelScope, cancel_scope, run_sync
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.explorers.chat import trajectory_from_message
+from pacore_graph.explorers.chat import as_pacore_calls_it, trajectory_from_message
 from pacore_graph.explorers.episode import EpisodeContext
 from pacore_graph.graph.own_thread import lent_saver
 from pacore_graph.graph.runner import PaCoReRunner
@@ -80,8 +80,9 @@ class HandlerExplorer:
 async def in_thread(function: Callable[..., Any], *args: Any) -> Any:
     """``function(*args)`` in a thread of its own (K sync model calls at once, not a pool of a few), in a copy
     of this context. A caller cancelled while it waits (a timeout, say) cancels what the call runs through
-    :func:`~pacore_graph.concurrency.sync.run_sync` (this project's chat models: their requests are closed)
-    and waits for the thread to end before it goes on, so a retry never runs beside the call it replaces."""
+    :func:`~pacore_graph.concurrency.sync.run_sync` (this project's chat models: their requests are closed; a
+    ChatOpenAI's own timeout, which the middleware sets to PaCoRe's, closes its request) and waits for the
+    thread to end before it goes on, so a retry never runs beside the call it replaces."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
     ended = asyncio.Event()
@@ -130,6 +131,9 @@ class PaCoReMiddleware(AgentMiddleware):
 
     async def _run(self, request: ModelRequest, handler: Callable[..., Any], *, is_async: bool) -> Any:
         node_config = var_child_runnable_config.get() or {}
+        model = as_pacore_calls_it(request.model, self.config.request_timeout)
+        if model is not request.model:  # a ChatOpenAI: no retries of its own, and its own timeout closes a hung call
+            request = request.override(model=model)
         call = _ModelCall(request, handler, node_config, is_async)
         config: RunnableConfig = {
             "callbacks": node_config.get("callbacks"), "metadata": node_config.get("metadata") or {}

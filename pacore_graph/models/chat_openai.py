@@ -7,7 +7,8 @@ upgrades a plain ChatOpenAI to this subclass, keeping every setting and client o
 
 The openai client retries by itself (``max_retries``, 2 unless set): under PaCoRe's own retries (one per
 trajectory, ``PaCoReConfig.retry``) every PaCoRe attempt would be up to three requests, and an error's attempt
-count would not be what was sent. So PaCoRe calls a copy whose clients do not retry.
+count would not be what was sent. So PaCoRe calls a copy whose clients do not retry, and time out no later than
+PaCoRe's ``request_timeout``.
 Imported only when a ChatOpenAI is given: langchain-openai and the openai SDK weigh about 30 MB in memory.
 """
 
@@ -45,18 +46,40 @@ class ReasoningChatOpenAI(ChatOpenAI):
         return generation
 
 
-def as_pacore_calls_it(model: BaseChatModel) -> BaseChatModel:
+def as_pacore_calls_it(model: BaseChatModel, request_timeout: float | None = None) -> BaseChatModel:
     """A plain ChatOpenAI as a ReasoningChatOpenAI, and any ChatOpenAI (Azure's too) with clients that do not
-    retry; the same settings and connections otherwise. Other classes are returned as they are."""
+    retry and, given PaCoRe's ``request_timeout``, that stop waiting on a silent server after it (a default
+    ChatOpenAI waits forever, and a sync call that PaCoRe gave up on cannot be cancelled from outside: its
+    own timeout is what closes its request). The same settings and connections otherwise. Other classes are
+    returned as they are."""
     if not isinstance(model, BaseChatOpenAI):
         return model
     kind = ReasoningChatOpenAI if type(model) is ChatOpenAI else type(model)
     fields = {name: getattr(model, name) for name in type(model).model_fields}
-    retrying = [name for name in ("root_client", "root_async_client") if getattr(fields[name], "max_retries", 0)]
-    if kind is type(model) and not retrying:
+    changes: dict[str, dict[str, Any]] = {}
+    for root in ("root_client", "root_async_client"):
+        options: dict[str, Any] = {}
+        client = fields[root]
+        if getattr(client, "max_retries", 0):
+            options["max_retries"] = 0
+        if request_timeout is not None and client is not None and _waits_longer(client.timeout, request_timeout):
+            options["timeout"] = request_timeout
+        if options:
+            changes[root] = options
+    if kind is type(model) and not changes:
         return model
-    for root in retrying:  # the same client, connection pool included, with its own retries off
-        fields[root] = fields[root].with_options(max_retries=0)
+    for root, options in changes.items():  # the same client, connection pool included, with these options
+        fields[root] = fields[root].with_options(**options)
         fields["client" if root == "root_client" else "async_client"] = fields[root].chat.completions
-    fields["max_retries"] = 0 if retrying else fields["max_retries"]
+    if any("max_retries" in options for options in changes.values()):
+        fields["max_retries"] = 0
     return kind.model_construct(_fields_set=model.model_fields_set, **fields)
+
+
+def _waits_longer(timeout: Any, seconds: float) -> bool:
+    """Whether an openai client's ``timeout`` (None, seconds or an ``httpx.Timeout``) waits for a reply longer
+    than ``seconds``."""
+    if timeout is None:
+        return True
+    read = getattr(timeout, "read", timeout)
+    return read is None or (isinstance(read, int | float) and read > seconds)

@@ -222,13 +222,15 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         status, raw, retry_after = await pool.post(orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS), headers)
         if status != 200:
             raise _status_error(status, raw, url, retry_after)
+        data: Any = None
         try:
             data = orjson.loads(raw)
             choice = data["choices"][0]
             message: dict[str, Any] = choice["message"]  # parsed JSON: a non-dict fails below
         except (ValueError, KeyError, IndexError, TypeError) as exc:
+            usage = data.get("usage") if isinstance(data, dict) else None  # spent, though the reply is unusable
             raise ModelRequestError(
-                f"malformed response from {url}: {raw[:200]!r}", status=200, retryable=True
+                f"malformed response from {url}: {raw[:200]!r}", status=200, retryable=True, usage=usage
             ) from exc
         message["finish_reason"] = choice.get("finish_reason")
         message["usage"] = data.get("usage")

@@ -71,7 +71,7 @@ async def read_stream(
     if pending.startswith(b"data:") and not state.done:
         _event(pending, url, state, on_delta)
     if not state.done and state.finish_reason is None:
-        raise ModelRequestError(f"stream from {url} ended before it finished", retryable=True)
+        raise ModelRequestError(f"stream from {url} ended before it finished", retryable=True, usage=state.usage)
     return state.message()
 
 
@@ -85,7 +85,7 @@ def _event(line: bytes, url: str, state: _Assembly, on_delta: Callable[[Delta], 
         piece = orjson.loads(data)
     except ValueError as exc:
         raise ModelRequestError(
-            f"malformed stream chunk from {url}: {data[:200]!r}", status=200, retryable=True
+            f"malformed stream chunk from {url}: {data[:200]!r}", status=200, retryable=True, usage=state.usage
         ) from exc
     choices = piece.get("choices")
     if not choices:  # usage-only or error events
@@ -94,8 +94,9 @@ def _event(line: bytes, url: str, state: _Assembly, on_delta: Callable[[Delta], 
             code = str(error.get("code", "")) if isinstance(error, dict) else ""
             status = int(code) if code.isdigit() else 500
             raise ModelRequestError(
-                f"server error in stream from {url}: {error}", status=status, retryable=status_is_retryable(status)
-            )
+                f"server error in stream from {url}: {error}", status=status, retryable=status_is_retryable(status),
+                usage=piece.get("usage") or state.usage,
+            )  # fmt: skip
         state.usage = piece.get("usage") or state.usage
         state.model = piece.get("model") or state.model
         return False
