@@ -174,8 +174,8 @@ def _serve_local(args: argparse.Namespace) -> int:
     from pacore_graph.models.embedded import EmbeddedServer
 
     check_port(args.port)
-    with EmbeddedServer(port=args.port, n_ctx=args.n_ctx) as server:
-        say(f"serving {server.model} at {server.base_url} (Ctrl-C stops)")
+    with EmbeddedServer(port=args.port, n_ctx=args.n_ctx, seed=args.seed) as server:
+        say(f"serving {server.model} at {server.base_url}, sampling seed {server.seed} (Ctrl-C stops)")
         try:
             while server.process is not None and server.process.poll() is None:
                 time.sleep(1)
@@ -284,6 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--port", type=int, default=8080, help="port on 127.0.0.1 to listen on (default: 8080)")
     local.add_argument("--n-ctx", type=int, default=8192,
                        help="context size in tokens (default: 8192, SmolLM2's own); clients read it from the server")
+    local.add_argument("--seed", type=int, help="sampling seed, to repeat a run (default: $PACORE_EMBEDDED_SEED, "
+                       "else a random one each start)")  # fmt: skip
     local.set_defaults(func=_serve_local)
 
     from pacore_graph.models.vllm_server import ROUTER_POLICIES, ROUTER_POLICY

@@ -68,6 +68,9 @@ async def test_streaming_against_the_embedded_server(embedded_server):
     result = await asolve(model, "Say hello.", PaCoReConfig(rounds=[1], max_tokens=24, stream=True))
     await model.aclose()
     assert result.answer.strip() and result.ttc > 0
+    # the server reports streamed usage as vLLM does (stream_options.include_usage): counted, not estimated
+    for record in (t for round_ in result.rounds for t in round_.trajectories):
+        assert record.prompt_tokens > 10 and 0 < record.completion_tokens <= 24 and not record.tokens_approximate
 
 
 def test_serve_local_serves_and_stops():
@@ -149,3 +152,37 @@ def test_an_abandoned_serve_request_stops_generating_on_the_embedded_server(embe
     quick = run_sync(chat.acomplete([{"role": "user", "content": "Hi"}], max_tokens=4))  # the model is free again
     run_sync(chat.aclose())
     assert quick["usage"]["completion_tokens"] <= 4
+
+
+def test_each_start_samples_from_its_own_seed_and_a_given_seed_repeats_a_run(monkeypatch):
+    """Temperature 1.0 on a fresh server: two starts without a seed answer the same first request differently
+    (their seeds differ); two with PACORE_EMBEDDED_SEED set answer it byte for byte alike."""
+    from pacore_graph.models.embedded import SEED_VARIABLE, EmbeddedServer
+
+    def first_reply(seed_variable: str | None) -> tuple[int, str]:
+        if seed_variable is None:
+            monkeypatch.delenv(SEED_VARIABLE, raising=False)
+        else:
+            monkeypatch.setenv(SEED_VARIABLE, seed_variable)
+        with EmbeddedServer(n_ctx=1024) as server:
+            body = {"model": server.model, "messages": [{"role": "user", "content": "Tell me a story."}],
+                    "temperature": 1.0, "max_tokens": 24}  # fmt: skip
+            request = urllib.request.Request(f"{server.base_url}/chat/completions", json.dumps(body).encode(),
+                                             {"Content-Type": "application/json"})  # fmt: skip
+            with urllib.request.urlopen(request, timeout=120) as response:
+                return server.seed, json.load(response)["choices"][0]["message"]["content"]
+
+    (seed_a, random_a), (seed_b, random_b) = first_reply(None), first_reply(None)
+    assert seed_a != seed_b and random_a != random_b
+    (seed_c, fixed_c), (seed_d, fixed_d) = first_reply("7"), first_reply("7")
+    assert seed_c == seed_d == 7 and fixed_c == fixed_d
+
+
+def test_a_seed_that_is_not_a_number_is_refused(monkeypatch):
+    from pacore_graph.errors import PaCoReError
+    from pacore_graph.models.embedded import SEED_VARIABLE, sampling_seed
+
+    monkeypatch.setenv(SEED_VARIABLE, "seven")
+    with pytest.raises(PaCoReError, match="PACORE_EMBEDDED_SEED='seven' is not an integer"):
+        sampling_seed()
+    assert sampling_seed(3) == 3

@@ -8,7 +8,8 @@ Defaults that finish on two CPU cores (:func:`~pacore_graph.models.preflight.ser
 ``chat_model``): its context (8192 tokens, read from the server) becomes PaCoRe's ``context_window``, so synthesis
 prompts are fitted to it; each reply is capped at ``EMBEDDED_MAX_TOKENS`` unless a ``max_tokens`` is given (a 135M
 model left uncapped often rambles to the end of its context: one reply of 7,698 tokens took minutes). Its server
-(:mod:`pacore_graph.models.llama_server`) ends a reply whose client has left at the next token.
+(:mod:`pacore_graph.models.llama_server`) ends a reply whose client has left at the next token. It samples from a
+fresh random seed each time it starts (:func:`sampling_seed`), as temperature 1.0 promises.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import atexit
 import importlib.util
 import json
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -32,6 +34,7 @@ from pacore_graph.errors import PaCoReError
 
 MODEL_ALIAS = "smollm2-135m-instruct"
 DEFAULT_CONTEXT = 8192
+SEED_VARIABLE = "PACORE_EMBEDDED_SEED"
 EMBEDDED_MAX_TOKENS = 512  # default cap of one reply of the embedded model (about 5 s at 110 tokens/s)
 
 
@@ -72,6 +75,24 @@ def wait_until_ready(base_url: str, timeout: float, process: subprocess.Popen[by
     raise PaCoReError(f"the model server at {base_url} did not become ready within {timeout:.0f} s")
 
 
+def sampling_seed(seed: int | None = None) -> int:
+    """The seed the server samples from: ``seed``, else ``PACORE_EMBEDDED_SEED``, else a fresh random one.
+
+    llama-cpp-python draws each request's seed from a chain that starts at its server's seed, so a server
+    started with the same seed answers the same first requests byte for byte: fixed, every run of a demo
+    would repeat the last one, whatever the temperature. A seed given (or the variable set) repeats a run."""
+    if seed is None and (configured := os.environ.get(SEED_VARIABLE)):
+        try:
+            seed = int(configured)
+        except ValueError:
+            raise PaCoReError(f"{SEED_VARIABLE}={configured!r} is not an integer") from None
+    if seed is None:
+        return secrets.randbelow(2**31)
+    if not 0 <= seed < 2**32:
+        raise PaCoReError(f"the embedded server's seed must be in 0..{2**32 - 1}, not {seed}")
+    return seed
+
+
 def _die_with_parent() -> None:
     """Linux: the server gets SIGTERM when the process that started it dies (even by SIGKILL)."""
     try:
@@ -86,9 +107,13 @@ def _die_with_parent() -> None:
 class EmbeddedServer:
     """Start and stop llama-cpp-python's server for the SmolLM2 GGUF; a context manager."""
 
-    def __init__(self, *, port: int | None = None, n_ctx: int = DEFAULT_CONTEXT, ready_timeout: float = 180):
+    def __init__(
+        self, *, port: int | None = None, n_ctx: int = DEFAULT_CONTEXT, ready_timeout: float = 180,
+        seed: int | None = None,
+    ):  # fmt: skip
         self.port = port or free_port()
         self.n_ctx = n_ctx
+        self.seed = sampling_seed(seed)
         self.ready_timeout = ready_timeout
         self.process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -113,6 +138,7 @@ class EmbeddedServer:
             "--host", "127.0.0.1",
             "--port", str(self.port),
             "--n-ctx", str(self.n_ctx),
+            "--seed", str(self.seed),
         ]  # fmt: skip
 
     def start(self) -> EmbeddedServer:

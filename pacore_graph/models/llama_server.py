@@ -23,6 +23,8 @@ import argparse
 import asyncio
 import contextlib
 import threading
+from collections.abc import Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -45,18 +47,63 @@ class EndWhenGone:
         return scores
 
 
+class CountTokens:
+    """A llama.cpp logits processor that counts: its first call sees the whole prompt, and it is called once per
+    token sampled (end-of-text included, which llama-cpp-python's usage leaves out)."""
+
+    def __init__(self) -> None:
+        self.prompt_tokens = 0
+        self.samples = 0
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        if not self.samples:
+            self.prompt_tokens = len(input_ids)
+        self.samples += 1
+        return scores
+
+    def usage(self, finish_reason: str | None, stop_strings: bool) -> dict[str, int]:
+        """The usage a non-streamed reply would report. A reply that stopped without stop strings sampled
+        end-of-text last; one stopped by a stop string did not (counted as such when both could be)."""
+        ended_by_eos = finish_reason == "stop" and not stop_strings
+        completion = max(self.samples - ended_by_eos, 0)
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": completion,
+                "total_tokens": self.prompt_tokens + completion}  # fmt: skip
+
+
+def _with_usage(llama: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
+    """``Llama.create_chat_completion`` streamed, then one chunk with no choices and the usage, as vLLM sends it
+    when ``stream_options.include_usage`` asks (llama-cpp-python's server sends none)."""
+    from llama_cpp import Llama, LogitsProcessorList
+
+    counter = CountTokens()
+    kwargs["logits_processor"] = LogitsProcessorList([*(kwargs.get("logits_processor") or []), counter])
+    last: dict[str, Any] | None = None
+    finish_reason = None
+    for chunk in Llama.create_chat_completion(llama, **kwargs):
+        last = chunk
+        finish_reason = next((c["finish_reason"] for c in chunk["choices"] if c.get("finish_reason")), finish_reason)
+        yield chunk
+    if last is not None:
+        fields = {name: last[name] for name in ("id", "object", "created", "model") if name in last}
+        yield {**fields, "choices": [], "usage": counter.usage(finish_reason, bool(kwargs.get("stop")))}
+
+
 async def _until_disconnected(request: Any, gone: threading.Event) -> None:
     while (await request.receive())["type"] != "http.disconnect":
         pass
     gone.set()
 
 
-def build_app(model: str, alias: str, n_ctx: int) -> "FastAPI":
+def build_app(model: str, alias: str, n_ctx: int, seed: int) -> "FastAPI":
     """llama-cpp-python's FastAPI app for one GGUF, with ``GET /props`` and non-streamed replies that end when
     their client leaves."""
     from fastapi import APIRouter, Depends, FastAPI, Request
     from llama_cpp import LogitsProcessorList
-    from llama_cpp.server.app import create_app, create_chat_completion, get_llama_proxy, prepare_request_resources
+    import anyio
+    from llama_cpp.server.app import (
+        create_app, create_chat_completion, get_event_publisher, get_llama_proxy, prepare_request_resources,
+    )  # fmt: skip
+    from sse_starlette.sse import EventSourceResponse
     from llama_cpp.server.errors import RouteErrorHandler
     from llama_cpp.server.settings import ModelSettings, ServerSettings
     from llama_cpp.server.types import CreateChatCompletionRequest
@@ -64,14 +111,20 @@ def build_app(model: str, alias: str, n_ctx: int) -> "FastAPI":
 
     app: FastAPI = create_app(  # llama-cpp-python's functions are untyped
         server_settings=ServerSettings(interrupt_requests=False),
-        model_settings=[ModelSettings(model=model, model_alias=alias, n_ctx=n_ctx)],
+        model_settings=[ModelSettings(model=model, model_alias=alias, n_ctx=n_ctx, seed=seed)],
     )
     router = APIRouter(route_class=RouteErrorHandler)  # llama-cpp-python's error bodies (OpenAI's shape)
 
     @router.post("/v1/chat/completions")
     async def chat_completions(request: Request, body: CreateChatCompletionRequest) -> Any:
         if body.stream:
-            return await create_chat_completion(request, body)
+            if not ((await request.json()).get("stream_options") or {}).get("include_usage"):
+                return await create_chat_completion(request, body)
+            send, receive = anyio.create_memory_object_stream(10)  # llama-cpp-python's own road, usage added
+            publish = partial(get_event_publisher, request=request, inner_send_chan=send, body=body,
+                              body_model=body.model, llama_call=_with_usage,
+                              kwargs=body.model_dump(exclude=LLAMA_CPP_EXCLUDED))  # fmt: skip
+            return EventSourceResponse(receive, data_sender_callable=publish, sep="\n")
         kwargs = body.model_dump(exclude=LLAMA_CPP_EXCLUDED)
         gone = threading.Event()
         async with contextlib.asynccontextmanager(get_llama_proxy)() as llama_proxy:
@@ -103,8 +156,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--n-ctx", type=int, required=True, help="context size in tokens")
+    parser.add_argument("--seed", type=int, required=True, help="where the chain of each request's seed starts")
     args = parser.parse_args(argv)
-    uvicorn.run(build_app(args.model, args.alias, args.n_ctx), host=args.host, port=args.port)
+    uvicorn.run(build_app(args.model, args.alias, args.n_ctx, args.seed), host=args.host, port=args.port)
 
 
 if __name__ == "__main__":
