@@ -25,7 +25,7 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -79,12 +79,13 @@ def _with_usage(llama: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
     kwargs["logits_processor"] = LogitsProcessorList([*(kwargs.get("logits_processor") or []), counter])
     last: dict[str, Any] | None = None
     finish_reason = None
-    for chunk in Llama.create_chat_completion(llama, **kwargs):
+    chunks = cast(Iterator[dict[str, Any]], Llama.create_chat_completion(llama, **kwargs))  # stream=True: chunks
+    for chunk in chunks:
         last = chunk
         finish_reason = next((c["finish_reason"] for c in chunk["choices"] if c.get("finish_reason")), finish_reason)
         yield chunk
     if last is not None:
-        fields = {name: last[name] for name in ("id", "object", "created", "model") if name in last}
+        fields: dict[str, Any] = {name: last[name] for name in ("id", "object", "created", "model") if name in last}
         yield {**fields, "choices": [], "usage": counter.usage(finish_reason, bool(kwargs.get("stop")))}
 
 
@@ -97,16 +98,20 @@ async def _until_disconnected(request: Any, gone: threading.Event) -> None:
 def build_app(model: str, alias: str, n_ctx: int, seed: int) -> "FastAPI":
     """llama-cpp-python's FastAPI app for one GGUF, with ``GET /props`` and non-streamed replies that end when
     their client leaves."""
+    import anyio
     from fastapi import APIRouter, Depends, FastAPI, Request
     from llama_cpp import LogitsProcessorList
-    import anyio
     from llama_cpp.server.app import (
-        create_app, create_chat_completion, get_event_publisher, get_llama_proxy, prepare_request_resources,
+        create_app,
+        create_chat_completion,
+        get_event_publisher,
+        get_llama_proxy,
+        prepare_request_resources,
     )  # fmt: skip
-    from sse_starlette.sse import EventSourceResponse
     from llama_cpp.server.errors import RouteErrorHandler
     from llama_cpp.server.settings import ModelSettings, ServerSettings
     from llama_cpp.server.types import CreateChatCompletionRequest
+    from sse_starlette.sse import EventSourceResponse
     from starlette.concurrency import run_in_threadpool
 
     app: FastAPI = create_app(  # llama-cpp-python's functions are untyped
@@ -120,7 +125,8 @@ def build_app(model: str, alias: str, n_ctx: int, seed: int) -> "FastAPI":
         if body.stream:
             if not ((await request.json()).get("stream_options") or {}).get("include_usage"):
                 return await create_chat_completion(request, body)
-            send, receive = anyio.create_memory_object_stream(10)  # llama-cpp-python's own road, usage added
+            # llama-cpp-python's own road, with the usage chunk added
+            send, receive = anyio.create_memory_object_stream[dict[str, Any]](10)
             publish = partial(get_event_publisher, request=request, inner_send_chan=send, body=body,
                               body_model=body.model, llama_call=_with_usage,
                               kwargs=body.model_dump(exclude=LLAMA_CPP_EXCLUDED))  # fmt: skip
