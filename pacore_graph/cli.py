@@ -168,6 +168,15 @@ def _solve_folder(
     return RunFolder(output, fingerprint=fingerprint, progress=progress).claim()
 
 
+def _show(args: argparse.Namespace) -> int:
+    from pacore_graph.batch.show import plot, render
+
+    print(render(args.folder))
+    if args.plot:
+        say(f"plot: {plot(args.folder, args.plot)}")
+    return 0
+
+
 def _serve_local(args: argparse.Namespace) -> int:
     import time
 
@@ -274,6 +283,16 @@ def build_parser() -> argparse.ArgumentParser:
         "checkpoint; the same command again continues an interrupted run or prints the answer",
     )  # fmt: skip
     solve.set_defaults(func=_solve)
+
+    show = commands.add_parser(
+        "show", help="read a run folder: answers, rounds, agreement, tokens",
+        description="Print what a run folder holds (pacore solve --output, RunFolder): per problem its answer and, per "
+        "round, K, tokens and how many of the round's answers agree. Reads only: safe beside a run in progress.",
+    )  # fmt: skip
+    show.add_argument("folder", help="the run folder")
+    show.add_argument("--plot", metavar="PNG", help="also draw tokens per round and first-round agreement per "
+                      "problem into this PNG (needs matplotlib)")  # fmt: skip
+    show.set_defaults(func=_show)
 
     local = commands.add_parser(
         "serve-local", help="run the embedded SmolLM2 server alone",

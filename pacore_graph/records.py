@@ -152,6 +152,20 @@ class TrajectoryRecord(BaseModel):
         """Its text in the next round's template: the conclusion plus its tool calls, rendered."""
         return reference_text(self.conclusion, self.tool_calls)
 
+    def __repr__(self) -> str:
+        """One line: where it ran, what it cost, and its conclusion (shortened) or why it has none."""
+        fields = [f"round_index={self.round_index}", f"index={self.index}"]
+        if self.failed:
+            fields += [f"error={shorten(self.error or '')!r}", f"attempts={self.attempts}"]
+        else:
+            fields += [f"completion_tokens={self.completion_tokens}", f"conclusion={shorten(self.conclusion, 40)!r}"]
+            fields += [f"tool_calls={len(self.tool_calls)}"] if self.tool_calls else []
+        fields += ["truncated=True"] if self.truncated else []
+        fields += [f"cut={self.cut!r}"] if self.cut else []
+        return f"TrajectoryRecord({', '.join(fields)})"
+
+    __str__ = __repr__
+
 
 def is_usable(error: str | None, conclusion: str, tool_calls: Sequence[object] | None) -> bool:
     """The rule: a trajectory that did not fail and left a conclusion or a tool call may be passed on."""
@@ -211,6 +225,14 @@ class RoundRecord(BaseModel):
         """Some trajectory failed for a reason that may pass (a 5xx, a dropped connection, a timeout)."""
         return any(t.error_transient for t in self.trajectories)
 
+    def __repr__(self) -> str:
+        """One line: its counts (``.trajectories`` lists each record)."""
+        counts = self.counts()
+        counts["usable"] = sum(1 for t in self.trajectories if t.usable)
+        return f"RoundRecord({', '.join(f'{name}={value}' for name, value in counts.items())})"
+
+    __str__ = __repr__
+
 
 class Outcome(BaseModel):
     """How the answer was chosen. The paper: the final round's one synthesis (``selector="synthesis"``)."""
@@ -256,6 +278,21 @@ class PaCoReResult(BaseModel):
         """Trajectories a round cancelled (early stop, budget): their tokens before the cut are not counted."""
         return [t for r in self.rounds for t in r.trajectories if t.cut]
 
+    def __repr__(self) -> str:
+        """One line: the answer (shortened), the schedule run, TTC and failures (``.rounds`` has each round)."""
+        schedule = [r.k for r in self.rounds]
+        return (
+            f"PaCoReResult(answer={shorten(self.answer, 40)!r}, rounds={schedule}, ttc={self.ttc}, "
+            f"failures={len(self.failures)})"
+        )
+
+    def __str__(self) -> str:
+        """What a person reads: the answer, then one line per round."""
+        lines = [self.answer.strip() or "(empty answer)", ""]
+        lines += [f"round {r.round_index + 1}: {round_line(r)}" for r in self.rounds]
+        lines.append(f"effective TTC: {self.ttc:,} completion tokens over {sum(r.k for r in self.rounds)} calls")
+        return "\n".join(lines)
+
     def summary(self) -> dict[str, Any]:
         """JSON-ready account (what ``--output`` writes): each conclusion appears once, in its round."""
         return {"answer": self.answer, **self.accounting()}
@@ -277,3 +314,17 @@ class PaCoReResult(BaseModel):
             if self.outcome == Outcome():
                 del account["outcome"]
         return account
+
+
+def shorten(text: str, width: int = 60) -> str:
+    """``text`` on one line, cut to ``width`` characters with an ellipsis."""
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def round_line(round: RoundRecord) -> str:
+    """A round in words: K, tokens, and what went wrong when something did."""
+    counts = round.counts()
+    parts = [f"K={round.k}", f"{counts['completion_tokens']:,} tokens"]
+    parts += [f"{counts[name]} {name}" for name in ("failed", "truncated", "cut") if name in counts]
+    return ", ".join(parts)

@@ -38,9 +38,12 @@ class ResultsFileError(PaCoReError):
 class ResultsFile:
     """One JSONL file of result rows, keyed for resume by ``key(row)``."""
 
-    def __init__(self, path: str | os.PathLike[str], key: Callable[[dict[str, Any]], Any]):
+    def __init__(self, path: str | os.PathLike[str], key: Callable[[dict[str, Any]], Any], *, repair: bool = True):
+        """``repair``: cut a torn last line off the file (the owner of the folder); False leaves the file as it is
+        and skips that line (a reader beside a run, whose last line may be in the middle of being written)."""
         self.path = Path(path)
         self.key = key
+        self.repair = repair
         self._lock = threading.Lock()
         self.rows: list[dict[str, Any]] = []
         self.torn_lines = 0
@@ -59,7 +62,8 @@ class ResultsFile:
                         row = json.loads(raw)
                     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
                         if unfinished:  # torn by a kill or a full disk mid-write: cut off, the next row starts clean
-                            self._cut_at(offset, offset + len(raw))
+                            if self.repair:
+                                self._cut_at(offset, offset + len(raw))
                             self.torn_lines = 1
                             break
                         raise ResultsFileError(self.path, number, f"is not JSON ({_reason(exc)})") from None

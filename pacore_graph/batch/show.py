@@ -1,0 +1,158 @@
+"""A run folder as a person reads it (``pacore show FOLDER``): per problem its answer, and per round its K, its
+tokens and how far its trajectories' answers agreed; optionally a plot of the same.
+
+Reading only: the results file is not repaired (a run beside it may be writing its last line), nothing is
+locked. Agreement compares each usable trajectory's answer: the one an ``answer_extractor`` recorded, else
+what MathArena's non-strict reading finds (the last ``\\boxed{}``, a stated answer, the last number), else its
+conclusion's first line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pacore_graph.batch.fingerprint import SETTINGS_FILE
+from pacore_graph.batch.folder import RESULTS_FILE
+from pacore_graph.batch.results_file import ResultsFile
+from pacore_graph.coordination.answers import boxed_answer
+from pacore_graph.errors import UsageError
+from pacore_graph.records import RoundRecord, TrajectoryRecord, round_line, shorten
+
+WIDTH = 100  # what every line of the rendering fits
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """The most common answer of a round's usable trajectories, how many gave it, and out of how many."""
+
+    answer: str | None
+    votes: int
+    usable: int
+
+    def __str__(self) -> str:
+        if not self.usable:
+            return "no usable answer"
+        if self.usable == 1:
+            return f"-> {shorten(self.answer or '', 40)!r}"
+        return f"{self.votes}/{self.usable} agree on {shorten(self.answer or '', 32)!r}"
+
+
+@dataclass(frozen=True)
+class ShownProblem:
+    """One finished problem of the folder."""
+
+    id: str
+    answer: str
+    rounds: list[RoundRecord]
+    ttc: int
+
+    @property
+    def agreements(self) -> list[Agreement]:
+        return [agreement(r) for r in self.rounds]
+
+
+def answer_of(record: TrajectoryRecord) -> str:
+    """What a trajectory answered, as agreement compares it (see the module's docstring)."""
+    if record.answer:
+        return record.answer
+    found = boxed_answer(record.conclusion)
+    if found:
+        return found
+    first_line = next((line.strip() for line in record.conclusion.splitlines() if line.strip()), "")
+    return " ".join(first_line.lower().split())
+
+
+def agreement(round: RoundRecord) -> Agreement:
+    answers = [answer_of(t) for t in round.trajectories if t.usable]
+    if not answers:
+        return Agreement(None, 0, 0)
+    answer, votes = Counter(answers).most_common(1)[0]
+    return Agreement(answer, votes, len(answers))
+
+
+def read_folder(folder: str | Path) -> tuple[dict[str, Any], list[ShownProblem]]:
+    """The folder's fingerprint and its finished problems, in the order they finished."""
+    path = Path(folder)
+    if not (path / SETTINGS_FILE).is_file():
+        raise UsageError(f"{path} is not a run folder (it has no {SETTINGS_FILE}): give the folder a run wrote")
+    try:
+        fingerprint = json.loads((path / SETTINGS_FILE).read_text(encoding="utf-8")).get("fingerprint") or {}
+    except (ValueError, AttributeError) as exc:
+        raise UsageError(f"{path / SETTINGS_FILE} is not this project's settings file ({exc})") from None
+    rows = ResultsFile(path / RESULTS_FILE, key=lambda row: row["id"], repair=False).rows
+    if rows and "rounds" not in rows[0]:
+        raise UsageError(
+            f"{path}'s rows are a benchmark's, not PaCoRe answers (no 'rounds'): read its report.md or table.md"
+        )
+    problems = [
+        ShownProblem(
+            str(row["id"]),
+            row.get("answer", ""),
+            [RoundRecord.model_validate(r) for r in row["rounds"]],
+            row.get("ttc", 0),
+        )  # fmt: skip
+        for row in rows
+    ]
+    return fingerprint, problems
+
+
+def render(folder: str | Path) -> str:
+    """The text ``pacore show`` prints: a header, then per problem its answer and one line per round."""
+    fingerprint, problems = read_folder(folder)
+    settings = ", ".join(f"{name} {fingerprint[name]}" for name in ("model", "rounds") if name in fingerprint)
+    lines = [str(folder), f"{len(problems)} problem(s) finished" + (f" ({settings})" if settings else "")]
+    for problem in problems:
+        lines += ["", fit(f"{problem.id}  answer: {shorten(problem.answer, WIDTH)}")]
+        for round_, agreed in zip(problem.rounds, problem.agreements, strict=True):
+            lines.append(fit(f"    round {round_.round_index + 1}: {round_line(round_)}; {agreed}"))
+        calls = sum(r.k for r in problem.rounds)
+        lines.append(f"    effective TTC {problem.ttc:,} completion tokens over {calls} calls")
+    if not problems:
+        lines.append("nothing finished yet: run the same command again to go on")
+    return "\n".join(lines)
+
+
+def fit(line: str) -> str:
+    """``line`` cut to the rendering's width."""
+    return line if len(line) <= WIDTH else line[: WIDTH - 1] + "…"
+
+
+def plot(folder: str | Path, png: str | Path) -> Path:
+    """Per problem, its completion tokens stacked by round, and the first round's agreement (the share of its
+    usable answers that agree) as a point: where PaCoRe spent tokens, and how split each problem was."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("--plot needs matplotlib: pip install matplotlib (or the bench extra)") from None
+    _, problems = read_folder(folder)
+    if not problems:
+        raise UsageError(f"{folder} has no finished problem to plot")
+    figure, tokens_axis = plt.subplots(figsize=(max(6.0, 0.5 * len(problems) + 2), 4))
+    ids = [shorten(p.id, 16) for p in problems]
+    bottom = [0] * len(problems)
+    for round_index in range(max(len(p.rounds) for p in problems)):
+        heights = [p.rounds[round_index].completion_tokens if round_index < len(p.rounds) else 0 for p in problems]
+        tokens_axis.bar(ids, heights, bottom=bottom, label=f"round {round_index + 1}")
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    tokens_axis.set_ylabel("completion tokens")
+    tokens_axis.tick_params(axis="x", labelrotation=45)
+    share_axis = tokens_axis.twinx()
+    first = [p.agreements[0] for p in problems]
+    share_axis.plot(ids, [a.votes / a.usable if a.usable else 0 for a in first], "ko", label="round 1 agreement")
+    share_axis.set_ylim(0, 1.05)
+    share_axis.set_ylabel("round 1: share of answers agreeing")
+    handles = tokens_axis.get_legend_handles_labels()[0] + share_axis.get_legend_handles_labels()[0]
+    tokens_axis.legend(handles=handles, loc="upper left", fontsize="small")
+    tokens_axis.set_title(f"{Path(folder).name}: tokens per round and first-round agreement")
+    figure.tight_layout()
+    out = Path(png)
+    figure.savefig(out, dpi=120)
+    plt.close(figure)
+    return out
