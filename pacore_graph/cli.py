@@ -99,12 +99,25 @@ def _solve(args: argparse.Namespace) -> int:
         if folder is not None:
             folder.release()
     print(row["answer"])
+    _say_rounds(row["rounds"])
     approx = " (approximate)" if row["ttc_approximate"] else ""
     say(f"effective TTC: {row['ttc']} tokens{approx}; failed trajectories: {len(row['failures'])}")
+    if args.output:
+        say(f"the run, readable: pacore show {args.output}")
     trajectories = sum(len(record["trajectories"]) for record in row["rounds"])
     counts = item_counts(1, 0, trajectories=trajectories, failed_trajectories=len(row["failures"]))
     return print_summary("solve", output=args.output, counts=counts, answer=row["answer"], ttc=row["ttc"],
                          ttc_approximate=row["ttc_approximate"])  # fmt: skip
+
+
+def _say_rounds(rounds: list[dict[str, Any]]) -> None:
+    """Each round in one line on stderr: K, tokens, and how far its answers agreed."""
+    from pacore_graph.batch.show import agreement
+    from pacore_graph.records import RoundRecord, round_line
+
+    for data in rounds:
+        round_ = RoundRecord.model_validate(data)
+        say(f"round {round_.round_index + 1}: {round_line(round_)}; {agreement(round_)}")
 
 
 def read_messages_file(path: str) -> list[dict[str, Any]]:
