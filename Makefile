@@ -1,22 +1,33 @@
 # Two commands on a fresh machine:  `make demo` (PaCoRe on the embedded model)  and  `make test`.
 VENV ?= .venv
 PY := $(VENV)/bin/python
+DEMO_STAMP := $(VENV)/.demo-installed
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint install lock
 
+DEMO_EXTRAS := local,server
 EXTRAS := local,swe,bench,server,dev
+# pip's verbose output goes to a log; scripts/pip_progress.py prints a short account of it, a line at least every 30 s
+PIP_INSTALL := python3 scripts/pip_progress.py $(VENV)/pip-install.log $(PY) -m pip install -c constraints.txt
+# llama-cpp-python compiles llama.cpp from source; the multimodal library is not needed by the embedded model
+export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 
-$(STAMP): pyproject.toml constraints.txt
+$(DEMO_STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q -c constraints.txt --upgrade pip
-	# llama-cpp-python compiles from source the first time (about 8 minutes on 2 cores)
-	$(PY) -m pip install -q -c constraints.txt -e '.[$(EXTRAS)]'
-	touch $(STAMP)
+	@echo "Installing the demo's part of pacore-graph into $(VENV) (llama-cpp-python compiles from source: several minutes)"
+	$(PIP_INSTALL) -e '.[$(DEMO_EXTRAS)]'
+	touch $@
+
+$(STAMP): $(DEMO_STAMP) pyproject.toml constraints.txt
+	@echo "Installing the rest of pacore-graph's extras into $(VENV) (the tests need them all)"
+	$(PIP_INSTALL) -e '.[$(EXTRAS)]'
+	touch $@
 
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	@echo "PaCoRe (preset low: 4 trajectories, then a synthesis) on the embedded SmolLM2-135M: a tiny CPU model that exercises the plumbing, not one that answers well (pass --base-url for a real model)"
 	$(VENV)/bin/pacore solve "What is 17*23?"
 
