@@ -8,10 +8,11 @@ STAMP := $(VENV)/.installed
 
 DEMO_EXTRAS := local,server
 EXTRAS := local,swe,bench,server,dev
+# llama-cpp-python compiles llama.cpp from source; the embedded model needs no multimodal library
+LLAMA_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 # pip's verbose output goes to a log; scripts/pip_progress.py prints a short account of it, a line at least every 30 s
-PIP_INSTALL := python3 scripts/pip_progress.py $(VENV)/pip-install.log $(PY) -m pip install -c constraints.txt
-# llama-cpp-python compiles llama.cpp from source; the multimodal library is not needed by the embedded model
-export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
+PIP_INSTALL := CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" python3 scripts/pip_progress.py $(VENV)/pip-install.log \
+	$(PY) -m pip install -c constraints.txt
 
 $(DEMO_STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
