@@ -66,7 +66,7 @@ async def test_chatopenai_passed_in_works_and_its_reasoning_is_recovered(mock_se
     assert server.requests[0]["temperature"] == 1.0 and server.requests[0]["top_p"] == 1.0
 
 
-@pytest.mark.parametrize("entry", ["asolve", "chat_model"])
+@pytest.mark.parametrize("entry", ["asolve", "chat_model", "middleware"])
 async def test_a_chatopenai_under_pacore_is_one_layer_of_retries(mock_server, entry):
     """ChatOpenAI's client retries twice by itself: under PaCoRe (asolve, or PaCoReChatModel over it) it does
     not, so a server failing every proposal gets PaCoRe's attempts x K requests, and the error's count is what
@@ -80,6 +80,12 @@ async def test_a_chatopenai_under_pacore_is_one_layer_of_retries(mock_server, en
         with pytest.raises(RoundFailedError) as caught:
             if entry == "asolve":
                 await asolve(user_model, "q", config)
+            elif entry == "middleware":
+                from langchain.agents import create_agent
+
+                from pacore_graph import PaCoReMiddleware
+
+                await create_agent(user_model, [], middleware=[PaCoReMiddleware(config)]).ainvoke({"messages": "q"})
             else:
                 await PaCoReChatModel(model=user_model, config=config).ainvoke("q")
     assert len(server.requests) == 3 * 4
