@@ -2,12 +2,12 @@
 
 Three workloads (:mod:`~pacore_benchmarks.perf.replicas_workloads`) against N emulated replicas
 (:meth:`EmulatorConfig.gpu_replica`: prefix cache, prefill cost, decoding slowed by the batch's context,
-PaCoRe-sized conclusions): the issue's ([32, 4] and [16], all at once), which gives the headline figures; [32, 4]
+PaCoRe-sized conclusions): the batch ([32, 4] and [16], all at once), which gives the headline figures; [32, 4]
 problems one at a time (latency on an otherwise idle cluster); and the chat and agent one. Each is sent through the
 client-side spreading over every replica URL (fewest requests in flight,
 :mod:`~pacore_benchmarks.perf.replicas_spread`: the baseline) and through vllm-router per policy, with the project's
 client as any user would run it (it sends the session key the router can follow). Each run starts from empty caches
-and zeroed counters. Then the best router policy and the spreading run the issue's workload again while the busiest
+and zeroed counters. Then the best router policy and the spreading run the batch workload again while the busiest
 replica is killed (SIGKILL) mid-run: every problem must still be answered and no trajectory lost.
 
 Each run also gets its *floor*: the prompt tokens the same requests would cost one replica with an unlimited prefix
@@ -298,7 +298,7 @@ class ReplicasReport(BaseModel):
         return min((run for run in routed if run.prefill_ratio <= least * (1 + CLOSE)), key=lambda run: run.balance)
 
     def summary(self) -> dict[str, Any]:
-        """The one JSON object ``pacore bench replicas`` prints last: the headline figures on the issue's
+        """The one JSON object ``pacore bench replicas`` prints last: the headline figures on the batch
         workload, the chat workload's under the same (default) policy, and every run's figures."""
         best, spread = self.best(), self.spread()
         killed = {run.policy: run for run in self.kills}
@@ -365,7 +365,7 @@ async def run_benchmark(
     settings: ReplicasSettings, log_dir: str | None = None, on_run: Callable[[PolicyRun], None] | None = None
 ) -> ReplicasReport:
     """The spreading and each router policy over every workload, then a replica killed under the best policy
-    and under the spreading (the issue's workload)."""
+    and under the spreading (the batch workload)."""
     report = ReplicasReport(settings=settings, runs=[])
     workloads = settings.workloads()
     with tempfile.TemporaryDirectory(prefix="pacore-replicas-") as scratch:

@@ -1,7 +1,7 @@
 """``pacore bench replicas [--quick]``: routing over emulated replicas, a table per workload, then one JSON object.
 
 The last line printed is JSON with ``prefill_ratio_best_vs_spread``, ``wall_ratio_best_vs_spread``, ``lost``
-(under the best policy with a replica killed mid-run) and ``default_policy``, all on the issue's workload, with
+(under the best policy with a replica killed mid-run) and ``default_policy``, all on the batch workload, with
 ``prefill_floor_ratio_vs_spread``: the least any routing could compute of the spreading's requests (each distinct
 prefix once), over what the spreading computed, the lowest the headline ratio can go on that run;
 then ``one_at_a_time_wall_ratio_default_vs_spread``, ``one_at_a_time_fastest_policy`` and

@@ -1,4 +1,4 @@
-"""The problems ``pacore bench replicas`` sends: the issue's PaCoRe workload, and the chat and agent workload.
+"""The problems ``pacore bench replicas`` sends: the batch PaCoRe workload, and the chat and agent workload.
 
 - ``pacore``: P problems with [32, 4] and P with [16], each a short question. The synthesis prompts (up to
   32 conclusions of 500 to 3600 tokens) are what is long; the headline figure is measured on it.
@@ -47,7 +47,7 @@ def filler(seed: str, tokens: int) -> str:
 
 
 def pacore_workload(problems: int, schedules: list[list[int]]) -> Workload:
-    """The issue's workload: short distinct problems (the emulator derives every reply from the prompt)."""
+    """The batch workload: short distinct problems (the emulator derives every reply from the prompt)."""
     return [
         (schedule, Problem(id=f"{'-'.join(map(str, schedule))}:{n}",
                            messages=f"Problem {n} for {schedule}: how many pairs (a, b) with a + b = {n + 7}?"))
