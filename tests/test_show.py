@@ -104,3 +104,10 @@ def test_pacore_show_refuses_a_folder_no_run_made_in_one_line(tmp_path):
         shown.stderr
         == f"pacore: error: {tmp_path} is not a run folder (it has no run.json): give the folder a run wrote\n"
     )
+
+
+def test_a_round_whose_answers_all_differ_says_so():
+    from pacore_graph.batch.show import agreement
+
+    records = [TrajectoryRecord(round_index=0, index=i, conclusion=f"\\boxed{{{i}}}") for i in range(3)]
+    assert str(agreement(RoundRecord(round_index=0, k=3, trajectories=records))) == "all 3 answers differ"

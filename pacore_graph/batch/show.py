@@ -38,6 +38,8 @@ class Agreement:
             return "no usable answer"
         if self.usable == 1:
             return f"-> {shorten(self.answer or '', 40)!r}"
+        if self.votes == 1:
+            return f"all {self.usable} answers differ"
         return f"{self.votes}/{self.usable} agree on {shorten(self.answer or '', 32)!r}"
 
 
