@@ -105,7 +105,7 @@ def read_folder(folder: str | Path) -> tuple[dict[str, Any], list[ShownProblem]]
 def render(folder: str | Path) -> str:
     """The text ``pacore show`` prints: a header, then per problem its answer and one line per round."""
     fingerprint, problems = read_folder(folder)
-    settings = ", ".join(f"{name} {fingerprint[name]}" for name in ("model", "rounds") if name in fingerprint)
+    settings = ", ".join(f"{name} {fingerprint[name]}" for name in ("model", "rounds") if fingerprint.get(name))
     lines = [str(folder), f"{len(problems)} problem(s) finished" + (f" ({settings})" if settings else "")]
     for problem in problems:
         lines += ["", fit(f"{problem.id}  answer: {shorten(problem.answer, WIDTH)}")]
