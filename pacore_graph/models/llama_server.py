@@ -1,6 +1,6 @@
-"""The embedded model's server process: llama-cpp-python's OpenAI-compatible app, with three changes.
+"""The embedded model's server process: llama-cpp-python's OpenAI-compatible app, with four changes.
 
-    python -m pacore_graph.models.llama_server --model FILE.gguf --alias NAME --port N --n-ctx N
+    python -m pacore_graph.models.llama_server --model FILE.gguf --alias NAME --port N --n-ctx N --seed N
 
 Why not ``python -m llama_cpp.server`` as it is:
 
@@ -14,6 +14,10 @@ Why not ``python -m llama_cpp.server`` as it is:
   (with its usage) and nobody reads it. Streamed replies already stop there on their own.
 - By default it ends a streamed reply early whenever another request is waiting (``interrupt_requests``),
   which would cut PaCoRe's parallel trajectories short once they stream: here it is off, requests queue.
+- A streamed reply carries no usage, even when ``stream_options.include_usage`` asks (vLLM then sends a last
+  chunk with it): here it does, counted by a logits processor (:class:`CountTokens`).
+
+The sampling seed is the caller's (:func:`pacore_graph.models.embedded.sampling_seed`: random unless given).
 
 This module runs in the server's own process only (it is never imported by the library). No ``from __future__
 import annotations`` here: FastAPI reads the route's annotations, whose types are imported inside ``build_app``.
@@ -96,8 +100,8 @@ async def _until_disconnected(request: Any, gone: threading.Event) -> None:
 
 
 def build_app(model: str, alias: str, n_ctx: int, seed: int) -> "FastAPI":
-    """llama-cpp-python's FastAPI app for one GGUF, with ``GET /props`` and non-streamed replies that end when
-    their client leaves."""
+    """llama-cpp-python's FastAPI app for one GGUF, with ``GET /props``, non-streamed replies that end when
+    their client leaves, and streamed ones that report their usage when asked."""
     import anyio
     from fastapi import APIRouter, Depends, FastAPI, Request
     from llama_cpp import LogitsProcessorList
