@@ -6,6 +6,8 @@ No timing is asserted: speed targets are benchmark results, not test conditions.
 from __future__ import annotations
 
 import argparse
+import gc
+import io
 import json
 from collections import Counter
 
@@ -13,10 +15,11 @@ import pytest
 
 from pacore_benchmarks.perf import overhead_cli
 from pacore_benchmarks.perf.floor import render_synthesis, run_floor
-from pacore_benchmarks.perf.overhead import expected_trajectories
+from pacore_benchmarks.perf.overhead import Measurement, OverheadReport, OverheadSettings, Pair, expected_trajectories
 from pacore_benchmarks.perf.overhead_worker import WorkerSpec, make_problems, measure
 from pacore_emulator import Emulator, EmulatorConfig
 from pacore_graph.extend import run_parsed
+from pacore_graph.graph.gc_policy import FULL_PASS_THRESHOLD
 from pacore_graph.synthesis.prompt import render_synthesis_prompt
 
 TINY_EMULATOR = {"ttft": 0.01, "token_delay": 0.0005, "output_tokens": (20, 60)}
@@ -93,16 +96,59 @@ async def test_worker_counts_every_trajectory_of_the_schedule(client):
     assert result.cpu_s > 0 and result.peak_rss_mb > 0
 
 
+@pytest.mark.parametrize("client", ["floor", "operator"])
+@pytest.mark.parametrize("setting", ["default", "spaced"])
+async def test_every_client_runs_under_the_gc_setting_it_is_given(client, setting):
+    """spaced: the floor gets around its run the thresholds the operator's PaCoReConfig(spaced_gc=True) sets
+    around its runs; default: the collector is left alone. Each result records what was in force."""
+    before = gc.get_threshold()
+    gc.set_threshold(50, 10, 10)  # collections every 50 allocations, so even a tiny run records some
+    try:
+        with Emulator(EmulatorConfig(**TINY_EMULATOR)) as emu:
+            spec = WorkerSpec(client=client, base_url=emu.base_url, model=emu.config.model, rounds=[3], problems=2,
+                              gc=setting, full_pass_threshold=FULL_PASS_THRESHOLD)
+            result = await measure(spec)
+        after = gc.get_threshold()
+    finally:
+        gc.set_threshold(*before)
+    assert after == (50, 10, 10)  # put back when the run ended
+    spaced = f"50,10,{FULL_PASS_THRESHOLD}"
+    if setting == "spaced":
+        assert spaced in result.gc_thresholds_seen
+    else:
+        assert set(result.gc_thresholds_seen) == {"50,10,10"} and result.gc_thresholds == [50, 10, 10]
+    if client == "floor":  # its whole measured span is its run
+        assert result.gc_thresholds == ([50, 10, FULL_PASS_THRESHOLD] if setting == "spaced" else [50, 10, 10])
+
+
+def test_gc_is_a_setting_of_the_command_default_unless_asked():
+    parser = argparse.ArgumentParser()
+    overhead_cli.register(parser.add_subparsers())
+    assert overhead_cli.settings_from_args(parser.parse_args(["overhead", "--quick"])).gc == "default"
+    assert overhead_cli.settings_from_args(parser.parse_args(["overhead", "--gc", "spaced"])).gc == "spaced"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["overhead", "--gc", "off"])
+
+
 def test_tiny_overhead_run_prints_the_json_verdict_last(tmp_path, capsys):
     parser = argparse.ArgumentParser()
     overhead_cli.register(parser.add_subparsers())
     args = parser.parse_args([
         "overhead", "--problems", "2", "--rounds", "2", "--rounds", "2,2", "--ttft", "0.01", "--token-delay", "0.0005",
-        "--output-tokens", "20-60", "--no-scaling", "--output", str(tmp_path),
+        "--output-tokens", "20-60", "--no-scaling", "--gc", "spaced", "--output", str(tmp_path),
     ])
     assert args.func(args) == 0
-    last = capsys.readouterr().out.strip().splitlines()[-1]
+    printed = capsys.readouterr().out.strip().splitlines()
+    last = printed[-1]
+    assert max(len(line) for line in printed[:-1]) <= 100
+    assert any("(target <= 1.5 ms: " in line for line in printed)  # each target printed with its figure and side
     summary = json.loads(last)
+    assert summary["gc"]["setting"] == "spaced" and summary["gc"]["full_pass_threshold"] == FULL_PASS_THRESHOLD
+    for name in ("wall", "cpu", "stream"):
+        target = summary["targets"][name]
+        assert set(target) == {"figure", "value", "target", "met"}
+        assert target["value"] == summary[target["figure"]]  # the figure the target is on, by its key
+    assert summary["targets"]["cpu"]["figure"] == "cpu_ms_per_trajectory"
     for key in ("wall_ratio", "cpu_ratio", "cpu_ms_per_trajectory", "stream_ratio", "peak_rss_mb", "targets_met"):
         assert key in summary
     expected = expected_trajectories([2], 2) + expected_trajectories([2, 2], 2)
@@ -113,6 +159,7 @@ def test_tiny_overhead_run_prints_the_json_verdict_last(tmp_path, capsys):
     assert summary["proxy_wall_ratio"] > 0 and summary["proxy_added_cpu_ms_per_trajectory"] is not None
     markdown = (tmp_path / "overhead.md").read_text()
     assert "[2, 2]" in markdown and "Checkpoints" in markdown and "Streaming" in markdown
+    assert "GC spaced on every client" in markdown and "| floor | spaced (" in markdown
     assert "[16] via endpoint" in markdown and "The endpoint adds" in markdown
     saved = json.loads((tmp_path / "overhead.json").read_text())
     kit = {"command": "bench overhead", "exit_code": 0, "output": str(tmp_path),
@@ -132,8 +179,9 @@ def test_bad_schedules_are_refused_with_a_clear_message(capsys):
 
 STAND_IN_EXP = '''
 """A stand-in with the reference's interface (stepfun-ai/PaCoRe cannot be fetched in a test): class
-settings, a final round of 1 appended, one request per trajectory, rows with round_responses."""
-import asyncio, json
+settings, a final round of 1 appended, one request per trajectory, rows with round_responses; a young
+collection per request, so the worker records the GC thresholds in force however small the run."""
+import asyncio, gc, json
 import aiohttp
 
 class Exp:
@@ -154,6 +202,7 @@ class Exp:
         body = {"model": self.model_name, "messages": messages, "temperature": 1.0, "top_p": 1.0}
         async with session.post(self.api_base, json=body) as response:
             data = await response.json()
+        gc.collect(0)
         return {"content": data["choices"][0]["message"]["content"], "reasoning_content": ""}
 
     async def process_single(self, messages, request_id=""):
@@ -182,7 +231,8 @@ def stand_in_reference(folder):
 
 def test_the_reference_pipeline_runs_as_a_third_client_in_the_rotation(tmp_path, monkeypatch):
     """The worker measures the reference's own Exp on the same problems and emulator as the other two
-    clients; the report and the JSON verdict put the operator beside it."""
+    clients, under their GC setting; the report and the JSON verdict put the operator beside it, each ratio
+    with its target."""
     import sys
 
     from pacore_benchmarks.perf import overhead
@@ -192,7 +242,7 @@ def test_the_reference_pipeline_runs_as_a_third_client_in_the_rotation(tmp_path,
     monkeypatch.setenv("PYTHONPATH", str(checkout))
     settings = overhead.OverheadSettings(
         problems=2, schedules=[[3, 2]], stream=False, checkpoint=False, proxy=False, scaling=False,
-        output_dir=str(tmp_path / "out"), reference=str(checkout),
+        output_dir=str(tmp_path / "out"), reference=str(checkout), gc="spaced",
         emulator=EmulatorConfig(**TINY_EMULATOR),
     )  # fmt: skip
     monkeypatch.setattr("pacore_benchmarks.perf.reference.reference_python", lambda checkout: sys.executable)
@@ -204,12 +254,22 @@ def test_the_reference_pipeline_runs_as_a_third_client_in_the_rotation(tmp_path,
     assert pair.reference.requests == pair.operator.requests == expected + 2  # plus the unmeasured warm-up ([1])
     assert pair.reference.answered == 2
     assert pair.reference.cpu_s > 0 and pair.reference.peak_rss_mb > 0
+    assert pair.reference.gc == pair.operator.gc == pair.floor.gc == "spaced"
+    default_young = gc.get_threshold()[0]  # the worker's interpreter is this one: the same defaults
+    assert pair.reference.gc_thresholds == [default_young, 10, FULL_PASS_THRESHOLD]  # the operator's, applied
     summary = overhead.summarise(report)
+    assert summary["gc"]["setting"] == "spaced"
+    assert summary["gc"]["thresholds"]["reference"] == [default_young, 10, FULL_PASS_THRESHOLD]
     ratios = summary["reference"]["per_schedule"]["[3, 2]"]
     assert set(ratios) == {"wall", "cpu", "rss"} and all(value > 0 for value in ratios.values())
+    cpu = summary["targets"]["reference_cpu"]
     assert {"reference_wall", "reference_cpu", "reference_rss"} <= set(summary["targets"])
+    assert cpu["figure"] == "reference.worst.cpu" and cpu["value"] == summary["reference"]["worst"]["cpu"]
+    assert cpu["target"] == "<= 0.8" and cpu["met"] == (cpu["value"] <= 0.8)
     markdown = render_markdown(report, summary, None)
-    assert "| reference |" in markdown.replace("  ", " ") and "Operator vs the reference pipeline" in markdown
+    assert "| reference | spaced (" in markdown.replace("  ", " ") and "Operator vs the reference pipeline" in markdown
+    side = "met" if cpu["met"] else "missed"
+    assert f"client CPU, operator / reference, worst schedule: {cpu['value']:.3f}x (target <= 0.8x: {side})" in markdown
 
 
 def test_a_wrong_reference_path_fails_at_once_with_one_line(tmp_path, capsys):
@@ -220,3 +280,56 @@ def test_a_wrong_reference_path_fails_at_once_with_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "not a checkout of stepfun-ai/PaCoRe" in err and "base_exp.py" in err
     assert not (tmp_path / "overhead.md").exists()  # nothing ran
+
+
+def _measurement(client: str, rounds: list[int], wall: float, cpu: float, rss: float, problems: int = 256,
+                 stream: bool = False) -> Measurement:
+    trajectories = expected_trajectories(rounds, problems)
+    return Measurement(client=client, wall_s=wall, cpu_s=cpu, trajectories=trajectories, failures=0,
+                       answered=problems, peak_rss_mb=rss, gc_full_passes=123, gc_longest_pause_ms=1234.5,
+                       gc_thresholds=[700, 10, 100], gc_thresholds_seen={"700,10,100": 51234, "700,10,10": 12},
+                       gc="spaced", rounds=rounds, problems=problems, stream=stream, requests=trajectories,
+                       tokens_out=1_234_567, emulator_cpu_s=123.45, peak_active=1024)
+
+
+def _pair(label: str, rounds: list[int], clients: tuple[str, str] = ("floor", "operator"), reference: bool = False,
+          stream: bool = False) -> Pair:
+    floor = _measurement(clients[0], rounds, 108.9, 10.2, 62, stream=stream)
+    ref = _measurement("reference", rounds, 110.0, 21.0, 64, stream=stream) if reference else None
+    return Pair(label=label, floor=floor, operator=_measurement(clients[1], rounds, 109.3, 15.5, 1119, stream=stream),
+                reference=ref)
+
+
+def test_every_printed_table_fits_in_100_columns_and_every_ratio_says_its_target():
+    """All sections at once, with wide numbers: each table's natural width (on a 200-column console) is at
+    most 100 columns, and each operator / reference ratio says whether it met its target."""
+    from rich.console import Console
+
+    from pacore_benchmarks.perf.overhead import summarise
+    from pacore_benchmarks.perf.overhead_report import rich_tables, target_lines
+
+    report = OverheadReport(
+        settings=OverheadSettings(gc="spaced", reference="/tmp/pacore-ref"),
+        schedules=[_pair(label, rounds, reference=True) for label, rounds in (("[4]", [4]), ("[32, 4]", [32, 4]))],
+        streaming=[_pair("[32, 4]", [32, 4], stream=True)],
+        proxy=[_pair("[16] via endpoint", [16], clients=("operator", "proxy"))],
+        scaling_k=[_pair(f"K={k}", [k]) for k in (4, 256)],
+        scaling_problems=[_pair("P=256", [4])],
+    )
+    summary = summarise(report)
+    out = io.StringIO()
+    console = Console(file=out, width=200)
+    for table in rich_tables(report):
+        console.print(table)
+    for line in target_lines(report, summary):
+        console.print(line)
+    lines = out.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= 100
+    text = out.getvalue()
+    for title in ("Schedules", "Streaming", "Through the endpoint", "Scaling with K", "Scaling with problems",
+                  "Operator / reference pipeline", "What each run got done"):
+        assert f"{title}" in text
+    assert "GC spaced on every client" in text and "spaced" in lines[5]
+    assert "0.994x missed" in text and "0.738x met" in text and "17.484x missed" in text  # wall, CPU, RSS vs reference
+    assert "wall, operator / reference, worst schedule: 0.994x (target <= 0.95x: missed)" in text
+    assert "peak RSS, operator / reference, worst schedule: 17.484x (target <= 2x: missed)" in text

@@ -8,6 +8,12 @@ With ``reference`` (a checkout of stepfun-ai/PaCoRe, see :mod:`~pacore_benchmark
 reference pipeline runs each schedule and streaming workload too, as a third client in the same rotation
 (floor, reference, operator; the same emulator, reset before every run).
 
+Every client of a run has the same garbage-collector setting (``gc``): ``default``, CPython's collector
+as a process finds it (what a user of ``PaCoReNode`` gets), or ``spaced``, full passes rarer while runs
+are in flight (``PaCoReConfig(spaced_gc=True)`` for the operator, the same thresholds around the floor's
+and the reference's runs). Each measurement records the thresholds it ran under; the tables and the JSON
+summary say them.
+
 Sections: the schedules (wall, CPU ms per trajectory, peak RSS), a streaming comparison (client tokens
 per CPU-second), checkpoint bytes per problem with SQLite for [32, 4], the same workload through the
 OpenAI-compatible endpoint (``pacore serve``) against the in-process operator, and scaling with K and
@@ -27,12 +33,23 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 
 from pacore_benchmarks.perf.bench_settings import BenchSettings
-from pacore_benchmarks.perf.overhead_worker import ClientCost, WorkerResult, WorkerSpec, make_problems
+from pacore_benchmarks.perf.overhead_worker import ClientCost, GcSetting, WorkerResult, WorkerSpec, make_problems
 from pacore_emulator import Emulator, EmulatorConfig
 
 TARGETS = {"wall_ratio": 1.05, "cpu_ms_per_trajectory": 1.5, "stream_ratio": 0.8}
-# the operator against the reference pipeline (issue 27), checked when it ran: wall, client CPU, peak RSS
+# the operator against the reference pipeline, checked when it ran: wall, client CPU, peak RSS (at most)
 REFERENCE_TARGETS = {"wall": 0.95, "cpu": 0.8, "rss": 2.0}
+# each target: (the summary figure it is on, what that figure is, its unit, whether it is a floor (>=) or a
+# ceiling (<=), the limit); the summary's "targets" and every printed verdict say these
+TARGET_FIGURES: dict[str, tuple[str, str, str, str, float]] = {
+    "wall": ("wall_ratio", "wall, operator / floor, worst schedule", "x", "<=", TARGETS["wall_ratio"]),
+    "cpu": ("cpu_ms_per_trajectory", "client CPU per trajectory, operator", " ms", "<=",
+            TARGETS["cpu_ms_per_trajectory"]),
+    "stream": ("stream_ratio", "streamed tokens per CPU s, operator / floor", "x", ">=", TARGETS["stream_ratio"]),
+    **{f"reference_{name}": (f"reference.worst.{name}", f"{what}, operator / reference, worst schedule", "x", "<=",
+                             limit)
+       for (name, limit), what in zip(REFERENCE_TARGETS.items(), ("wall", "client CPU", "peak RSS"), strict=True)},
+}
 DEFAULT_SCHEDULES: list[list[int]] = [[4], [16], [32, 4]]
 
 
@@ -55,6 +72,8 @@ class OverheadSettings(BenchSettings):
     scaling_problems: list[int] = Field(default_factory=lambda: [16, 64, 256])
     profile: bool = False
     reference: str | None = Field(None, description="a checkout of stepfun-ai/PaCoRe: its pipeline as a third client")
+    gc: GcSetting = Field("default", description="every client's GC: default (CPython's, what a PaCoReNode user "
+                          "gets) or spaced (PaCoReConfig.spaced_gc's thresholds around every client's runs)")
     emulator: EmulatorConfig = Field(
         default_factory=lambda: EmulatorConfig(ttft=0.5, token_delay=0.005, output_tokens=(150, 450))
     )
@@ -80,6 +99,7 @@ class OverheadSettings(BenchSettings):
 class Measurement(ClientCost):
     """One client's run of one workload (median over repeats), with what the emulator saw."""
 
+    gc: GcSetting = "default"
     rounds: list[int]
     problems: int
     stream: bool
@@ -156,6 +176,14 @@ class WorkerFailed(RuntimeError):
     """A measured client process exited badly; its stderr tail says why."""
 
 
+def gc_fields(setting: GcSetting) -> dict[str, Any]:
+    """A worker spec's GC fields: the setting, and the threshold ``PaCoReConfig(spaced_gc=True)`` sets (the
+    floor's and the reference's workers apply it themselves: they do not import pacore_graph)."""
+    from pacore_graph.graph.gc_policy import FULL_PASS_THRESHOLD
+
+    return {"gc": setting, "full_pass_threshold": FULL_PASS_THRESHOLD}
+
+
 def run_worker(spec: WorkerSpec, timeout: float = 1800) -> WorkerResult:
     if spec.client == "reference":
         return _run_reference_worker(spec, timeout)
@@ -175,8 +203,8 @@ def _run_reference_worker(spec: WorkerSpec, timeout: float) -> WorkerResult:
         data = Path(folder) / "problems.jsonl"
         rows = (json.dumps({"id": f"problem-{n}", "messages": m}) for n, m in enumerate(make_problems(spec.problems)))
         data.write_text("".join(row + "\n" for row in rows))
-        worker_spec = {**spec.model_dump(include={"base_url", "model", "rounds", "concurrency", "stream", "seed"}),
-                       "data": str(data)}
+        fields = {"base_url", "model", "rounds", "concurrency", "stream", "seed", "gc", "full_pass_threshold"}
+        worker_spec = {**spec.model_dump(include=fields), "data": str(data)}
         completed = subprocess.run([spec.reference_python, str(WORKER), json.dumps(worker_spec)],
                                    capture_output=True, text=True, timeout=timeout)
     return _worker_result(spec, completed)
@@ -207,7 +235,7 @@ def _median_measurement(spec: WorkerSpec, runs: list[tuple[WorkerResult, dict[st
     cost = result.model_dump(include=set(ClientCost.model_fields))
     return Measurement(
         **{**cost, "client": spec.client, "cpu_s": statistics.median(run[0].cpu_s for run in runs)},
-        rounds=spec.rounds, problems=spec.problems, stream=spec.stream, requests=stats["requests"],
+        gc=spec.gc, rounds=spec.rounds, problems=spec.problems, stream=spec.stream, requests=stats["requests"],
         tokens_out=stats["tokens_out"], emulator_cpu_s=stats["cpu_s"], peak_active=stats["peak_active"], **spreads,
     )
 
@@ -226,7 +254,8 @@ def compare(emu: Emulator, settings: OverheadSettings, rounds: list[int], proble
     def spec(client: str) -> WorkerSpec:
         return WorkerSpec(client=client, base_url=emu.base_url, model=emu.config.model, rounds=rounds,
                           problems=problems, concurrency=settings.concurrency, stream=stream,
-                          reference_python=reference_python if client == "reference" else None)
+                          reference_python=reference_python if client == "reference" else None,
+                          **gc_fields(settings.gc))
 
     specs = [spec(clients[0])] + ([spec("reference")] if reference_python else []) + [spec(clients[1])]
     runs: list[list[tuple[WorkerResult, dict[str, Any]]]] = [[] for _ in specs]
@@ -294,13 +323,14 @@ def run_overhead(settings: OverheadSettings, console: Any = None) -> OverheadRep
                 with tempfile.TemporaryDirectory() as tmp:
                     spec = WorkerSpec(client="operator", base_url=emu.base_url, model=emu.config.model,
                                       rounds=args["rounds"], problems=args["problems"],
-                                      concurrency=settings.concurrency, checkpoint=str(Path(tmp) / "checkpoints.db"))
+                                      concurrency=settings.concurrency, checkpoint=str(Path(tmp) / "checkpoints.db"),
+                                      **gc_fields(settings.gc))
                     report.checkpoint = measure(emu, spec)
             elif section == "profile":
                 path = out_dir / "operator_profile.prof"
                 spec = WorkerSpec(client="operator", base_url=emu.base_url, model=emu.config.model,
                                   rounds=args["rounds"], problems=args["problems"],
-                                  concurrency=settings.concurrency, profile=str(path))
+                                  concurrency=settings.concurrency, profile=str(path), **gc_fields(settings.gc))
                 measure(emu, spec)
                 report.profile_path = str(path)
                 report.profile_top = path.with_suffix(".txt").read_text()
@@ -337,6 +367,7 @@ def summarise(report: OverheadReport) -> dict[str, Any]:
         stream_ratio = op_rate / floor_rate
     proxy = report.proxy[0] if report.proxy else None
     summary: dict[str, Any] = {
+        "gc": gc_summary(report),
         "wall_ratio": _worst([p.wall_ratio for p in pairs]),
         "wall_ratios": {p.label: round(p.wall_ratio, 4) for p in pairs},
         "cpu_ratio": op_cpu / floor_cpu if floor_cpu else None,
@@ -373,18 +404,48 @@ def summarise(report: OverheadReport) -> dict[str, Any]:
                 "proxy_added_cpu_ms_per_trajectory"):
         if isinstance(summary[key], float):
             summary[key] = round(summary[key], 4)
-    targets = {
-        "wall": summary["wall_ratio"] is not None and summary["wall_ratio"] <= TARGETS["wall_ratio"],
-        "cpu": summary["cpu_ms_per_trajectory"] is not None
-        and summary["cpu_ms_per_trajectory"] <= TARGETS["cpu_ms_per_trajectory"],
-        "stream": stream_ratio is None or stream_ratio >= TARGETS["stream_ratio"],
-    }
-    if summary["reference"] is not None:
-        worst = summary["reference"]["worst"]
-        targets.update({f"reference_{name}": worst[name] <= limit for name, limit in REFERENCE_TARGETS.items()})
+    targets = {}
+    for name, (figure, _what, _unit, side, limit) in TARGET_FIGURES.items():
+        value = _figure(summary, figure)
+        if value is not None:  # a target whose figure was not measured (no streaming, no reference) is left out
+            met = value <= limit if side == "<=" else value >= limit
+            targets[name] = {"figure": figure, "value": value, "target": f"{side} {limit:g}", "met": met}
     summary["targets"] = targets
-    summary["targets_met"] = all(targets.values())
+    summary["targets_met"] = all(target["met"] for target in targets.values())
     return summary
+
+
+def _figure(summary: dict[str, Any], dotted: str) -> float | None:
+    """A summary figure by its dotted name (``reference.worst.cpu``); None where it was not measured."""
+    value: Any = summary
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value if isinstance(value, (int, float)) else None
+
+
+def target_verdict(name: str, target: dict[str, Any]) -> str:
+    """One target as a line: the figure, its value, and which side of the limit it is on,
+    e.g. ``client CPU, operator / reference, worst schedule: 0.873x (target <= 0.8x: missed)``."""
+    _figure_name, what, unit, side, limit = TARGET_FIGURES[name]
+    return (f"{what}: {target['value']:.3f}{unit} (target {side} {limit:g}{unit}: "
+            f"{'met' if target['met'] else 'missed'})")
+
+
+def gc_summary(report: OverheadReport) -> dict[str, Any]:
+    """The GC setting every client ran under, and per client the thresholds in force at most collections of
+    its runs (the schedules' and streamed runs' medians). The operator sets its thresholds only while a run is
+    in flight, so in a tiny run, where building the graph takes most collections, it shows CPython's."""
+    from pacore_graph.graph.gc_policy import FULL_PASS_THRESHOLD
+
+    seen: dict[str, list[tuple[int, ...]]] = {}
+    pairs = report.schedules + report.streaming
+    for side in [m for pair in pairs for m in (pair.floor, pair.reference, pair.operator) if m is not None]:
+        if side.gc_thresholds is not None:
+            seen.setdefault(side.client, []).append(tuple(side.gc_thresholds))
+    thresholds = {client: list(statistics.mode(values)) for client, values in seen.items()}
+    setting = report.settings.gc
+    return {"setting": setting, "full_pass_threshold": FULL_PASS_THRESHOLD if setting == "spaced" else None,
+            "thresholds": thresholds}
 
 
 def reference_summary(pairs: list[Pair]) -> dict[str, Any]:

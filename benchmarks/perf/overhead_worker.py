@@ -6,6 +6,12 @@ Imports happen before the clock starts; the measured span covers building the cl
 and solving every problem concurrently. Wall time ends when the last answer arrives; CPU time also
 counts closing the session and whatever the collector does meanwhile. The last stdout line is the
 measurement as JSON.
+
+The spec's ``gc`` is the same for every client of a comparison: ``default`` leaves CPython's collector as
+the process found it (what a library user gets); ``spaced`` raises the oldest generation's threshold while
+the client's runs are in flight, for the operator through ``PaCoReConfig(spaced_gc=True)`` and for the
+floor (and, in ``reference_worker``, the reference pipeline) by setting the same thresholds around its run.
+Each result says which thresholds were in force at most of its collections.
 """
 
 from __future__ import annotations
@@ -18,11 +24,15 @@ import pstats
 import resource
 import sys
 import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+GcSetting = Literal["default", "spaced"]
 SYSTEM = "You are a careful competition mathematician. Reason step by step, then give the answer in \\boxed{}."
 
 
@@ -40,6 +50,11 @@ class WorkerSpec(BaseModel):
     checkpoint: str | None = None  # SQLite file: run the operator graph with a checkpointer
     profile: str | None = None  # write cProfile statistics of the run to this file
     reference_python: str | None = None
+    # default: CPython's collector as the process found it; spaced: full passes rarer while the client's runs
+    # are in flight (the operator: PaCoReConfig.spaced_gc; the floor and the reference: the same thresholds,
+    # full_pass_threshold being pacore_graph.graph.gc_policy.FULL_PASS_THRESHOLD)
+    gc: GcSetting = "default"
+    full_pass_threshold: int = 100
 
 
 class ClientCost(BaseModel):
@@ -54,6 +69,10 @@ class ClientCost(BaseModel):
     peak_rss_mb: float
     gc_full_passes: int = 0
     gc_longest_pause_ms: float = 0.0
+    gc_thresholds: list[int] | None = Field(
+        None, description="CPython's GC thresholds in force at most of the run's collections (None: none ran)")
+    gc_thresholds_seen: dict[str, int] = Field(
+        default_factory=dict, description="collections of the run per thresholds in force ('700,10,100': 412)")
     checkpoint: dict[str, Any] | None = None
 
 
@@ -78,6 +97,27 @@ def make_problems(count: int) -> list[list[dict[str, str]]]:
 _answered_at: list[float] = []
 
 
+@contextmanager
+def spaced_full_passes(spec: WorkerSpec) -> Iterator[None]:
+    """With ``gc="spaced"``, the thresholds ``PaCoReConfig(spaced_gc=True)`` sets around the operator's runs, set
+    around another client's run: the oldest generation's raised to ``full_pass_threshold`` (unless the
+    collector is off or it is already that high), put back afterwards unless someone changed them meanwhile.
+
+    A copy of ``pacore_graph.graph.gc_policy``'s few lines for one run at a time (the threshold comes in the
+    spec): importing ``pacore_graph`` would add its imports to the floor's peak RSS."""
+    current = gc.get_threshold()
+    applied = (current[0], current[1], spec.full_pass_threshold)
+    if spec.gc != "spaced" or current[0] == 0 or current[2] >= spec.full_pass_threshold:
+        yield
+        return
+    gc.set_threshold(*applied)
+    try:
+        yield
+    finally:
+        if gc.get_threshold() == applied:
+            gc.set_threshold(*current)
+
+
 def _mark_answered() -> None:
     """When the last answer arrived: the wall clock stops here, before sessions close (CPU runs on to the end)."""
     _answered_at.append(time.perf_counter())
@@ -92,8 +132,9 @@ def _raise_file_limit() -> None:
 async def _run_floor(spec: WorkerSpec, problems: list[list[dict[str, str]]]) -> tuple[int, int, int, int]:
     from pacore_benchmarks.perf.floor import run_floor
 
-    result = await run_floor(spec.base_url, spec.model, problems, spec.rounds, concurrency=spec.concurrency,
-                             stream=spec.stream, seed=spec.seed, on_answered=_mark_answered)
+    with spaced_full_passes(spec):
+        result = await run_floor(spec.base_url, spec.model, problems, spec.rounds, concurrency=spec.concurrency,
+                                 stream=spec.stream, seed=spec.seed, on_answered=_mark_answered)
     answered = sum(1 for answer in result.answers if answer.strip())
     return result.trajectories, result.failures, result.completion_tokens, answered
 
@@ -105,7 +146,7 @@ def _operator_graph(spec: WorkerSpec, checkpointer: Any = None) -> tuple[Any, An
 
     llm = chat_model(base_url=spec.base_url, model=spec.model)
     config = PaCoReConfig(rounds=spec.rounds, max_concurrency=spec.concurrency, seed=spec.seed, stream=spec.stream,
-                          spaced_gc=True)
+                          spaced_gc=spec.gc == "spaced")
     builder = StateGraph(MessagesState)
     builder.add_node("pacore", PaCoReNode(llm, config=config))
     builder.add_edge(START, "pacore")
@@ -146,7 +187,7 @@ async def _run_proxy(spec: WorkerSpec, problems: list[list[dict[str, str]]]) -> 
 
     llm = chat_model(base_url=spec.base_url, model=spec.model)
     config = PaCoReConfig(rounds=spec.rounds, max_concurrency=spec.concurrency, seed=spec.seed, stream=spec.stream,
-                          spaced_gc=True)
+                          spaced_gc=spec.gc == "spaced")
     with BackgroundServer(create_app(llm, config)) as server:
         url = f"{server.base_url}/chat/completions"
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
@@ -210,14 +251,18 @@ _RUNS = {"floor": _run_floor, "operator": _run_operator, "proxy": _run_proxy}
 
 
 class FullPassClock:
-    """Counts CPython's full (oldest-generation) collections and their longest stop-the-world pause."""
+    """Counts CPython's full (oldest-generation) collections and their longest stop-the-world pause, and which
+    thresholds were in force at each collection (so a report can show the GC settings a run really had)."""
 
     def __init__(self) -> None:
         self.passes = 0
         self.longest = 0.0
         self._started = 0.0
+        self.thresholds: Counter[tuple[int, ...]] = Counter()
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self.thresholds[gc.get_threshold()] += 1
         if info.get("generation") != 2:
             return
         if phase == "start":
@@ -225,6 +270,12 @@ class FullPassClock:
         else:
             self.passes += 1
             self.longest = max(self.longest, time.perf_counter() - self._started)
+
+    def usual_thresholds(self) -> list[int] | None:
+        return list(self.thresholds.most_common(1)[0][0]) if self.thresholds else None
+
+    def seen(self) -> dict[str, int]:
+        return {",".join(map(str, thresholds)): count for thresholds, count in self.thresholds.most_common()}
 
 
 async def measure(spec: WorkerSpec) -> WorkerResult:
@@ -255,7 +306,7 @@ async def measure(spec: WorkerSpec) -> WorkerResult:
         client=spec.client, wall_s=wall, cpu_s=cpu, trajectories=trajectories, failures=failures,
         completion_tokens=tokens, answered=answered,
         peak_rss_mb=peak_rss_mb(), gc_full_passes=clock.passes, gc_longest_pause_ms=1000 * clock.longest,
-        checkpoint=checkpoint,
+        gc_thresholds=clock.usual_thresholds(), gc_thresholds_seen=clock.seen(), checkpoint=checkpoint,
     )
 
 

@@ -7,7 +7,9 @@ Run by path with the interpreter of a scratch venv that has the reference instal
 measures what ``overhead_worker`` measures for the other clients, the same way: an unmeasured warm-up
 ([1] over one problem), then the reference's own ``async_run`` over every problem, wall time until the
 last problem's answer, CPU time to the end (writing its results file included), the process's peak RSS
-and its full GC passes. The last stdout line is the measurement as JSON (``overhead_worker.WorkerResult``'s
+and its full GC passes. With ``"gc": "spaced"`` in the spec it runs under the thresholds the operator sets
+with ``PaCoReConfig(spaced_gc=True)`` (the spec's ``full_pass_threshold``), as the other clients do. The last
+stdout line is the measurement as JSON (``overhead_worker.WorkerResult``'s
 fields). The reference's own log lines go to stderr, as they do when it runs.
 """
 
@@ -20,6 +22,9 @@ import resource
 import sys
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -55,13 +60,17 @@ def reference_class(spec: dict[str, Any], data: str, output: str, rounds: list[i
 
 
 class FullPassClock:
-    """Counts full (oldest-generation) collections and the longest pause, as ``overhead_worker`` does (a copy:
-    this file runs under the reference's interpreter, where pacore_benchmarks is not installed)."""
+    """Counts full (oldest-generation) collections, the longest pause and the thresholds in force, as
+    ``overhead_worker`` does (a copy: this file runs under the reference's interpreter, where
+    pacore_benchmarks is not installed)."""
 
     def __init__(self) -> None:
         self.passes, self.longest, self._started = 0, 0.0, 0.0
+        self.thresholds: Counter[tuple[int, ...]] = Counter()
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self.thresholds[gc.get_threshold()] += 1
         if info.get("generation") != 2:
             return
         if phase == "start":
@@ -69,6 +78,31 @@ class FullPassClock:
         else:
             self.passes += 1
             self.longest = max(self.longest, time.perf_counter() - self._started)
+
+    def usual_thresholds(self) -> list[int] | None:
+        return list(self.thresholds.most_common(1)[0][0]) if self.thresholds else None
+
+    def seen(self) -> dict[str, int]:
+        return {",".join(map(str, thresholds)): count for thresholds, count in self.thresholds.most_common()}
+
+
+@contextmanager
+def spaced_full_passes(spec: dict[str, Any]) -> Iterator[None]:
+    """``overhead_worker.spaced_full_passes`` (a copy, for the same reason): with ``"gc": "spaced"``, the oldest
+    generation's threshold raised to ``full_pass_threshold`` around a run, put back afterwards unless someone
+    changed it meanwhile; otherwise the collector as the process found it."""
+    current = gc.get_threshold()
+    threshold = int(spec.get("full_pass_threshold", 100))
+    applied = (current[0], current[1], threshold)
+    if spec.get("gc", "default") != "spaced" or current[0] == 0 or current[2] >= threshold:
+        yield
+        return
+    gc.set_threshold(*applied)
+    try:
+        yield
+    finally:
+        if gc.get_threshold() == applied:
+            gc.set_threshold(*current)
 
 
 def peak_rss_mb() -> float:
@@ -84,13 +118,15 @@ async def measure(spec: dict[str, Any]) -> dict[str, Any]:
         first = Path(spec["data"]).read_text().splitlines()[0]
         tiny = Path(scratch) / "warm-up.jsonl"
         tiny.write_text(first + "\n")
-        await reference_class(spec, str(tiny), str(Path(scratch) / "warm-up"), [1])().async_run()
+        with spaced_full_passes(spec):  # as the operator's warm-up run, under its own config
+            await reference_class(spec, str(tiny), str(Path(scratch) / "warm-up"), [1])().async_run()
         measured_class = reference_class(spec, spec["data"], str(Path(scratch) / "out"), spec["rounds"])
         exp = measured_class()  # built outside the clock, as the operator's graph is built inside it: tiny
         clock = FullPassClock()
         gc.callbacks.append(clock)
         wall0, cpu0 = time.perf_counter(), time.process_time()
-        rows = await exp.async_run()
+        with spaced_full_passes(spec):
+            rows = await exp.async_run()
         end, cpu = time.perf_counter(), time.process_time() - cpu0
         gc.callbacks.remove(clock)
     answered_at = measured_class.answered_at  # type: ignore[attr-defined]
@@ -102,6 +138,7 @@ async def measure(spec: dict[str, Any]) -> dict[str, Any]:
         "client": "reference", "wall_s": wall, "cpu_s": cpu, "trajectories": len(responses), "failures": failures,
         "answered": answered, "completion_tokens": 0, "peak_rss_mb": peak_rss_mb(),
         "gc_full_passes": clock.passes, "gc_longest_pause_ms": 1000 * clock.longest,
+        "gc_thresholds": clock.usual_thresholds(), "gc_thresholds_seen": clock.seen(),
     }
 
 
