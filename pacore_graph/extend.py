@@ -25,7 +25,9 @@ Coordination options (``pacore_graph.coordination``; every one off by default)
     ``boxed_answer``, ``strip_math_delimiters``, ``TEXT_GROUP``, ``AnswerFlag``; ``majority_vote``.
 Token accounting
     ``completion_tokens(reported, content, reasoning)`` (server usage first, else a count) and
-    ``count_tokens(text)``, each giving ``(tokens, approximate)``.
+    ``count_tokens(text)``, each giving ``(tokens, approximate)``. ``SPACED_GC_FULL_PASS_THRESHOLD``: the oldest
+    generation's GC threshold that ``PaCoReConfig(spaced_gc=True)`` sets while runs are in flight (a benchmark
+    gives the clients it compares the same).
 Records (results as data)
     ``RoundRecord`` / ``TrajectoryRecord``: what ``PaCoReResult.rounds`` and ``RoundFailedError.round`` hold;
     ``finished_rounds(state)``: the rounds (plain data, each with its records) of a PaCoRe graph's state.
@@ -103,6 +105,7 @@ from pacore_graph.errors import BudgetExhaustedError, ModelRequestError, UsageEr
 from pacore_graph.explorers.chat import ChatExplorer
 from pacore_graph.explorers.protocol import Explorer
 from pacore_graph.graph.exploration import Exploration, passed_on
+from pacore_graph.graph.gc_policy import FULL_PASS_THRESHOLD as SPACED_GC_FULL_PASS_THRESHOLD
 from pacore_graph.graph.runner import PaCoReRunner, finished_rounds
 from pacore_graph.models import (
     EmbeddedServer,
@@ -134,6 +137,7 @@ __all__ = [
     "TEXT_GROUP",
     "EMBEDDED_CONTEXT",
     "EMBEDDED_MAX_TOKENS",
+    "SPACED_GC_FULL_PASS_THRESHOLD",
     "EMBEDDED_MODEL",
     "PRESETS",
     "ROUTER_POLICY",

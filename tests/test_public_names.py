@@ -16,6 +16,7 @@ PUBLIC = {
     ],
     "pacore_graph.extend": [
         "DEFAULT_TEMPLATE", "TEXT_GROUP", "EMBEDDED_CONTEXT", "EMBEDDED_MAX_TOKENS", "EMBEDDED_MODEL", "PRESETS",
+        "SPACED_GC_FULL_PASS_THRESHOLD",
         "ROUTER_POLICY", "RSA_TEMPLATE", "AnswerFlag", "Budget", "BudgetExhaustedError", "ChatExplorer", "EarlyStop",
         "EmbeddedServer", "Explorer", "FolderInUse", "FolderLock", "ModelRequestError", "OneTrajectory",
         "OpenAICompatibleChatModel", "PaCoReRunner", "ProblemOutcome", "ResultsFile", "RetryPolicy", "RoundRecord",

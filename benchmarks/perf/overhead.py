@@ -179,7 +179,7 @@ class WorkerFailed(RuntimeError):
 def gc_fields(setting: GcSetting) -> dict[str, Any]:
     """A worker spec's GC fields: the setting, and the threshold ``PaCoReConfig(spaced_gc=True)`` sets (the
     floor's and the reference's workers apply it themselves: they do not import pacore_graph)."""
-    from pacore_graph.graph.gc_policy import FULL_PASS_THRESHOLD
+    from pacore_graph.extend import SPACED_GC_FULL_PASS_THRESHOLD as FULL_PASS_THRESHOLD
 
     return {"gc": setting, "full_pass_threshold": FULL_PASS_THRESHOLD}
 
@@ -435,7 +435,7 @@ def gc_summary(report: OverheadReport) -> dict[str, Any]:
     """The GC setting every client ran under, and per client the thresholds in force at most collections of
     its runs (the schedules' and streamed runs' medians). The operator sets its thresholds only while a run is
     in flight, so in a tiny run, where building the graph takes most collections, it shows CPython's."""
-    from pacore_graph.graph.gc_policy import FULL_PASS_THRESHOLD
+    from pacore_graph.extend import SPACED_GC_FULL_PASS_THRESHOLD as FULL_PASS_THRESHOLD
 
     seen: dict[str, list[tuple[int, ...]]] = {}
     pairs = report.schedules + report.streaming

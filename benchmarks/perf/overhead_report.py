@@ -45,7 +45,7 @@ RATIO_NOTE = "ratios: to each workload's first row"
 
 def gc_setting_line(report: OverheadReport) -> str:
     """The GC setting of every client of the run, in words (tables' titles, the report, the verdicts)."""
-    from pacore_graph.graph.gc_policy import FULL_PASS_THRESHOLD
+    from pacore_graph.extend import SPACED_GC_FULL_PASS_THRESHOLD as FULL_PASS_THRESHOLD
 
     if report.settings.gc == "spaced":
         return f"GC spaced on every client (full-pass threshold {FULL_PASS_THRESHOLD} while runs are in flight)"

@@ -52,7 +52,7 @@ class WorkerSpec(BaseModel):
     reference_python: str | None = None
     # default: CPython's collector as the process found it; spaced: full passes rarer while the client's runs
     # are in flight (the operator: PaCoReConfig.spaced_gc; the floor and the reference: the same thresholds,
-    # full_pass_threshold being pacore_graph.graph.gc_policy.FULL_PASS_THRESHOLD)
+    # full_pass_threshold being pacore_graph.extend.SPACED_GC_FULL_PASS_THRESHOLD)
     gc: GcSetting = "default"
     full_pass_threshold: int = 100
 
