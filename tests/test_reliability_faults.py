@@ -277,7 +277,10 @@ def test_a_timed_out_call_of_a_sync_agent_is_closed_before_its_retry(mock_server
         agent = create_agent(model, [], middleware=[PaCoReMiddleware(config)])
         out = agent.invoke({"messages": [("user", "q")]})
         assert out["messages"][-1].content == "the synthesis"
-        assert not [thread for thread in threading.enumerate() if thread.name == "pacore-handler"]
+        handlers = [thread for thread in threading.enumerate() if thread.name == "pacore-handler"]
+        for thread in handlers:  # the last call's thread may be in its last lines; a hung one would block 28 s more
+            thread.join(timeout=1)
+        assert not [thread for thread in handlers if thread.is_alive()]
         deadline = time.monotonic() + 2  # the server notices a closed connection on its next poll (20 ms)
         while server.disconnected < 2 and time.monotonic() < deadline:
             time.sleep(0.02)
