@@ -1,20 +1,16 @@
-"""A run-wide bound on in-flight trajectories.
+"""A run-wide bound on in-flight trajectories, and the admission of rounds under it.
 
 LangGraph's ``max_concurrency`` limits each graph run separately, so nested fan-outs multiply (64
 problems x 32 trajectories). One limiter shared by every run of an operator bounds the real load on the
-server. asyncio semaphores belong to one event loop, so there is one per loop.
+server: a trajectory holds a :class:`Slot` (an asyncio semaphore of ``limit``) while its request is out.
+asyncio semaphores belong to one event loop, so there is one per loop.
 
-Rounds are admitted too (:meth:`ConcurrencyLimiter.admit`): LangGraph builds every Send task of a step at
-once, about 13 KB of task machinery each, so 64 problems x 32 trajectories under a limit of 1024 would
-build 2048 tasks of which 1024 only wait. An async run fans a round out once fewer than ``limit`` of the
-trajectories admitted before it are unfinished (at most K - 1 past the limit wait for a slot).
-
-Requests go out before responses are digested (:meth:`Admission.send_first`). When a wave of responses
-comes back, each one that is in gives its admission back at once, and the next wave's trajectories
-(LangGraph building their tasks, each sending its request) go first. The digest waits: the record, the
-barrier and LangGraph finishing the task, which nothing needs before the rest of its round is in. Otherwise
-the client, CPU-bound while a wave turns over, would hold the next wave back by the time it takes to digest
-the last one. At most ``limit // 8`` digests wait, so the tasks alive stay near the limit.
+Rounds are admitted before they fan out (:meth:`ConcurrencyLimiter.admit`): LangGraph builds every Send
+task of a step at once, about 13 KB of task machinery each, so 64 problems x 32 trajectories under a limit
+of 1024 would build 2048 tasks of which 1024 only wait. The invariant, in one sentence: **a round is
+admitted only while fewer than ``limit`` trajectories admitted before it are unfinished, in the order the
+rounds asked, and each admitted trajectory is given back exactly once** (its :class:`RoundTicket` sees to
+that). So at most ``limit + K - 1`` trajectory tasks are alive on a loop.
 """
 
 from __future__ import annotations
@@ -32,12 +28,9 @@ class ConcurrencyLimiter:
         self._semaphores: PerLoop[asyncio.Semaphore] = PerLoop(lambda: asyncio.Semaphore(limit))
         self._admissions: PerLoop[Admission] = PerLoop(lambda: Admission(limit))
 
-    async def admit(self, k: int) -> Admission:
-        """Wait until a round of ``k`` trajectories may be fanned out (rounds in the order they asked); each
-        of them then calls ``finished`` on the returned admission once, however it ends."""
-        admission = self._admissions.get()
-        await admission.enter(k)
-        return admission
+    async def admit(self, k: int) -> RoundTicket:
+        """Wait until a round of ``k`` trajectories may be fanned out on this loop (see the module docstring)."""
+        return await self._admissions.get().enter(k)
 
     def slot(self) -> Slot:
         """A trajectory's hold on this limit (see :class:`Slot`)."""
@@ -77,81 +70,61 @@ class Slot:
 
 
 class Admission:
-    """The trajectories admitted on one loop and not yet finished, and the rounds waiting their turn."""
-
-    STALL = 0.01
-    """Seconds without a request going out after which waiting digests go ahead anyway: what is left to
-    send is held back by something else (a full limiter, LangGraph's own ``max_concurrency``, which may be
-    waiting for these very digests)."""
-
-    DIGEST_WAIT_SHARE = 8
-    """At most ``limit // DIGEST_WAIT_SHARE`` digests wait at once (send_first): each keeps its task alive."""
+    """The rounds of one loop: ``pending`` trajectories admitted and not given back, and the rounds waiting
+    their turn (first come, first admitted)."""
 
     def __init__(self, limit: int):
         self.limit = limit
         self.pending = 0
-        self.unsent = 0  # admitted trajectories whose request has not gone out (see send_first)
-        self._sent = 0  # requests gone out so far: the stall check's measure of progress
         self._waiting: deque[tuple[asyncio.Future[None], int]] = deque()
-        self._digests: list[asyncio.Future[None]] = []
-        self._stall_check: asyncio.TimerHandle | None = None
 
-    async def enter(self, k: int) -> None:
+    async def enter(self, k: int) -> RoundTicket:
+        """A ticket for ``k`` trajectories, once fewer than ``limit`` admitted before them are unfinished."""
         if not self._waiting and self.pending < self.limit:
             self.pending += k
-            self.unsent += k
-            return
+            return RoundTicket(self, k)
         turn = asyncio.get_running_loop().create_future()
         self._waiting.append((turn, k))
         try:
             await turn
         except asyncio.CancelledError:
             if turn.done() and not turn.cancelled():  # admitted, then cancelled before fanning out
-                self.finished(k)
-                self.sent(k)
+                self.give_back(k)
             else:
-                turn.cancel()
+                turn.cancel()  # give_back skips it
             raise
+        return RoundTicket(self, k)
 
-    def finished(self, count: int = 1) -> None:
+    def give_back(self, count: int) -> None:
         self.pending -= count
         while self._waiting and self.pending < self.limit:
             turn, k = self._waiting.popleft()
             if not turn.done():
                 self.pending += k
-                self.unsent += k
                 turn.set_result(None)
 
-    def sent(self, count: int = 1) -> None:
-        """``count`` admitted trajectories have sent their request (or never will)."""
-        self.unsent -= count
-        self._sent += count
-        if self.unsent <= 0:
-            self._digest_now()
 
-    async def send_first(self) -> None:
-        """Return once the trajectories admitted so far have sent their requests (see the module docstring);
-        at once when they have, or when ``limit // DIGEST_WAIT_SHARE`` digests wait already."""
-        if self.unsent <= 0 or len(self._digests) >= self.limit // self.DIGEST_WAIT_SHARE:
-            return
-        loop = asyncio.get_running_loop()
-        turn = loop.create_future()
-        self._digests.append(turn)
-        if self._stall_check is None:
-            self._stall_check = loop.call_later(self.STALL, self._check_stall, self._sent)
-        await turn
+class RoundTicket:
+    """The admission of one round's ``k`` trajectories: each gives back its share once (:meth:`give_back_one`),
+    and :meth:`give_back_rest` returns what trajectories that never ran (or never will) still hold."""
 
-    def _check_stall(self, sent_before: int) -> None:
-        if self._sent == sent_before:
-            self._digest_now()
-        else:
-            self._stall_check = asyncio.get_running_loop().call_later(self.STALL, self._check_stall, self._sent)
+    __slots__ = ("_admission", "held")
 
-    def _digest_now(self) -> None:
-        if self._stall_check is not None:
-            self._stall_check.cancel()
-            self._stall_check = None
-        digests, self._digests = self._digests, []
-        for turn in digests:
-            if not turn.done():
-                turn.set_result(None)
+    def __init__(self, admission: Admission, k: int):
+        self._admission = admission
+        self.held = k
+
+    @property
+    def pending(self) -> int:
+        """The trajectories admitted on this loop and not given back, this round's included."""
+        return self._admission.pending
+
+    def give_back_one(self) -> None:
+        if self.held:
+            self.held -= 1
+            self._admission.give_back(1)
+
+    def give_back_rest(self) -> None:
+        if self.held:
+            held, self.held = self.held, 0
+            self._admission.give_back(held)

@@ -15,22 +15,24 @@ Two objects, one per side of the run:
 
 Where the run state lives: LangGraph hands every node the very object passed as ``context=`` (the runtime
 context is not copied), and nothing else of the run reaches a Send task (no run id, only its argument). So
-each context holds its run state in a private field the caller never sets (``init=False``; made with the
-context, so a run never waits on a lock to make it), and a node finds it in one attribute read. One context
-runs one graph run at a time: a new input resets its run state (:meth:`RunState.begin`), so a context may
-be used again afterwards, but two runs at once need a context each (``PaCoReRunner`` makes one per run).
+the run state is found by the context's identity (:func:`run_state`: a map from ``id(context)``, whose entry
+goes when the context is collected), and the context itself stays a plain frozen value, never written to.
+One context runs one graph run at a time: a new input resets its run state
+(:meth:`RunState.begin`), so a context may be used again afterwards, but two runs at once need a context
+each (``PaCoReRunner`` makes one per run).
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from langchain_core.callbacks import AsyncCallbackManager
 from langchain_core.messages import BaseMessage
-from langchain_core.runnables import RunnableConfig
-from langchain_core.runnables.config import var_child_runnable_config
+from langchain_core.runnables import RunnableConfig, ensure_config
 from langgraph.runtime import get_runtime
 
 from pacore_graph.graph.run_state import RunState
@@ -66,16 +68,24 @@ class PaCoReContext:
     trace: list[Trajectory] | None = None
     stream_metadata: Mapping[str, Any] = field(default_factory=dict)
     unobserved: bool = False
-    _run: RunState = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        # the one write after construction a frozen dataclass allows: its own derived field, in __post_init__
-        object.__setattr__(self, "_run", RunState(self))
+
+# by identity: a context compares by value (two with the same messages are equal) but is the input of one run
+_runs: dict[int, RunState] = {}
+_making = threading.Lock()  # a resumed sync run's trajectories may ask first, from threads of their own
 
 
 def run_state(context: PaCoReContext) -> RunState:
-    """The operator's state of the run ``context`` is the input of."""
-    return context._run
+    """The operator's state of the run ``context`` is the input of, made on first use and dropped when the
+    context is collected (before its id can be reused)."""
+    run = _runs.get(id(context))
+    if run is None:
+        with _making:
+            run = _runs.get(id(context))
+            if run is None:
+                run = _runs[id(context)] = RunState(context)
+                weakref.finalize(context, _runs.pop, id(context), None)
+    return run
 
 
 def current_run() -> RunState:
@@ -86,7 +96,7 @@ def current_run() -> RunState:
             "the PaCoRe graph reads its conversation from its runtime context: invoke it with "
             "context=PaCoReContext(messages=[...]) (PaCoReNode and PaCoReRunner do this for you)"
         )
-    return context._run
+    return run_state(context)
 
 
 def unobserved(config: RunnableConfig | None) -> bool:
@@ -97,5 +107,5 @@ def unobserved(config: RunnableConfig | None) -> bool:
     config counts too: LangGraph merges its callbacks into the run's."""
     return not any(
         AsyncCallbackManager.configure((source or {}).get("callbacks"), None, False).handlers
-        for source in (config, var_child_runnable_config.get())
+        for source in (config, ensure_config())  # ensure_config(): a copy of the ambient config
     )

@@ -19,7 +19,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_stream_writer
 from langgraph.constants import TAG_NOSTREAM
 
-from pacore_graph.concurrency.limiter import Admission, ConcurrencyLimiter
+from pacore_graph.concurrency.limiter import ConcurrencyLimiter, RoundTicket
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.coordination.control import RunControl
 from pacore_graph.coordination.references import References, next_round_references
@@ -36,11 +36,23 @@ class RunState:
     """The per-run state of the operator for one :class:`~pacore_graph.graph.context.PaCoReContext`."""
 
     __slots__ = (
-        "messages", "payload", "on_event", "on_record", "trace", "stream_metadata", "unobserved", "started",
-        "_rounds", "_finished", "_references", "_control", "_fanned_out", "_in_flight", "_admission", "_admitted",
-        "_unsent", "_admitted_rounds",
+        "messages",
+        "payload",
+        "on_event",
+        "on_record",
+        "trace",
+        "stream_metadata",
+        "unobserved",
+        "started",
+        "_rounds",
+        "_finished",
+        "_references",
+        "_control",
+        "_fanned_out",
+        "_in_flight",
+        "_tickets",
         "_closed",
-    )  # fmt: skip
+    )
 
     def __init__(self, context: PaCoReContext):
         self.messages: Sequence[BaseMessage] = context.messages
@@ -57,15 +69,11 @@ class RunState:
         self._control: RunControl | None = None
         self._fanned_out: set[int] = set()
         self._in_flight: set[asyncio.Task[Any]] = set()
-        self._admission: Admission | None = None
-        self._admitted = 0  # admitted here, not finished
-        self._unsent = 0  # admitted here, request not sent
-        self._admitted_rounds: set[int] = set()
+        self._tickets: dict[int, RoundTicket] = {}  # the admission of each round this run fanned out
         self._closed = False
 
     def trajectory_started(self) -> asyncio.Task[Any]:
-        """The current task runs one trajectory of this run until :meth:`trajectory_ended` (see :meth:`close`);
-        call that in a ``finally``. (A pair of calls, not a context manager: one object fewer per trajectory.)
+        """The current task runs one trajectory of this run until :meth:`trajectory_ended` (see :meth:`close`).
 
         A trajectory that starts after the run was closed (LangGraph had created its task but its cleanup
         was cut short) is cancelled at once, before it sends anything.
@@ -78,50 +86,23 @@ class RunState:
             raise asyncio.CancelledError("the PaCoRe run was closed before this trajectory started")
         return task
 
-    def request_sent(self, round_index: int) -> None:
-        """The trajectory holds its slot and sends its request now (Admission.send_first waits for this)."""
-        admission = self._holding(round_index)
-        if admission is not None and self._unsent:
-            self._unsent -= 1
-            admission.sent()
-
-    async def response_received(self, round_index: int) -> None:
-        """The trajectory's request is over: its admission goes back at once (a round waiting for it fans out),
-        and its digest waits while the trajectories admitted so far still have requests to send."""
-        admission = self._give_back(round_index)
-        if admission is not None:
-            await admission.send_first()
-
-    def trajectory_ended(self, task: asyncio.Task[Any], round_index: int, stage: int) -> None:
-        """``stage``: 0 before its request was sent, 1 before its response was received, 2 after."""
+    def trajectory_ended(self, task: asyncio.Task[Any]) -> None:
         self._in_flight.discard(task)
-        if stage == 0:
-            self.request_sent(round_index)  # it never will be
-        if stage < 2:
-            self._give_back(round_index)
 
-    def _holding(self, round_index: int) -> Admission | None:
-        """The admission the round holds when this run admitted it and goes on (close() gives back the rest)."""
-        admission = self._admission
-        if admission is None or round_index not in self._admitted_rounds or self._closed:
-            return None
-        return admission
+    async def admit(self, limiter: ConcurrencyLimiter, round_index: int, k: int) -> RoundTicket:
+        """Wait until the run-wide limiter admits this round's K trajectories (see concurrency/limiter.py)."""
+        ticket = await limiter.admit(k)
+        earlier = self._tickets.get(round_index)  # a round run again (after a resume): its first run is over
+        if earlier is not None:
+            earlier.give_back_rest()
+        self._tickets[round_index] = ticket
+        if self._closed:  # closed while it waited: nothing of this run will take it
+            ticket.give_back_rest()
+        return ticket
 
-    def _give_back(self, round_index: int) -> Admission | None:
-        admission = self._holding(round_index)
-        if admission is None or not self._admitted:
-            return None
-        self._admitted -= 1
-        admission.finished()
-        return admission
-
-    async def admit(self, limiter: ConcurrencyLimiter, round_index: int, k: int) -> Admission:
-        """Wait until the run-wide limiter admits this round's K trajectories (see ConcurrencyLimiter.admit)."""
-        self._admission = admission = await limiter.admit(k)
-        self._admitted += k
-        self._unsent += k
-        self._admitted_rounds.add(round_index)
-        return admission
+    def ticket(self, round_index: int) -> RoundTicket | None:
+        """The round's admission, when this run admitted it (async runs); each trajectory gives back its share."""
+        return self._tickets.get(round_index)
 
     def close(self) -> None:
         """The run is over (finished, failed or cancelled): cancel every trajectory still running.
@@ -134,13 +115,8 @@ class RunState:
         :mod:`pacore_graph.concurrency.sync`: they are cancelled through their own loop.
         """
         self._closed = True
-        if self._admission is not None:  # admitted ones that will not finish (or send) here
-            if self._admitted:
-                self._admission.finished(self._admitted)
-                self._admitted = 0
-            if self._unsent:
-                self._admission.sent(self._unsent)
-                self._unsent = 0
+        for ticket in self._tickets.values():  # admitted trajectories that will not finish here
+            ticket.give_back_rest()
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -163,6 +139,9 @@ class RunState:
         self._references.clear()
         self._control = None
         self._fanned_out.clear()
+        for ticket in self._tickets.values():  # an earlier run on this context gave back all it held as it closed
+            ticket.give_back_rest()
+        self._tickets.clear()
 
     def round_finished(self, data: RoundData) -> None:
         """A finished round (from the collector, or from the checkpoint when a run resumes in a new process)."""
@@ -170,8 +149,8 @@ class RunState:
 
     def finished_before(self, round_index: int) -> list[RoundRecord]:
         """The rounds finished before ``round_index``, as records (what a failure of that round reports)."""
-        return [RoundRecord.model_validate(self._finished[number]) for number in sorted(self._finished)
-                if number < round_index]  # fmt: skip
+        finished = self._finished
+        return [RoundRecord.model_validate(finished[number]) for number in sorted(finished) if number < round_index]
 
     def references(self, round_index: int, index: int, k: int, settings: PaCoReConfig) -> References:
         """What trajectory ``index`` of round ``round_index`` sees of the round before (nothing in round 1),
@@ -184,7 +163,7 @@ class RunState:
                     f"round {round_index + 1} is resumed without round {round_index}'s conclusions: resume the "
                     "PaCoRe graph through PaCoReRunner, PaCoReNode or PaCoReChatModel (they read them from the "
                     "checkpoint)"
-                )  # fmt: skip
+                )
             lists = self._references[round_index] = next_round_references(previous, k, round_index, settings)
         return lists[index]
 

@@ -16,10 +16,11 @@ from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.concurrency.sync import call_interruptibly, run_sync
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.explorers.protocol import ModelOrExplorer
-from pacore_graph.graph.builder import PaCoReState, build_pacore_graph
+from pacore_graph.graph.builder import build_pacore_graph
 from pacore_graph.graph.context import PaCoReContext, ProgressListener, RecordSink, run_state, unobserved
 from pacore_graph.graph.gc_policy import spaced_full_collections
 from pacore_graph.graph.own_thread import OwnThread, async_capable, claimed, lent_saver, own_thread
+from pacore_graph.graph.state import PaCoReState
 from pacore_graph.graph.unseen import ambient_unseen_removed, unseen_removed
 from pacore_graph.records import (
     Outcome,
@@ -137,9 +138,16 @@ class PaCoReRunner:
         saver = lent_saver(runnable_config) if self.borrows_saver else None
         if saver is not None and not await async_capable(saver):  # e.g. a sync agent's SqliteSaver or PostgresSaver
             return await asyncio.to_thread(
-                self.run, messages, runnable_config, resume=resume, durability=durability, trace=trace,
-                on_event=on_event, payload=payload, on_record=on_record,
-            )  # fmt: skip
+                self.run,
+                messages,
+                runnable_config,
+                resume=resume,
+                durability=durability,
+                trace=trace,
+                on_event=on_event,
+                payload=payload,
+                on_record=on_record,
+            )
         context = self.context(
             messages, runnable_config, trace=trace, on_event=on_event, payload=payload, on_record=on_record
         )
@@ -325,7 +333,14 @@ def solve(
     """Sync wrapper of :func:`asolve`; Ctrl-C cancels the run's requests."""
     return run_sync(
         asolve(
-            model_or_explorer, messages, config, checkpointer=checkpointer, runnable_config=runnable_config,
-            trace=trace, on_event=on_event, payload=payload, on_record=on_record,
+            model_or_explorer,
+            messages,
+            config,
+            checkpointer=checkpointer,
+            runnable_config=runnable_config,
+            trace=trace,
+            on_event=on_event,
+            payload=payload,
+            on_record=on_record,
         )
-    )  # fmt: skip
+    )
