@@ -1,9 +1,9 @@
 """One trajectory = one chat completion from a LangChain chat model (bound tools and wrappers included).
 
-Every call is an ordinary LangChain chat-model run: callbacks, tracing, ``astream_events`` and
-``stream_mode="messages"`` see each trajectory, tagged with ``pacore_round`` / ``pacore_index``. When the
-runner found no callback handler attached to the run (``EpisodeContext.unobserved``, asked once per run),
-this project's client is asked for the completion alone: the run objects nobody would see are not built.
+Every call is one ``ainvoke`` of the model as the user built it (wrappers and bindings included), an ordinary
+LangChain chat-model run: callbacks, tracing, ``astream_events`` and ``stream_mode="messages"`` see each
+trajectory, tagged with ``pacore_round`` / ``pacore_index``. The explorer has no road of its own to any model:
+what a call costs is the model's business (this project's client keeps a whole message cheap itself).
 
 Requests: PaCoReConfig's sampling (temperature, top_p, max_tokens, model_kwargs) fills in only what the
 model and its bindings leave unset, for models that take OpenAI's parameters (this project's client,
@@ -63,9 +63,16 @@ def as_pacore_calls_it(model: BaseChatModel, request_timeout: float | None) -> B
 
 
 def takes_openai_params(model: BaseChatModel) -> bool:
-    return isinstance(model, OpenAICompatibleChatModel) or any(
-        cls.__name__ == "BaseChatOpenAI" for cls in type(model).__mro__
-    )
+    """Whether ``model`` sends PaCoReConfig's sampling settings as OpenAI request fields: this project's client
+    or langchain-openai's (ChatOpenAI, AzureChatOpenAI). A process that never imported langchain-openai holds
+    none of its models, and does not import it here."""
+    if isinstance(model, OpenAICompatibleChatModel):
+        return True
+    if "langchain_openai" not in sys.modules:
+        return False
+    from pacore_graph.models import chat_openai
+
+    return chat_openai.is_chat_openai(model)
 
 
 class ChatExplorer:
@@ -77,21 +84,18 @@ class ChatExplorer:
         upgraded = as_pacore_calls_it(found.model, self.config.request_timeout)
         if upgraded is not found.model:  # a ChatOpenAI: same settings, vLLM's reasoning kept, no retries of its own
             found = WrappedChatModel(
-                model=upgraded, call=with_model(found.call, upgraded), prefix=found.prefix,
-                bound=found.bound, configurable=found.configurable,
-            )  # fmt: skip
+                model=upgraded,
+                call=with_model(found.call, upgraded),
+                prefix=found.prefix,
+                bound=found.bound,
+                configurable=found.configurable,
+            )
         call = without_retries(found.call)  # one layer of retries: PaCoRe's
         if call is not found.call:
             found = dataclasses.replace(found, call=call)
         self.found = found
         self.model = found.model
         self._early, self._final = self._request_kwargs()
-        model = found.model
-        # called as it is (no wrapper, no steps before it) and with nothing of its own to tell: in a run
-        # nobody observes, the trajectory is the completion alone (OpenAICompatibleChatModel.agenerate_message)
-        self._direct: OpenAICompatibleChatModel | None = None
-        if found.call is model and found.prefix is None and isinstance(model, OpenAICompatibleChatModel):
-            self._direct = None if model.callbacks or model.verbose else model
 
     def _fill_ins(self, configured: frozenset[str] = frozenset()) -> dict[str, Any]:
         if not takes_openai_params(self.model):
@@ -100,9 +104,7 @@ class ChatExplorer:
         wanted = {"temperature": settings.temperature, "top_p": settings.top_p, "max_tokens": settings.max_tokens}
         wanted.update(settings.model_kwargs)
         return {
-            name: value
-            for name, value in wanted.items()
-            if value is not None and not self.found.sets(name, configured)
+            name: value for name, value in wanted.items() if value is not None and not self.found.sets(name, configured)
         }
 
     def _request_kwargs(self, configured: frozenset[str] = frozenset()) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -128,10 +130,6 @@ class ChatExplorer:
             configured = frozenset(ensure_config(config).get("configurable") or ()) & set(self.found.configurable)
             if configured:
                 kwargs = self._request_kwargs(configured)[1 if episode.final else 0]
-        direct = self._direct
-        if episode.unobserved and direct is not None and direct.plain_calls():
-            message = await direct.agenerate_message(messages, **kwargs)
-            return trajectory_from_message(message)
         if self.found.prefix is not None:
             messages = await self.found.prefix.ainvoke(messages, config)
         message = await self.found.call.ainvoke(messages, config, **kwargs)

@@ -46,6 +46,11 @@ class ReasoningChatOpenAI(ChatOpenAI):
         return generation
 
 
+def is_chat_openai(model: BaseChatModel) -> bool:
+    """Whether ``model`` is one of langchain-openai's chat models (ChatOpenAI, AzureChatOpenAI, subclasses)."""
+    return isinstance(model, BaseChatOpenAI)
+
+
 def as_pacore_calls_it(model: BaseChatModel, request_timeout: float | None = None) -> BaseChatModel:
     """A plain ChatOpenAI as a ReasoningChatOpenAI, and any ChatOpenAI (Azure's too) with clients that do not
     retry and, given PaCoRe's ``request_timeout``, that stop waiting on a silent server after it (a default

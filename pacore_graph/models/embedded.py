@@ -108,9 +108,13 @@ class EmbeddedServer:
     """Start and stop llama-cpp-python's server for the SmolLM2 GGUF; a context manager."""
 
     def __init__(
-        self, *, port: int | None = None, n_ctx: int = DEFAULT_CONTEXT, ready_timeout: float = 180,
+        self,
+        *,
+        port: int | None = None,
+        n_ctx: int = DEFAULT_CONTEXT,
+        ready_timeout: float = 180,
         seed: int | None = None,
-    ):  # fmt: skip
+    ):
         self.port = port or free_port()
         self.n_ctx = n_ctx
         self.seed = sampling_seed(seed)
@@ -133,14 +137,22 @@ class EmbeddedServer:
                 "pip install -e '.[local]' in the pacore-graph clone"
             )
         return [
-            sys.executable, "-m", "pacore_graph.models.llama_server",
-            "--model", str(gguf_path()),
-            "--alias", MODEL_ALIAS,
-            "--host", "127.0.0.1",
-            "--port", str(self.port),
-            "--n-ctx", str(self.n_ctx),
-            "--seed", str(self.seed),
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "pacore_graph.models.llama_server",
+            "--model",
+            str(gguf_path()),
+            "--alias",
+            MODEL_ALIAS,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--n-ctx",
+            str(self.n_ctx),
+            "--seed",
+            str(self.seed),
+        ]
 
     def start(self) -> EmbeddedServer:
         if self.process is not None:

@@ -183,9 +183,12 @@ class ConnectionPool:
         self._claims: deque[asyncio.Future[_Connection | None]] = deque()  # requests waiting for one to land
         host = f"[{self._host}]" if ":" in self._host else self._host
         default_port = self._port == (443 if self._ssl else 80)
-        lines = [f"POST {parts.path or '/'}{'?' + parts.query if parts.query else ''} HTTP/1.1",
-                 f"Host: {host if default_port else f'{host}:{self._port}'}",
-                 "User-Agent: pacore-graph", "Content-Type: application/json"]  # fmt: skip
+        lines = [
+            f"POST {parts.path or '/'}{'?' + parts.query if parts.query else ''} HTTP/1.1",
+            f"Host: {host if default_port else f'{host}:{self._port}'}",
+            "User-Agent: pacore-graph",
+            "Content-Type: application/json",
+        ]
         lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
         self._head = ("\r\n".join(lines) + "\r\n").encode("latin-1")
 
@@ -316,9 +319,12 @@ class ConnectionPool:
         for address in addresses:  # in the resolver's order; the first that answers goes first from now on
             try:
                 _, connection = await loop.create_connection(
-                    lambda: _Connection(self), address[0], address[1], ssl=self._ssl,
+                    lambda: _Connection(self),
+                    address[0],
+                    address[1],
+                    ssl=self._ssl,
                     server_hostname=self._host if self._ssl else None,
-                )  # fmt: skip
+                )
             except OSError as exc:
                 error = exc
                 continue

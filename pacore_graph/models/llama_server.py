@@ -70,8 +70,11 @@ class CountTokens:
         end-of-text last; one stopped by a stop string did not (counted as such when both could be)."""
         ended_by_eos = finish_reason == "stop" and not stop_strings
         completion = max(self.samples - ended_by_eos, 0)
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": completion,
-                "total_tokens": self.prompt_tokens + completion}  # fmt: skip
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": self.prompt_tokens + completion,
+        }
 
 
 def _with_usage(llama: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
@@ -111,7 +114,7 @@ def build_app(model: str, alias: str, n_ctx: int, seed: int) -> "FastAPI":
         get_event_publisher,
         get_llama_proxy,
         prepare_request_resources,
-    )  # fmt: skip
+    )
     from llama_cpp.server.errors import RouteErrorHandler
     from llama_cpp.server.settings import ModelSettings, ServerSettings
     from llama_cpp.server.types import CreateChatCompletionRequest
@@ -131,9 +134,15 @@ def build_app(model: str, alias: str, n_ctx: int, seed: int) -> "FastAPI":
                 return await create_chat_completion(request, body)
             # llama-cpp-python's own road, with the usage chunk added
             send, receive = anyio.create_memory_object_stream[dict[str, Any]](10)
-            publish = partial(get_event_publisher, request=request, inner_send_chan=send, body=body,
-                              body_model=body.model, llama_call=_with_usage,
-                              kwargs=body.model_dump(exclude=LLAMA_CPP_EXCLUDED))  # fmt: skip
+            publish = partial(
+                get_event_publisher,
+                request=request,
+                inner_send_chan=send,
+                body=body,
+                body_model=body.model,
+                llama_call=_with_usage,
+                kwargs=body.model_dump(exclude=LLAMA_CPP_EXCLUDED),
+            )
             return EventSourceResponse(receive, data_sender_callable=publish, sep="\n")
         kwargs = body.model_dump(exclude=LLAMA_CPP_EXCLUDED)
         gone = threading.Event()

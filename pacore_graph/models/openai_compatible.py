@@ -14,13 +14,16 @@ Streaming has two meanings here. ``streaming=True`` (or the per-call ``sse=True`
 server-sent events and assembles the message client-side: a transport, cheap at any scale. LangChain's
 token streaming (``astream``, ``astream_events``, LangGraph's ``stream_mode="messages"``) goes through
 ``_astream`` and yields one chunk per delta to whoever listens.
+
+A whole message (no token streaming: PaCoRe's earlier rounds, any run nobody listens to) takes one road,
+whatever the callbacks: ``ainvoke`` sends the request and keeps LangChain's callback contract through its
+public API, without the base class's per-call costs (see ``ainvoke``). Token streaming, caches, rate
+limiters and ``output_version="v1"`` take the base class's road.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
-import itertools
 import json
 import os
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -179,9 +182,13 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         return body
 
     async def acomplete(
-        self, messages: list[dict[str, Any]], *, on_delta: Callable[[Delta], None] | None = None,
-        key: str | None = None, **overrides: Any,
-    ) -> dict[str, Any]:  # fmt: skip
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        on_delta: Callable[[Delta], None] | None = None,
+        key: str | None = None,
+        **overrides: Any,
+    ) -> dict[str, Any]:
         """Send one request; the assistant message as a dict with usage, finish_reason and model.
 
         ``stream`` (default: the ``streaming`` field) asks for server-sent events, assembled here;
@@ -271,54 +278,63 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
     # ---- LangChain interface ---------------------------------------------------------------------
 
     async def ainvoke(
-        self, input: LanguageModelInput, config: RunnableConfig | None = None, *, stop: list[str] | None = None,
+        self,
+        input: LanguageModelInput,
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
         **kwargs: Any,
-    ) -> AIMessage:  # fmt: skip
-        """``BaseChatModel.ainvoke``; a call that asks for no streaming (``stream=False``, as PaCoRe's earlier
-        rounds do) takes a shorter road to the same callbacks.
+    ) -> AIMessage:
+        """``BaseChatModel.ainvoke``. A whole message (no token streaming) takes one shorter road for every
+        caller, PaCoRe's explorer included, handlers attached or not; LangChain's own road takes token
+        streaming, caches, rate limiters and ``output_version="v1"``.
 
-        Why: the base class's road costs about 0.1 ms of CPU, two asyncio tasks and a few dozen objects
-        per call: at 1024 requests in flight, a quarter of the client's whole cost per trajectory. The
-        short road configures the same callback manager (the caller's callbacks, tags and metadata, and
-        tracing from the environment) and fires the same ``on_chat_model_start`` / ``on_llm_end`` (with
-        usage) / ``on_llm_error``; when that manager has no handler at all, nobody is told anything, so
-        no run objects are built. Streaming, caches, rate limiters and other output versions take the
-        base class's road.
+        Why: the base class's road costs about 0.1 ms more CPU per call (an asyncio task, tracing copies of the
+        messages, a signature inspection): at 1024 requests in flight, close to a tenth of the client's whole
+        cost per trajectory. The short road keeps LangChain's callback contract through its public API, as
+        ``BaseChatModel.agenerate`` does: ``AsyncCallbackManager.configure`` over the caller's callbacks, tags
+        and metadata (and tracing from the environment), ``on_chat_model_start`` (whose run id names the
+        message), then ``on_llm_end`` with usage or ``on_llm_error``. When the run has no handler, the
+        metadata only handlers read is not built and ``on_llm_end``, which would tell nobody, is not awaited.
+        A call that does not say ``stream=False`` while a handler is attached is LangChain's to decide (a
+        handler may stream its tokens: ``astream_events``, ``stream_mode="messages"``).
         """
-        if kwargs.get("stream") is not False or not self.plain_calls():
+        if kwargs.get("stream") or not self._plain_calls():
             return await super().ainvoke(input, config, stop=stop, **kwargs)
-        structured = kwargs.pop("ls_structured_output_format", None)  # tracing only, never a request field
         # Callbacks given (as PaCoRe's explorer gives them) make the ambient config irrelevant to the run.
         config = config.copy() if config and "callbacks" in config else ensure_config(config)
-        messages = _as_messages(input)
         callbacks, tags = config.get("callbacks"), config.get("tags")
         manager = AsyncCallbackManager.configure(callbacks, self.callbacks, self.verbose, tags, self.tags)
-        if not manager.handlers:
-            return await self.agenerate_message(messages, stop=stop, **kwargs)
-        metadata = {**(config.get("metadata") or {}), **self._get_ls_params(stop=stop, **kwargs)}
-        metadata["ls_integration"] = "langchain_chat_model"
-        manager.add_metadata(metadata)
-        if self.metadata:
-            manager.add_metadata(self.metadata, inherit=False)
+        observed = bool(manager.handlers)  # else the callbacks tell nobody: what only they read is not built
+        if observed:
+            if "stream" not in kwargs:
+                return await super().ainvoke(input, config, stop=stop, **kwargs)
+            metadata = {**(config.get("metadata") or {}), **self._get_ls_params(stop=stop, **kwargs)}
+            metadata["ls_integration"] = "langchain_chat_model"
+            manager.add_metadata(metadata)
+            if self.metadata:
+                manager.add_metadata(self.metadata, inherit=False)
+        structured = kwargs.pop("ls_structured_output_format", None)  # tracing only, never a request field
+        messages = _as_messages(input)
         options: dict[str, Any] = {"stop": stop}
         if structured:
             options["ls_structured_output_format"] = structured
         (run_manager,) = await manager.on_chat_model_start(
-            self._tracing_identity(), [messages], invocation_params=self._get_invocation_params(stop=stop, **kwargs),
-            options=options, name=config.get("run_name") or self.get_name(), run_id=config.pop("run_id", None),
+            self._tracing_identity(),
+            [messages],
+            invocation_params=self._get_invocation_params(stop=stop, **kwargs),
+            options=options,
+            name=config.get("run_name") or self.get_name(),
+            run_id=config.pop("run_id", None),
             batch_size=1,
-        )  # fmt: skip
+        )
         try:
-            result = await self._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
+            message = await self._amessage(messages, stop, id=f"{LC_ID_PREFIX}-{run_manager.run_id}-0", **kwargs)
         except BaseException as exc:
             await run_manager.on_llm_error(exc, response=LLMResult(generations=[]))
             raise
-        generation = result.generations[0]
-        if generation.message.id is None:
-            generation.message.id = f"{LC_ID_PREFIX}-{run_manager.run_id}-0"
-        await run_manager.on_llm_end(LLMResult(generations=[[generation]]))
-        message = generation.message
-        assert isinstance(message, AIMessage)  # as _agenerate made it (ChatResult types it as a BaseMessage)
+        if observed:  # on_llm_end costs an asyncio task even when it tells nobody
+            await run_manager.on_llm_end(LLMResult(generations=[[ChatGeneration(message=message)]]))
         return message
 
     async def apreconnect(self, connections: int) -> None:
@@ -328,25 +344,18 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         pool = pools.get()
         pool.preconnect(connections)
 
-    def plain_calls(self) -> bool:
-        """Whether a call is one request and its message: no cache, rate limiter or other output version
-        (those take the base class's road)."""
+    def _plain_calls(self) -> bool:
+        """Whether a call is one request and its message: no cache, rate limiter or other output version."""
         llm_cache = self.cache if self.cache is not None else get_llm_cache()
         return not llm_cache and self.rate_limiter is None and self.output_version != "v1"
 
-    async def agenerate_message(
-        self, messages: list[BaseMessage], *, stop: list[str] | None = None, **kwargs: Any
-    ) -> AIMessage:
-        """One completion as the AIMessage ``ainvoke`` returns, for a caller that knows no callback handler
-        is attached (so no chat-model run is made: nobody would see it), e.g. PaCoRe's explorer, which
-        asks once per run. Takes ``ainvoke``'s kwargs; ``sse`` picks the transport."""
-        return await self._amessage(messages, stop, id=_message_id(), **kwargs)
-
     def _tracing_identity(self) -> dict[str, Any]:
         """What tracers record as the model (``dumpd``), computed once."""
-        if self._serialized_identity is None:
-            self._serialized_identity = dumpd(self)
-        return self._serialized_identity
+        private = self._private()
+        identity: dict[str, Any] | None = private["_serialized_identity"]
+        if identity is None:
+            identity = private["_serialized_identity"] = dumpd(self)
+        return identity
 
     async def _agenerate(
         self,
@@ -446,12 +455,6 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         return super().bind(tools=formatted, **kwargs)
 
 
-# LangChain inspects ``_agenerate``'s signature on every call (does it take ``run_manager``?); a signature
-# computed once makes that a lookup (about 5% of the client's CPU per request at 1024 in flight).
-# (A function takes any attribute; typeshed's types of functions and methods declare no __signature__.)
-OpenAICompatibleChatModel._agenerate.__signature__ = inspect.signature(OpenAICompatibleChatModel._agenerate)  # type: ignore[attr-defined]
-
-
 def _as_messages(input: LanguageModelInput) -> list[BaseMessage]:
     if isinstance(input, list) and all(isinstance(message, BaseMessage) for message in input):
         return input
@@ -529,20 +532,8 @@ def _tool_calls(calls: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list
                 raise ValueError("arguments are not an object")
             tool_calls.append({"name": function.get("name", ""), "args": args, "id": call.get("id")})
         except ValueError as exc:
-            invalid.append(
-                {"name": function.get("name"), "args": arguments, "id": call.get("id"), "error": str(exc)}
-            )
+            invalid.append({"name": function.get("name"), "args": arguments, "id": call.get("id"), "error": str(exc)})
     return tool_calls, invalid
-
-
-_ID_BASE = os.urandom(10).hex()
-_id_numbers = itertools.count()
-
-
-def _message_id() -> str:
-    """An id no other message has, in LangChain's form for ids it made (``lc_run--...-0``): a random base per
-    process and a counter, a tenth of ``uuid4()``'s cost."""
-    return f"{LC_ID_PREFIX}-{_ID_BASE}{next(_id_numbers):012x}-0"
 
 
 async def _within(seconds: float, send: Callable[[], Any]) -> Any:

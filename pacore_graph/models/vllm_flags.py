@@ -196,11 +196,16 @@ def find_vllm() -> VllmBuild:
     """The installed vLLM, asked without importing it (which takes seconds); a PaCoReError saying what is missing."""
     executable = vllm_executable()
     if executable is None:
-        where = f"$PACORE_VLLM ({os.environ['PACORE_VLLM']}) is not an executable" if os.environ.get("PACORE_VLLM") \
+        where = (
+            f"$PACORE_VLLM ({os.environ['PACORE_VLLM']}) is not an executable"
+            if os.environ.get("PACORE_VLLM")
             else "vLLM is not installed"
-        raise PaCoReError(f"{where}: pip install vllm on a GPU machine, or vLLM's CPU build (scripts/vllm-setup.sh "
-                          "installs it in a venv of its own; then PACORE_VLLM=PATH/TO/venv/bin/vllm); "
-                          "--emulate runs emulated replicas without either")  # fmt: skip
+        )
+        raise PaCoReError(
+            f"{where}: pip install vllm on a GPU machine, or vLLM's CPU build (scripts/vllm-setup.sh "
+            "installs it in a venv of its own; then PACORE_VLLM=PATH/TO/venv/bin/vllm); "
+            "--emulate runs emulated replicas without either"
+        )
     python = _interpreter(executable)
     try:
         probe = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=60)

@@ -50,19 +50,28 @@ STRICT_TOOLS_FLAGS = ["--tool-strict-level", "parameter"]
 # holding the fewest, where a hash leaves some idle. One problem at a time is answered sooner by cache_aware.
 ROUTER_POLICY = "sticky_least_loaded"
 ROUTER_POLICIES = ["sticky_least_loaded", "consistent_hash", "cache_aware", "power_of_two", "round_robin", "random"]
-KEYLESS_NOTE = ("it routes by each request's X-Session-ID header, which pacore-graph's client sends; requests "
-                "without one (ChatOpenAI, curl) all go to one replica: for such clients, and for one problem at a "
-                "time (a chat bot), use --policy cache_aware")
+KEYLESS_NOTE = (
+    "it routes by each request's X-Session-ID header, which pacore-graph's client sends; requests "
+    "without one (ChatOpenAI, curl) all go to one replica: for such clients, and for one problem at a "
+    "time (a chat bot), use --policy cache_aware"
+)
 ROUTER_FLAGS = [
-    "--health-check-interval-secs", "5",  # a dead replica leaves the rotation within seconds (default 60)
-    "--request-timeout-secs", "7200",  # PaCoRe trajectories think for up to an hour (default 1800)
-]  # fmt: skip
+    "--health-check-interval-secs",
+    "5",  # a dead replica leaves the rotation within seconds (default 60)
+    "--request-timeout-secs",
+    "7200",  # PaCoRe trajectories think for up to an hour (default 1800)
+]
 
 
 def vllm_command(
-    model: str, *, port: int = 8000, host: str = "127.0.0.1", extra: Sequence[str] = (), build: VllmBuild | None = None,
+    model: str,
+    *,
+    port: int = 8000,
+    host: str = "127.0.0.1",
+    extra: Sequence[str] = (),
+    build: VllmBuild | None = None,
     profile: ServeProfile | None = None,
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """The ``vllm serve`` command line: the model's profile, then ``extra``, which replaces any flag it sets again."""
     extra = list(extra)
     flags = (profile or serve_profile(model)).flags + (CPU_FLAGS if build is not None and build.cpu else [])
@@ -87,21 +96,37 @@ def vllm_env(build: VllmBuild, replica: int = 0, replicas: int = 1) -> dict[str,
 
 def emulator_command(replica: int, *, port: int, model: str | None = None) -> list[str]:
     """An emulated GPU replica (prefix cache, prefill cost) of the serving emulator, ``pacore_emulator``."""
-    command = [sys.executable, "-m", "pacore_emulator", "--gpu-replica", str(replica),
-               "--port", str(port)]  # fmt: skip
+    command = [sys.executable, "-m", "pacore_emulator", "--gpu-replica", str(replica), "--port", str(port)]
     return command + (["--model", model] if model else [])
 
 
 def router_command(
-    worker_urls: Sequence[str], *, port: int, host: str = "127.0.0.1", policy: str = ROUTER_POLICY,
+    worker_urls: Sequence[str],
+    *,
+    port: int,
+    host: str = "127.0.0.1",
+    policy: str = ROUTER_POLICY,
     extra: Sequence[str] = (),
 ) -> list[str]:
     """The ``vllm-router`` command line; flags in ``extra`` come last and so override ours."""
     executable = console_script("vllm-router")
     if executable is None:
         raise PaCoReError("vllm-router is not installed: pip install -e '.[cluster]' in the pacore-graph clone")
-    return [executable, "--host", host, "--port", str(port), "--worker-urls", *worker_urls, "--policy", policy,
-            "--prometheus-port", str(free_port()), *ROUTER_FLAGS, *extra]  # fmt: skip
+    return [
+        executable,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--worker-urls",
+        *worker_urls,
+        "--policy",
+        policy,
+        "--prometheus-port",
+        str(free_port()),
+        *ROUTER_FLAGS,
+        *extra,
+    ]
 
 
 def gpu_count() -> int:
@@ -119,9 +144,11 @@ def check_vllm_available(replicas: int = 1) -> VllmBuild:
     if build.cpu:
         return build
     if shutil.which("nvidia-smi") is None:
-        raise PaCoReError(f"no NVIDIA GPU found (nvidia-smi is missing) for vLLM {build.version}, a GPU build; "
-                          "vLLM's CPU build (scripts/vllm-setup.sh) serves without one, --emulate runs emulated "
-                          "replicas")  # fmt: skip
+        raise PaCoReError(
+            f"no NVIDIA GPU found (nvidia-smi is missing) for vLLM {build.version}, a GPU build; "
+            "vLLM's CPU build (scripts/vllm-setup.sh) serves without one, --emulate runs emulated "
+            "replicas"
+        )
     found = gpu_count()
     if found < replicas:
         raise PaCoReError(f"{replicas} replicas need {replicas} GPUs, nvidia-smi lists {found}")
@@ -140,11 +167,14 @@ class ServerProcess:
     def start(self) -> ServerProcess:
         with self.log.open("ab") if self.log is not None else contextlib.nullcontext() as sink:
             self.process = subprocess.Popen(
-                self.command, stdout=sink, stderr=subprocess.STDOUT if sink is not None else None,
+                self.command,
+                stdout=sink,
+                stderr=subprocess.STDOUT if sink is not None else None,
                 stdin=subprocess.DEVNULL,
-                env={**os.environ, **(self.env or {})}, start_new_session=True,
+                env={**os.environ, **(self.env or {})},
+                start_new_session=True,
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-            )  # fmt: skip
+            )
         return self
 
     def wait_ready(self, timeout: float) -> None:
@@ -189,10 +219,19 @@ class Cluster:
     """N replicas (vLLM, or emulated) and vllm-router in front of them; a context manager."""
 
     def __init__(
-        self, model: str | None, *, replicas: int, port: int = 8000, host: str = "127.0.0.1",
-        policy: str = ROUTER_POLICY, emulate: bool = False, vllm_args: Sequence[str] = (),
-        router_args: Sequence[str] = (), log_dir: str | None = None, ready_timeout: float = 1800.0,
-    ):  # fmt: skip
+        self,
+        model: str | None,
+        *,
+        replicas: int,
+        port: int = 8000,
+        host: str = "127.0.0.1",
+        policy: str = ROUTER_POLICY,
+        emulate: bool = False,
+        vllm_args: Sequence[str] = (),
+        router_args: Sequence[str] = (),
+        log_dir: str | None = None,
+        ready_timeout: float = 1800.0,
+    ):
         if replicas < 1:
             raise UsageError(f"--replicas must be at least 1, got {replicas}")
         if not emulate and not model:
@@ -228,9 +267,12 @@ class Cluster:
         if not self.emulate:
             self.build = check_vllm_available(self.replicas)
         urls = self.replica_urls()
-        router = ServerProcess("vllm-router", router_command(urls, port=self.port, host=self.host,
-                                                             policy=self.policy, extra=self.router_args),
-                               f"http://{self.host}:{self.port}", self.log_dir / "router.log")  # fmt: skip
+        router = ServerProcess(
+            "vllm-router",
+            router_command(urls, port=self.port, host=self.host, policy=self.policy, extra=self.router_args),
+            f"http://{self.host}:{self.port}",
+            self.log_dir / "router.log",
+        )
         self.log_dir.mkdir(parents=True, exist_ok=True)
         try:
             replicas = [self._replica(index, url) for index, url in enumerate(urls)]
@@ -264,9 +306,7 @@ class Cluster:
         self.stop()
 
 
-def serve_vllm(
-    model: str, *, port: int = 8000, host: str = "127.0.0.1", extra: Sequence[str] = ()
-) -> int:
+def serve_vllm(model: str, *, port: int = 8000, host: str = "127.0.0.1", extra: Sequence[str] = ()) -> int:
     """``vllm serve`` in the foreground with the model's profile (one line says which flags and why)."""
     build = check_vllm_available()
     profile = serve_profile(model)
@@ -276,8 +316,12 @@ def serve_vllm(
     replaced = sorted(set(profile.flags) & {item.split("=", 1)[0] for item in extra if item.startswith("--")})
     yours = f"; yours replace {', '.join(replaced)}" if replaced else ""
     settings = "".join(f" {name}={value}" for name, value in env.items())
-    print(f"pacore serve-vllm: vLLM {build.version} ({kind}), {profile.describe()}{yours}:{settings} "
-          f"vllm {' '.join(command[1:])}", file=sys.stderr, flush=True)  # fmt: skip
+    print(
+        f"pacore serve-vllm: vLLM {build.version} ({kind}), {profile.describe()}{yours}:{settings} "
+        f"vllm {' '.join(command[1:])}",
+        file=sys.stderr,
+        flush=True,
+    )
     server = ServerProcess("vLLM", command, f"http://{host}:{port}", None, env).start()
     try:
         assert server.process is not None
