@@ -22,15 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Hashable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 from uuid import UUID
 
 from langchain_core.callbacks import (
     AsyncCallbackManager,
     AsyncCallbackManagerForLLMRun,
-    BaseCallbackHandler,
     BaseCallbackManager,
     CallbackManager,
     CallbackManagerForLLMRun,
@@ -39,9 +40,10 @@ from langchain_core.language_models import BaseChatModel, LangSmithParams, Langu
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
-from langchain_core.runnables.config import var_child_runnable_config
+from langchain_core.runnables.config import set_config_context
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from langchain_core.utils.uuid import uuid7
 from langgraph.constants import TAG_NOSTREAM
 from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, SkipValidation
 
@@ -60,31 +62,32 @@ CACHED_RUNNERS = 32  # compiled PaCoRe graphs kept per model: one per distinct s
 _DONE = object()
 
 
-class OwnRun(BaseCallbackHandler):
-    """Learns the id of this model's run, for streaming calls: LangChain hands ``_stream`` / ``_astream`` no run
-    manager, yet the trajectories' runs belong under this one, with its inheritable callbacks."""
+@dataclass(frozen=True)
+class _Call:
+    """One call of a PaCoReChatModel as its entry point (``invoke``, ``stream``, ...) began it: the id LangChain
+    gives the model's run (``RunnableConfig["run_id"]``, the public way to know a run's id before it starts), and
+    the run's callbacks, tags and metadata."""
 
-    run_inline = True
-
-    def __init__(self, manager: BaseCallbackManager):
-        self.manager = manager
-        self.run_id: UUID | None = None
-
-    def on_chat_model_start(self, serialized: Any, messages: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        self.run_id = self.run_id or run_id
-
-
-_OWN_RUN: ContextVar[OwnRun | None] = ContextVar("pacore_own_run", default=None)
+    model: PaCoReChatModel
+    run_id: UUID
+    callbacks: BaseCallbackManager  # configured once: the handlers the model's run has (an env tracer included)
+    tags: list[str]
+    metadata: dict[str, Any]
 
 
-def _with_own_run(config: RunnableConfig | None) -> tuple[RunnableConfig, OwnRun]:
-    """The config with a probe of this model's run among its callbacks (for this run only, not inherited)."""
-    config = ensure_config(config)
-    callbacks = config.get("callbacks")
-    manager = callbacks.copy() if isinstance(callbacks, BaseCallbackManager) else CallbackManager.configure(callbacks)
-    probe = OwnRun(manager)
-    manager.add_handler(probe, inherit=False)
-    return {**config, "callbacks": manager}, probe
+# Why: LangChain hands ``_stream`` / ``_astream`` no run manager (``stream()``, ``astream()``, and ``invoke()``
+# when a streaming handler is attached: a LangGraph messages stream, ``astream_events``), yet the trajectories'
+# runs belong under this model's run. The entry point sets this for the call's first step only.
+_CALL: ContextVar[_Call | None] = ContextVar("pacore_chat_model_call", default=None)
+
+
+@contextmanager
+def _current(call: _Call) -> Iterator[None]:
+    token = _CALL.set(call)
+    try:
+        yield
+    finally:
+        _CALL.reset(token)
 
 
 class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
@@ -118,7 +121,7 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
     _binds: dict[str, Any] = PrivateAttr(default_factory=dict)
     _settings: PaCoReConfig = PrivateAttr()
     _limiter: ConcurrencyLimiter = PrivateAttr()
-    _runners: dict[str, PaCoReRunner] = PrivateAttr(default_factory=dict)
+    _runners: dict[Hashable, PaCoReRunner] = PrivateAttr(default_factory=dict)  # least recently used first
 
     def model_post_init(self, context: Any) -> None:
         found = find_chat_model(self.model)
@@ -164,8 +167,9 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
         """Provider "pacore": this run's usage is the sum of its trajectories', each traced under its provider."""
-        params = LangSmithParams(ls_provider="pacore", ls_model_name=kwargs.get("model") or self.model_name,
-                                 ls_model_type="chat")  # fmt: skip
+        params = LangSmithParams(
+            ls_provider="pacore", ls_model_name=kwargs.get("model") or self.model_name, ls_model_type="chat"
+        )
         temperature = kwargs.get("temperature", self.temperature)
         max_tokens = kwargs.get("max_tokens", self.max_tokens)
         if temperature is not None:
@@ -194,57 +198,71 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
         self._base.bind_tools(formatted, **kwargs)  # refuses a bad tool_choice now, before a run is spent
         return self.bind(tools=formatted, **kwargs)
 
-    # ---- entry points: as BaseChatModel's, with this run known to streaming calls ---------------------
+    # ---- entry points: as BaseChatModel's, with this model's run id chosen up front ------------------
+
+    def _call(self, config: RunnableConfig | None) -> tuple[RunnableConfig, _Call]:
+        """The call's config with the id its run will have (the caller's ``run_id`` if given, as LangChain's) and
+        its callbacks configured once, so that the model's run and the runs under it share their handlers (a
+        LangSmith tracer from the environment is made anew by each configuration, and knows only its own runs)."""
+        config = ensure_config(config)
+        run_id = config.get("run_id") or uuid7()
+        callbacks = CallbackManager.configure(config.get("callbacks"))
+        config = {**config, "run_id": run_id, "callbacks": callbacks}
+        return config, _Call(self, run_id, callbacks, config.get("tags") or [], config.get("metadata") or {})
 
     def invoke(self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any) -> AIMessage:
-        config, probe = _with_own_run(config)
-        token = _OWN_RUN.set(probe)
-        try:
+        config, call = self._call(config)
+        with _current(call):
             return super().invoke(input, config, **kwargs)
-        finally:
-            _OWN_RUN.reset(token)
 
     async def ainvoke(
         self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> AIMessage:
-        config, probe = _with_own_run(config)
-        token = _OWN_RUN.set(probe)
-        try:
+        config, call = self._call(config)
+        with _current(call):
             return await super().ainvoke(input, config, **kwargs)
-        finally:
-            _OWN_RUN.reset(token)
 
     def stream(
         self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Iterator[AIMessageChunk]:
-        config, probe = _with_own_run(config)
-        token = _OWN_RUN.set(probe)
+        config, call = self._call(config)
+        chunks = cast(Generator[AIMessageChunk, None, None], super().stream(input, config, **kwargs))
         try:
-            yield from super().stream(input, config, **kwargs)
+            with _current(call):  # the first step starts the run; the caller's context is left as it was
+                first = next(chunks, None)
+            if first is None:
+                return
+            yield first
+            yield from chunks
         finally:
-            _reset(token)
+            chunks.close()
 
     async def astream(
         self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> AsyncIterator[AIMessageChunk]:
-        config, probe = _with_own_run(config)
-        token = _OWN_RUN.set(probe)
+        config, call = self._call(config)
+        chunks = cast(AsyncGenerator[AIMessageChunk, None], super().astream(input, config, **kwargs))
         try:
-            async for chunk in super().astream(input, config, **kwargs):
+            with _current(call):  # the first step starts the run; the caller's context is left as it was
+                first = await anext(chunks, None)
+            if first is None:
+                return
+            yield first
+            async for chunk in chunks:
                 yield chunk
         finally:
-            _reset(token)
+            await chunks.aclose()
 
     # ---- one call = one PaCoRe run -------------------------------------------------------------------
 
     def _runner(self, stop: list[str] | None, kwargs: dict[str, Any]) -> PaCoReRunner:
         """The compiled PaCoRe graph over ``model`` with this call's arguments bound (tools, response format,
-        stop, a model override, ...), kept for the next call with the same arguments."""
+        stop, a model override, ...), kept for the next call with the same arguments (see :func:`runner_key`)."""
         call = {key: value for key, value in kwargs.items() if key not in ("stream", "run_manager")}
         if stop:
             call["stop"] = stop
-        key = json.dumps(call, sort_keys=True, default=repr)
-        runner = self._runners.get(key)
+        key = runner_key(call)
+        runner = self._runners.pop(key, None) if key is not None else None
         if runner is None:
             model = self._base
             tools = call.pop("tools", None)
@@ -255,9 +273,10 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
             if binds:
                 model = model.bind(**binds)
             runner = PaCoReRunner(model, self._settings, limiter=self._limiter)
-            if len(self._runners) >= CACHED_RUNNERS:
-                self._runners.pop(next(iter(self._runners)))
+        if key is not None:
             self._runners[key] = runner
+            while len(self._runners) > CACHED_RUNNERS:
+                self._runners.pop(next(iter(self._runners)), None)  # the least recently used
         return runner
 
     async def _run(
@@ -265,13 +284,15 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
         messages: list[BaseMessage],
         runner: PaCoReRunner,
         run_manager: AsyncCallbackManagerForLLMRun | CallbackManagerForLLMRun | None,
+        call: _Call | None,
         tokens: FinalRoundTokens | None = None,
     ) -> PaCoReResult:
-        """One PaCoRe run, its model calls children of this model's run, detached from any enclosing graph
-        (its progress events still go to that graph's custom stream; it checkpoints with that graph's saver)."""
+        """One PaCoRe run, its model calls children of this model's run, a run of its own rather than a subgraph
+        of an enclosing graph (its progress events still go to that graph's custom stream; it checkpoints with
+        that graph's saver)."""
         enclosing = enclosing_graph()
-        caller = var_child_runnable_config.get()
-        callbacks = child_callbacks(run_manager)
+        caller = ensure_config()  # the enclosing node's config, if any: its saver
+        callbacks = child_callbacks(run_manager, call)
         if tokens is not None:
             callbacks.add_handler(tokens, inherit=True)
         outer = callbacks.inheritable_metadata
@@ -280,13 +301,12 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
             "tags": [TAG_NOSTREAM],  # the answer streams as this model's tokens, not as the final call's too
             "metadata": {key: value for key, value in outer.items() if key.startswith("langgraph_")},
         }
-        if caller is not None and lent_saver(caller) is not None:
+        if lent_saver(caller) is not None:
             config["configurable"] = caller["configurable"]  # the runner keeps the saver and thread, no more
-        detached = var_child_runnable_config.set(None)
-        try:
-            return await runner.arun(messages, config, trace=True, **enclosing)
-        finally:
-            var_child_runnable_config.reset(detached)
+        # The run's ambient config is its own, as LangChain sets a child's: LangGraph then sees no enclosing graph.
+        with set_config_context(config) as context:
+            run = runner.arun(messages, config, trace=True, **enclosing)
+            return await asyncio.get_running_loop().create_task(run, context=context)
 
     async def _agenerate(
         self,
@@ -295,7 +315,7 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | CallbackManagerForLLMRun | None = None,  # sync: from _generate
         **kwargs: Any,
     ) -> ChatResult:
-        result = await self._run(messages, self._runner(stop, kwargs), run_manager)
+        result = await self._run(messages, self._runner(stop, kwargs), run_manager, self._entered())
         return ChatResult(generations=[ChatGeneration(message=reply_message(result))])
 
     def _generate(
@@ -317,12 +337,13 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
         """The final synthesis's tokens as they arrive, then a last chunk with the usage of every trajectory
         and the rounds (the whole answer there, when nothing streamed: a selector chose it, say)."""
         runner = self._runner(stop, kwargs)
+        call = self._entered()
         received: asyncio.Queue[Any] = asyncio.Queue()
         tokens = FinalRoundTokens(len(self._settings.schedule) - 1, received.put_nowait)
 
         async def run() -> PaCoReResult:
             try:
-                return await self._run(messages, runner, run_manager, tokens)
+                return await self._run(messages, runner, run_manager, call, tokens)
             finally:
                 received.put_nowait(_DONE)
 
@@ -344,31 +365,55 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
     ) -> Iterator[ChatGenerationChunk]:
         yield from iterate_sync(self._astream(messages, stop, run_manager, **kwargs))
 
+    def _entered(self) -> _Call | None:
+        """The call of this model that its entry point began (None when LangChain was entered another way)."""
+        call = _CALL.get()
+        return call if call is not None and call.model is self else None
+
+
+def runner_key(call: Mapping[str, Any]) -> Hashable | None:
+    """A call's arguments as a hashable key: mappings and sequences by their contents (as JSON compares them),
+    anything else by its type and its own hash (a class by identity). None when a value has no hash: that
+    call gets a runner of its own, not kept."""
+    try:
+        key = _frozen(call)
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _frozen(value: Any) -> Hashable:
+    if isinstance(value, Mapping):
+        return (Mapping, frozenset((key, _frozen(item)) for key, item in value.items()))
+    if isinstance(value, list | tuple):
+        return (Sequence, tuple(_frozen(item) for item in value))
+    return (type(value), value)
+
 
 def child_callbacks(
-    run_manager: AsyncCallbackManagerForLLMRun | CallbackManagerForLLMRun | None,
+    run_manager: AsyncCallbackManagerForLLMRun | CallbackManagerForLLMRun | None, call: _Call | None
 ) -> AsyncCallbackManager:
-    """Callbacks for runs under this model's run: its inheritable handlers, tags and metadata (a model's run
-    manager has no ``get_child``: model runs are usually leaves). A streaming call has no run manager: its run is
-    the one :class:`OwnRun` saw start."""
-    source: Any = run_manager
-    parent = run_manager.run_id if run_manager is not None else None
-    if source is None and (probe := _OWN_RUN.get()) is not None:
-        source, parent = probe.manager, probe.run_id
+    """Callbacks for runs under this model's run: its inheritable handlers, tags and metadata (what a chain's
+    ``run_manager.get_child()`` gives; a model's run manager has none, model runs being leaves usually).
+
+    Without a run manager (LangChain calls ``_astream`` without one) they are those of the call its entry point
+    began, under the run id it chose; a call begun otherwise (``generate``) has none."""
+    if run_manager is not None:
+        parent: UUID | None = run_manager.run_id
+        handlers, tags = run_manager.inheritable_handlers, run_manager.inheritable_tags
+        metadata = run_manager.inheritable_metadata
+    elif call is not None:
+        parent, handlers = call.run_id, call.callbacks.inheritable_handlers
+        tags = [*call.callbacks.inheritable_tags, *call.tags]
+        metadata = {**call.callbacks.inheritable_metadata, **call.metadata}
+    else:
+        return AsyncCallbackManager(handlers=[])
     manager = AsyncCallbackManager(handlers=[], parent_run_id=parent)
-    if source is not None:
-        manager.set_handlers(source.inheritable_handlers)
-        manager.add_tags(source.inheritable_tags)
-        manager.add_metadata(source.inheritable_metadata)
+    manager.set_handlers(handlers)
+    manager.add_tags(tags)
+    manager.add_metadata(metadata)
     return manager
-
-
-def _reset(token: Any) -> None:
-    """Reset a context variable set in a generator, unless the generator is closed from another context."""
-    try:
-        _OWN_RUN.reset(token)
-    except ValueError:
-        pass
 
 
 def reply_message(result: PaCoReResult) -> AIMessage:

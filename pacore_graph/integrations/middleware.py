@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Awaitable, Callable
-from contextvars import copy_context
+from contextvars import Context, copy_context
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +25,10 @@ from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResp
 from langchain.agents.middleware.types import ExtendedModelResponse
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.runnables.config import var_child_runnable_config
+from langchain_core.runnables.config import set_config_context
+from langgraph.config import get_config
 
+from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.concurrency.sync import CANCEL_GRACE_SECONDS, CancelScope, cancel_scope, run_sync
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.explorers.chat import as_pacore_calls_it, trajectory_from_message
@@ -49,10 +51,13 @@ class _ModelCall:
 
 
 class HandlerExplorer:
-    """One trajectory = one call of the middleware's handler on the round's messages."""
+    """One trajectory = one call of the middleware's handler on the round's messages (one explorer per call)."""
+
+    def __init__(self, call: _ModelCall):
+        self.call = call
 
     async def explore(self, messages: list[BaseMessage], episode: EpisodeContext) -> Trajectory:
-        call: _ModelCall = episode.payload
+        call = self.call
         # the agent's own messages (AnyMessage), the last user message replaced by a HumanMessage after round 1
         request = call.request.override(messages=messages)  # type: ignore[arg-type]
         # The model node's callbacks, not the PaCoRe graph's: LangGraph keeps its messages-stream handler out of a
@@ -62,14 +67,15 @@ class HandlerExplorer:
             "tags": [*call.node_config.get("tags", ()), *episode.config.get("tags", ())],
             "metadata": {**call.node_config.get("metadata", {}), **episode.config.get("metadata", {})},
         }
-        token = var_child_runnable_config.set(config)  # the handler's model call reads its config from here
-        try:
+        with set_config_context(config) as context:  # the handler's model call reads its config from there
             if call.is_async:
-                response = await call.handler(request)
+
+                async def handle() -> Any:
+                    return await call.handler(request)
+
+                response = await asyncio.get_running_loop().create_task(handle(), context=context)
             else:
-                response = await in_thread(call.handler, request)
-        finally:
-            var_child_runnable_config.reset(token)
+                response = await in_thread(call.handler, request, context=context)
         model_response = response.model_response if isinstance(response, ExtendedModelResponse) else response
         if isinstance(model_response, AIMessage):
             model_response = ModelResponse(result=[model_response])
@@ -77,16 +83,17 @@ class HandlerExplorer:
         return trajectory_from_message(message, {"response": response})
 
 
-async def in_thread(function: Callable[..., Any], *args: Any) -> Any:
+async def in_thread(function: Callable[..., Any], *args: Any, context: Context | None = None) -> Any:
     """``function(*args)`` in a thread of its own (K sync model calls at once, not a pool of a few), in a copy
-    of this context. A caller cancelled while it waits (a timeout, say) cancels what the call runs through
-    :func:`~pacore_graph.concurrency.sync.run_sync` (this project's chat models: their requests are closed; a
-    ChatOpenAI's own timeout, which the middleware sets to PaCoRe's, closes its request) and waits for the
-    thread to end before it goes on, so a retry never runs beside the call it replaces."""
+    of ``context`` (by default this one). A caller cancelled while it waits (a timeout, say) cancels what the
+    call runs through :func:`~pacore_graph.concurrency.sync.run_sync` (this project's chat models: their
+    requests are closed; a ChatOpenAI's own timeout, which the middleware sets to PaCoRe's, closes its
+    request) and waits for the thread to end before it goes on, so a retry never runs beside the call it
+    replaces."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
     ended = asyncio.Event()
-    context = copy_context()
+    context = context.copy() if context is not None else copy_context()
     scope = CancelScope()
     cancel_scope(context, scope)
 
@@ -127,32 +134,38 @@ class PaCoReMiddleware(AgentMiddleware):
     def __init__(self, config: PaCoReConfig | None = None):
         super().__init__()
         self.config = config or PaCoReConfig()
-        self.runner = PaCoReRunner(HandlerExplorer(), self.config)
+        self.limiter = ConcurrencyLimiter(self.config.max_concurrency)  # one bound for all its model calls
+
+    def _runner(self, call: _ModelCall) -> PaCoReRunner:
+        """The PaCoRe graph over this call's handler (its explorer): compiling one takes about half a millisecond,
+        next to the sum(K) + 1 model calls it makes."""
+        return PaCoReRunner(HandlerExplorer(call), self.config, limiter=self.limiter)
 
     async def _run(self, request: ModelRequest, handler: Callable[..., Any], *, is_async: bool) -> Any:
-        node_config = var_child_runnable_config.get() or {}
+        try:
+            node_config = get_config()  # the agent's model node's
+        except RuntimeError:  # called outside an agent
+            node_config = {}
         model = as_pacore_calls_it(request.model, self.config.request_timeout)
         if model is not request.model:  # a ChatOpenAI: no retries of its own, and its own timeout closes a hung call
             request = request.override(model=model)
         call = _ModelCall(request, handler, node_config, is_async)
         config: RunnableConfig = {
-            "callbacks": node_config.get("callbacks"), "metadata": node_config.get("metadata") or {}
+            "callbacks": node_config.get("callbacks"),
+            "metadata": node_config.get("metadata") or {},
         }
         if lent_saver(node_config) is not None:  # durable: the run keeps a thread of its own with the agent's saver
             config["configurable"] = node_config["configurable"]
-        detached = var_child_runnable_config.set(None)  # one model step is one PaCoRe run, not a subgraph
-        try:
-            result = await self.runner.arun(request.messages, config, payload=call, trace=True)
-        finally:
-            var_child_runnable_config.reset(detached)
+        # One model step is one PaCoRe run, not a subgraph: its ambient config is its own, as LangChain sets a child's.
+        with set_config_context(config) as context:
+            run = self._runner(call).arun(request.messages, config, trace=True)
+            result = await asyncio.get_running_loop().create_task(run, context=context)
         return final_response(result)
 
     def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], Any]) -> Any:
         return run_sync(self._run(request, handler, is_async=False))
 
-    async def awrap_model_call(
-        self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[Any]]
-    ) -> Any:
+    async def awrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[Any]]) -> Any:
         return await self._run(request, handler, is_async=True)
 
 
@@ -166,13 +179,17 @@ def final_response(result: PaCoReResult) -> Any:
         model_response = ModelResponse(result=[model_response])
     answer = result.message
     messages = [
-        m.model_copy(update={
-            "content": answer.content,
-            "usage_metadata": answer.usage_metadata,
-            "response_metadata": {**m.response_metadata, "pacore": answer.response_metadata["pacore"]},
-        }) if isinstance(m, AIMessage) else m
+        m.model_copy(
+            update={
+                "content": answer.content,
+                "usage_metadata": answer.usage_metadata,
+                "response_metadata": {**m.response_metadata, "pacore": answer.response_metadata["pacore"]},
+            }
+        )
+        if isinstance(m, AIMessage)
+        else m
         for m in model_response.result
-    ]  # fmt: skip
+    ]
     updated = ModelResponse(result=messages, structured_response=model_response.structured_response)
     if isinstance(response, ExtendedModelResponse):
         return ExtendedModelResponse(model_response=updated, command=response.command)
