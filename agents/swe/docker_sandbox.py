@@ -37,12 +37,18 @@ import time
 import uuid
 import weakref
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
 from pacore_agents.swe.docker_files import put_file, read_file
 from pacore_agents.swe.images import CONTAINER_WORKDIR, ImageBuildError, docker_client, ensure_task_image
 from pacore_agents.swe.owners import NAMESPACE_LABEL, PID_LABEL, SANDBOX_LABEL, owner_labels, pid_namespace
 from pacore_agents.swe.sandbox import BaseSandbox, BoundedOutput, CommandResult, SandboxError, SystemResult
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from docker import DockerClient
+    from docker.models.containers import Container
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +97,10 @@ _KEEPER = "cat /proc/1/task/1/children 2>/dev/null || awk '$4 == 1 {print $1}' /
 # Files that the command wrote (changed since its stamp, or else since its start by the container's clock),
 # with their sizes, NUL-separated.
 STAMP = f"{SCRATCH}/command-started"
-_WRITTEN_SINCE = (f"if [ -f {STAMP} ]; then since='-cnewer {STAMP}'; else since='-newerct @{{since}}'; fi; "
-                  "find / -xdev -type f $since -printf '%s %p\\0' 2>/dev/null; true")
+_WRITTEN_SINCE = (
+    f"if [ -f {STAMP} ]; then since='-cnewer {STAMP}'; else since='-newerct @{{since}}'; fi; "
+    "find / -xdev -type f $since -printf '%s %p\\0' 2>/dev/null; true"
+)
 # Removes the files named on stdin; a file the repository tracks is restored from HEAD instead.
 _REMOVE = r"""
 while IFS= read -r -d '' f; do
@@ -115,7 +123,7 @@ def parse_size(size: str) -> int:
     return int(float(match.group(1)) * 1024 ** " kmgt".index(match.group(2) or " "))
 
 
-def missing_image_message(row: dict) -> str:
+def missing_image_message(row: dict[str, Any]) -> str:
     image, instance_id = row.get("image"), row.get("instance_id")
     host = os.environ.get("DOCKER_HOST", "the local Docker daemon")
     return (
@@ -135,13 +143,13 @@ class DockerSandbox(BaseSandbox):
 
     def __init__(
         self,
-        row: dict,
+        row: dict[str, Any],
         *,
         memory: str = "2g",
         pids: int = 256,
         cpus: float = 1.0,
         disk: str = "4g",
-        client=None,
+        client: DockerClient | None = None,
     ):
         super().__init__()
         self.instance_id = row["instance_id"]
@@ -150,7 +158,7 @@ class DockerSandbox(BaseSandbox):
         self.disk_cap = parse_size(disk)
         self._pids_limit = pids
         self.quota = False  # whether the daemon enforces the disk cap itself
-        self._container = None
+        self._container: Container = None  # None until created (docker-py ships no types: Any to the checker)
         self._closed = False
         self._keeper = ""
         self._clock_offset = 0.0  # the container's clock minus this host's
@@ -188,7 +196,7 @@ class DockerSandbox(BaseSandbox):
             self.close()
             raise
 
-    def _create(self, image: str, **options):
+    def _create(self, image: str, **options: Any) -> Container:
         """Create the container with a real disk quota where the daemon has one, else without."""
         import docker
 
@@ -220,7 +228,7 @@ class DockerSandbox(BaseSandbox):
     def container_id(self) -> str | None:
         return self._container.id if self._container is not None else None
 
-    def _ensure_image(self, row: dict) -> str:
+    def _ensure_image(self, row: dict[str, Any]) -> str:
         if row.get("pacore_task_dir"):
             return ensure_task_image(row, self._client, log=log.info)
         from pacore_agents.swe.offline_images import image_for
@@ -248,7 +256,7 @@ class DockerSandbox(BaseSandbox):
             sink.write(writer.note().encode() + "".join(f"\n[pacore: {note}]\n" for note in notes).encode())
         return CommandResult(exit_code=exit_code, output="", timed_out=timed_out, notes=notes)
 
-    def _exec(self, command: str, timeout: float, sink) -> tuple[int, bool, list[str]]:
+    def _exec(self, command: str, timeout: float, sink: Callable[[bytes], None]) -> tuple[int, bool, list[str]]:
         self._check_open()
         # one pipe: output in the order it was written; the stamp dates what the command writes
         script = f"exec 2>&1\n: 2>/dev/null > {STAMP}\n{ENV_PRELUDE}\n{command}"
@@ -286,8 +294,10 @@ class DockerSandbox(BaseSandbox):
         stopped = self._end_processes()
         notes, self._restarts = self._restarts, []
         if stopped:
-            notes.append(f"{stopped} process(es) the command left running were stopped: nothing a command starts "
-                         "outlives it (run servers and background jobs inside the command that uses them)")
+            notes.append(
+                f"{stopped} process(es) the command left running were stopped: nothing a command starts "
+                "outlives it (run servers and background jobs inside the command that uses them)"
+            )
         used = self.disk_used()
         if stopped_at_cap or self._disk_full(used):
             notes.append(self._remove_written_since(since, used, stopped=stopped_at_cap))
@@ -347,10 +357,18 @@ class DockerSandbox(BaseSandbox):
         return first or 0, "processes were still running after being killed"
 
     def _set_pids_limit(self, limit: int) -> None:
-        """``docker update --pids-limit`` (docker-py's update_container has no such argument)."""
+        """``docker update --pids-limit``: docker-py's update_container has no such argument, so the Engine API's
+        own request, sent by its public parts (its client is a requests session; base URL and API version)."""
+        import docker
+        import requests
+
         api = self._client.api
-        response = api._post_json(api._url("/containers/{0}/update", self._container.id), data={"PidsLimit": limit})
-        api._raise_for_status(response)
+        url = f"{api.base_url}/v{api.api_version}/containers/{self._container.id}/update"
+        response = api.post(url, json={"PidsLimit": limit}, timeout=api.timeout)
+        try:
+            response.raise_for_status()
+        except requests.HTTPError as exc:
+            raise docker.errors.create_api_error_from_http_exception(exc) from exc
 
     def _restart(self, reason: str) -> None:
         log.info("restarting sandbox %s: %s", self._container.name, reason)
@@ -374,9 +392,9 @@ class DockerSandbox(BaseSandbox):
         listing = self.system(_WRITTEN_SINCE.format(since=f"{since:.3f}"), timeout=300).stdout
         written = []
         for entry in listing.split(b"\0"):
-            size, _, path = entry.partition(b" ")
-            if size.isdigit() and path:
-                written.append((int(size), path))
+            digits, _, path = entry.partition(b" ")
+            if digits.isdigit() and path:
+                written.append((int(digits), path))
         written.sort(reverse=True)
         target = self.disk_cap - (QUOTA_MARGIN * 2 if self.quota else 0)  # with a quota: below where it trips
         chosen, freed = [], 0
@@ -391,8 +409,10 @@ class DockerSandbox(BaseSandbox):
         names = ", ".join(p.decode(errors="replace") for p in chosen[:10]) + (" ..." if len(chosen) > 10 else "")
         removed = f"removed what it wrote, largest first: {names}" if chosen else "found nothing it wrote to remove"
         how = "was stopped at" if stopped else "went past"
-        return (f"the command {how} this sandbox's disk cap ({_gib(used)} written, cap {_gib(self.disk_cap)}): "
-                f"pacore {removed}; {_gib(now)} used now")
+        return (
+            f"the command {how} this sandbox's disk cap ({_gib(used)} written, cap {_gib(self.disk_cap)}): "
+            f"pacore {removed}; {_gib(now)} used now"
+        )
 
     # ---------------------------------------------------------------------------------- pacore's own commands
 
@@ -402,8 +422,15 @@ class DockerSandbox(BaseSandbox):
         self._check_open()
         api = self._client.api
         argv = ["timeout", "-k", str(KILL_GRACE_S), f"{timeout:g}", "bash", "-c", script]
-        exec_id = api.exec_create(self._container.id, argv, stdin=stdin is not None, stdout=True, stderr=True,
-                                  workdir=self.workdir, environment={"PACORE_SCRATCH": SCRATCH})["Id"]
+        exec_id = api.exec_create(
+            self._container.id,
+            argv,
+            stdin=stdin is not None,
+            stdout=True,
+            stderr=True,
+            workdir=self.workdir,
+            environment={"PACORE_SCRATCH": SCRATCH},
+        )["Id"]
         out, err = bytearray(), bytearray()
         from docker.utils.socket import STDOUT, frames_iter
 
@@ -485,7 +512,7 @@ class _FileSink:
         return f"{tail}\n[pacore: output cap of {self.limit} bytes reached; the last {self.dropped} bytes not kept]\n"
 
 
-def leftover_sandboxes(client=None, *, this_process: bool = True) -> list:
+def leftover_sandboxes(client: DockerClient | None = None, *, this_process: bool = True) -> list[Container]:
     """Sandbox containers that still exist (any state): this process's, or every pacore run's."""
     client = client or docker_client()
     labels = [SANDBOX_LABEL]
@@ -493,7 +520,8 @@ def leftover_sandboxes(client=None, *, this_process: bool = True) -> list:
         labels.append(f"{PID_LABEL}={os.getpid()}")
         if pid_namespace():
             labels.append(f"{NAMESPACE_LABEL}={pid_namespace()}")
-    return client.containers.list(all=True, filters={"label": labels})
+    found: list[Container] = client.containers.list(all=True, filters={"label": labels})
+    return found
 
 
 @atexit.register

@@ -39,9 +39,12 @@ def error_response(error: RequestError) -> JSONResponse:
 
 def deadline_error(limits: ServerLimits) -> RequestError:
     return RequestError(
-        504, f"no answer within this server's request timeout ({limits.request_timeout:g} s); its upstream requests "
-        "were closed (pacore serve --request-timeout sets it)", type="server_error", code="request_timeout",
-    )  # fmt: skip
+        504,
+        f"no answer within this server's request timeout ({limits.request_timeout:g} s); its upstream requests "
+        "were closed (pacore serve --request-timeout sets it)",
+        type="server_error",
+        code="request_timeout",
+    )
 
 
 def authorize(request: Request, api_key: str | None) -> None:
@@ -50,14 +53,20 @@ def authorize(request: Request, api_key: str | None) -> None:
         return
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not given:
-        raise RequestError(401, "this server needs an API key: send Authorization: Bearer <key>",
-                           code="invalid_api_key")
+        raise RequestError(
+            401, "this server needs an API key: send Authorization: Bearer <key>", code="invalid_api_key"
+        )
     if not hmac.compare_digest(given.strip().encode(), api_key.encode()):
         raise RequestError(401, "incorrect API key provided", code="invalid_api_key")
 
 
-def create_app(chat: OpenAICompatibleChatModel, defaults: PaCoReConfig | None = None, *,
-               api_key: str | None = None, limits: ServerLimits | None = None) -> Starlette:  # fmt: skip
+def create_app(
+    chat: OpenAICompatibleChatModel,
+    defaults: PaCoReConfig | None = None,
+    *,
+    api_key: str | None = None,
+    limits: ServerLimits | None = None,
+) -> Starlette:
     """The endpoint in front of ``chat``'s server (checked now: a clear error if it is down or lacks the
     model). ``chat.model`` answers requests that name no model; ``defaults`` holds the schedule and
     sampling of requests that name none, and ``max_concurrency``, shared by all requests. ``api_key``:
@@ -83,8 +92,9 @@ def create_app(chat: OpenAICompatibleChatModel, defaults: PaCoReConfig | None = 
         if call.stream:
             return StreamingResponse(
                 sse_stream(runner, call, header, deadline_error(limits), limits.request_timeout),
-                media_type="text/event-stream", headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-            )  # fmt: skip
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+            )
         try:
             work = runner.arun(call.messages, trace=True)
             result = await until_disconnected(request, work, timeout=limits.request_timeout)
@@ -105,9 +115,11 @@ def create_app(chat: OpenAICompatibleChatModel, defaults: PaCoReConfig | None = 
         names = await upstream.listed_models()
         listed = [*names, *(alias for name in names for alias in aliases(name))]
         return JSONResponse(
-            {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "pacore"}
-                                        for name in listed]}
-        )  # fmt: skip
+            {
+                "object": "list",
+                "data": [{"id": name, "object": "model", "created": 0, "owned_by": "pacore"} for name in listed],
+            }
+        )
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -133,8 +145,9 @@ def create_app(chat: OpenAICompatibleChatModel, defaults: PaCoReConfig | None = 
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
     ]
-    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: unexpected_error},
-                    lifespan=lifespan)  # fmt: skip
+    app = Starlette(
+        routes=routes, exception_handlers={HTTPException: http_error, Exception: unexpected_error}, lifespan=lifespan
+    )
     app.state.limits = limits
     app.state.upstream_slots = defaults.max_concurrency
     return app

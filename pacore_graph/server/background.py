@@ -26,8 +26,9 @@ class BackgroundServer:
         self.port: int = self._socket.getsockname()[1]
         config = uvicorn_config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
         self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._socket]},
-                                        name="pacore-endpoint", daemon=True)  # fmt: skip
+        self._thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self._socket]}, name="pacore-endpoint", daemon=True
+        )
 
     @property
     def base_url(self) -> str:

@@ -22,9 +22,12 @@ CLOSE = {"Connection": "close"}  # the rest of the body is not read: the connect
 
 def too_large(limits: ServerLimits) -> RequestError:
     return RequestError(
-        413, f"the request body is larger than this server's limit of {limits.max_request_bytes} bytes "
-        "(pacore serve --max-request-mb)", code="request_too_large", headers=CLOSE,
-    )  # fmt: skip
+        413,
+        f"the request body is larger than this server's limit of {limits.max_request_bytes} bytes "
+        "(pacore serve --max-request-mb)",
+        code="request_too_large",
+        headers=CLOSE,
+    )
 
 
 async def read_body(request: Request, limits: ServerLimits) -> bytes:
@@ -43,9 +46,11 @@ async def read_body(request: Request, limits: ServerLimits) -> bytes:
                     raise too_large(limits)
     except TimeoutError:
         raise RequestError(
-            408, f"the request body did not arrive within {limits.body_timeout:g} s", code="body_timeout",
+            408,
+            f"the request body did not arrive within {limits.body_timeout:g} s",
+            code="body_timeout",
             headers=CLOSE,
-        ) from None  # fmt: skip
+        ) from None
     return bytes(body)
 
 

@@ -63,8 +63,14 @@ class RequestError(Exception):
         ).encode() + body
 
 
-REASONS = {400: "Bad Request", 408: "Request Timeout", 413: "Content Too Large", 431: "Request Header Fields Too Large",
-           500: "Internal Server Error", 503: "Service Unavailable"}  # fmt: skip
+REASONS = {
+    400: "Bad Request",
+    408: "Request Timeout",
+    413: "Content Too Large",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 
 
 def failure_error(exc: BaseException) -> RequestError:
@@ -82,8 +88,12 @@ def failure_error(exc: BaseException) -> RequestError:
 
 
 def internal_error() -> RequestError:
-    return RequestError(500, "the server failed to answer this request; the details are in its log",
-                        type="server_error", code="internal_error")  # fmt: skip
+    return RequestError(
+        500,
+        "the server failed to answer this request; the details are in its log",
+        type="server_error",
+        code="internal_error",
+    )
 
 
 def round_failed(round: RoundRecord) -> RequestError:
@@ -95,13 +105,17 @@ def round_failed(round: RoundRecord) -> RequestError:
         if status is not None and 400 <= status < 500:
             said = upstream_said(failed[0].error or "")
             return RequestError(
-                status, f"the upstream refused every trajectory of {where} with HTTP {status}{': ' if said else ''}"
-                f"{said}", code="upstream_rejected",
-            )  # fmt: skip
+                status,
+                f"the upstream refused every trajectory of {where} with HTTP {status}{': ' if said else ''}{said}",
+                code="upstream_rejected",
+            )
     return RequestError(
-        502, f"{where}: none of its {round.k} trajectories produced a usable conclusion ({how_they_failed(round)}); "
-        "the details are in the server's log", type="upstream_error", code="round_failed",
-    )  # fmt: skip
+        502,
+        f"{where}: none of its {round.k} trajectories produced a usable conclusion ({how_they_failed(round)}); "
+        "the details are in the server's log",
+        type="upstream_error",
+        code="round_failed",
+    )
 
 
 def how_they_failed(round: RoundRecord) -> str:

@@ -27,19 +27,25 @@ class ServerLimits(BaseModel):
         8 * 2**20, ge=1024, description="largest request body; a larger one is a 413, read no further"
     )
     request_timeout: float | None = Field(
-        3600.0, gt=0, description="seconds a request's PaCoRe run may take; then its upstream requests are closed "
+        3600.0,
+        gt=0,
+        description="seconds a request's PaCoRe run may take; then its upstream requests are closed "
         "and the client gets a 504 (None: no limit)",
-    )  # fmt: skip
+    )
     header_timeout: float = Field(
-        30.0, gt=0, description="seconds a connection may take to send a request's head, from its opening or "
+        30.0,
+        gt=0,
+        description="seconds a connection may take to send a request's head, from its opening or "
         "from the previous reply; then it is closed",
-    )  # fmt: skip
+    )
     body_timeout: float = Field(60.0, gt=0, description="seconds a client may take to send a request's body")
     keep_alive_timeout: float = Field(5.0, gt=0, description="seconds an idle keep-alive connection stays open")
     max_connections: int = Field(
-        1024, ge=1, description="open client connections at most; one more is answered 503 and closed (lowered to "
+        1024,
+        ge=1,
+        description="open client connections at most; one more is answered 503 and closed (lowered to "
         "fit the open-file limit)",
-    )  # fmt: skip
+    )
 
 
 def raise_open_file_limit() -> int:

@@ -37,8 +37,13 @@ class ReplyHeader:
         self.model = model
 
     def fields(self, object: str) -> dict[str, Any]:
-        return {"id": self.id, "object": object, "created": self.created, "model": self.model,
-                "system_fingerprint": None}  # fmt: skip
+        return {
+            "id": self.id,
+            "object": object,
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": None,
+        }
 
 
 def answer_reasoning(result: PaCoReResult) -> str | None:
@@ -55,23 +60,32 @@ def answer_reasoning(result: PaCoReResult) -> str | None:
 
 def openai_tool_calls(message: AIMessage) -> list[dict[str, Any]]:
     return [
-        {"id": call["id"], "type": "function",
-         "function": {"name": call["name"], "arguments": json.dumps(call["args"], ensure_ascii=False)}}
+        {
+            "id": call["id"],
+            "type": "function",
+            "function": {"name": call["name"], "arguments": json.dumps(call["args"], ensure_ascii=False)},
+        }
         for call in message.tool_calls
-    ]  # fmt: skip
+    ]
 
 
 def finish_reason(result: PaCoReResult) -> str:
-    return result.message.response_metadata.get("finish_reason") or ("tool_calls" if result.message.tool_calls
-                                                                      else "stop")  # fmt: skip
+    return result.message.response_metadata.get("finish_reason") or (
+        "tool_calls" if result.message.tool_calls else "stop"
+    )
 
 
 def usage(result: PaCoReResult) -> dict[str, Any]:
     rounds = [
-        {"round": r.round_index, "k": r.k, "completion_tokens": r.completion_tokens,
-         "prompt_tokens": sum(t.prompt_tokens for t in r.trajectories), "failed": len(r.failures)}
+        {
+            "round": r.round_index,
+            "k": r.k,
+            "completion_tokens": r.completion_tokens,
+            "prompt_tokens": sum(t.prompt_tokens for t in r.trajectories),
+            "failed": len(r.failures),
+        }
         for r in result.rounds
-    ]  # fmt: skip
+    ]
     prompt_tokens = sum(r["prompt_tokens"] for r in rounds)
     return {
         "prompt_tokens": prompt_tokens,
@@ -98,8 +112,10 @@ def completion_body(header: ReplyHeader, result: PaCoReResult) -> dict[str, Any]
 
 def chunk_body(header: ReplyHeader, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
     """One ``chat.completion.chunk`` with one choice."""
-    return {**header.fields("chat.completion.chunk"),
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}  # fmt: skip
+    return {
+        **header.fields("chat.completion.chunk"),
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+    }
 
 
 def usage_chunk_body(header: ReplyHeader, result: PaCoReResult) -> dict[str, Any]:

@@ -100,6 +100,7 @@ class ChatCompletionRequest(BaseModel):
             raise ValueError("PaCoRe synthesises one answer: n must be 1")
         return n
 
+
 @dataclass(frozen=True)
 class PlannedCall:
     """What one request runs: the conversation, the schedule and sampling, and what goes upstream with it."""
@@ -117,10 +118,16 @@ class PlannedCall:
     def runner_key(self) -> str:
         """Requests with equal keys can share one compiled PaCoRe graph (agents send the same tools each step)."""
         return json.dumps(
-            [self.upstream_model, self.config.model_dump(mode="json"), self.tools, self.tool_choice,
-             self.request_fields],
-            sort_keys=True, default=str,
-        )  # fmt: skip
+            [
+                self.upstream_model,
+                self.config.model_dump(mode="json"),
+                self.tools,
+                self.tool_choice,
+                self.request_fields,
+            ],
+            sort_keys=True,
+            default=str,
+        )
 
 
 def plan_call(body: Any, defaults: PaCoReConfig, default_model: str) -> PlannedCall:
@@ -149,8 +156,12 @@ def plan_call(body: Any, defaults: PaCoReConfig, default_model: str) -> PlannedC
     settings: dict[str, Any] = {}
     if rounds is not None:
         settings["rounds"] = rounds
-    for name, value in (("temperature", request.temperature), ("top_p", request.top_p), ("seed", request.seed),
-                        ("max_tokens", request.max_completion_tokens or request.max_tokens)):
+    for name, value in (
+        ("temperature", request.temperature),
+        ("top_p", request.top_p),
+        ("seed", request.seed),
+        ("max_tokens", request.max_completion_tokens or request.max_tokens),
+    ):
         if value is not None:
             settings[name] = value
     try:
@@ -199,11 +210,13 @@ def invalid(exc: ValidationError, data: Any) -> RequestError:
 
 def refuse_unsupported(request: ChatCompletionRequest) -> None:
     if request.logprobs or request.top_logprobs:
-        raise RequestError(400, "logprobs are not available: the answer is synthesised over many trajectories",
-                           param="logprobs")
+        raise RequestError(
+            400, "logprobs are not available: the answer is synthesised over many trajectories", param="logprobs"
+        )
     if request.functions is not None or request.function_call is not None:
-        raise RequestError(400, "the legacy functions / function_call fields are not supported: use tools",
-                           param="functions")
+        raise RequestError(
+            400, "the legacy functions / function_call fields are not supported: use tools", param="functions"
+        )
 
 
 def to_langchain(messages: list[dict[str, Any]]) -> list[BaseMessage]:
@@ -218,7 +231,8 @@ def to_langchain(messages: list[dict[str, Any]]) -> list[BaseMessage]:
             converted.extend(convert_to_messages([kept]))
         except (ValueError, TypeError, KeyError, AttributeError, NotImplementedError) as exc:
             raise RequestError(
-                400, f"messages[{position}] is not a valid {message['role']} message: {one_line(str(exc))}",
+                400,
+                f"messages[{position}] is not a valid {message['role']} message: {one_line(str(exc))}",
                 param=f"messages[{position}]",
-            ) from None  # fmt: skip
+            ) from None
     return converted

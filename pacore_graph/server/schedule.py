@@ -40,8 +40,11 @@ class ScheduleField(BaseModel):
     def schedule(self) -> list[int] | None:
         if self.preset is not None:
             if self.preset not in PRESETS:
-                raise RequestError(400, f"unknown PaCoRe preset {one_line(repr(self.preset), 40)}: choose one of "
-                                   f"{', '.join(PRESETS)}", param="pacore.preset")  # fmt: skip
+                raise RequestError(
+                    400,
+                    f"unknown PaCoRe preset {one_line(repr(self.preset), 40)}: choose one of {', '.join(PRESETS)}",
+                    param="pacore.preset",
+                )
             return list(PRESETS[self.preset])
         return None if self.rounds is None else checked_rounds(self.rounds, "pacore.rounds")
 
@@ -67,9 +70,11 @@ def parse_alias_rounds(text: str) -> list[int]:
         return []
     if not re.fullmatch(r"[0-9]{1,9}(x[0-9]{1,9}){0,15}", text):
         raise RequestError(
-            400, f"model prefix pacore-rounds-{one_line(text, 40)} is not a schedule: write trajectories per round "
-            "joined by x, e.g. pacore-rounds-32x4/NAME (pacore-rounds-0/NAME: one plain call)", param="model",
-        )  # fmt: skip
+            400,
+            f"model prefix pacore-rounds-{one_line(text, 40)} is not a schedule: write trajectories per round "
+            "joined by x, e.g. pacore-rounds-32x4/NAME (pacore-rounds-0/NAME: one plain call)",
+            param="model",
+        )
     return checked_rounds([int(k) for k in text.split("x")], "model")
 
 

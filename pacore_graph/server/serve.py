@@ -55,16 +55,20 @@ def serve(
     raise_open_file_limit()
     connections = connection_limit(limits, defaults.max_concurrency)
     if connections < limits.max_connections:
-        warn(f"the open-file limit allows {connections} client connections, not {limits.max_connections} (raise it "
-             "with ulimit -n)")  # fmt: skip
+        warn(
+            f"the open-file limit allows {connections} client connections, not {limits.max_connections} (raise it "
+            "with ulimit -n)"
+        )
     with serving(base_url, model, upstream_api_key) as chat:
         app = create_app(chat, defaults, api_key=api_key, limits=limits)
         schedule = ", ".join(map(str, defaults.rounds)) or "one plain call"
         timeout = f"{limits.request_timeout:g} s" if limits.request_timeout else "none"
-        say(f"serving PaCoRe at http://{host}:{port}/v1 in front of {chat.base_url} (model {chat.model}, default "
-            f"rounds [{schedule}]; pick per call with model pacore-high/{chat.model} or a \"pacore\" body field; "
+        say(
+            f"serving PaCoRe at http://{host}:{port}/v1 in front of {chat.base_url} (model {chat.model}, default "
+            f'rounds [{schedule}]; pick per call with model pacore-high/{chat.model} or a "pacore" body field; '
             f"request timeout {timeout}, bodies up to {limits.max_request_bytes} bytes, {connections} "
-            "connections)")  # fmt: skip
+            "connections)"
+        )
         try:
             uvicorn.Server(uvicorn_config(app, host=host, port=port, log_level="info")).run()
         except KeyboardInterrupt:  # uvicorn shuts down cleanly on Ctrl-C, then passes the signal on

@@ -63,9 +63,12 @@ async def run_streaming(
     final: Mapping[str, Any] | None = None  # the last values part: the final state and any interrupts
     with runner.running(context):
         async for part in runner.graph.astream(
-            START_INPUT, runner.run_config(None, context, sync=False), context=context,
-            stream_mode=["messages", "values"], version="v2",
-        ):  # fmt: skip
+            START_INPUT,
+            runner.run_config(None, context, sync=False),
+            context=context,
+            stream_mode=["messages", "values"],
+            version="v2",
+        ):
             if part["type"] == "values":
                 final = part
             elif part["type"] == "messages":
@@ -97,9 +100,12 @@ class _FinalText:
             self.run_id = chunk.id
         elif chunk.id != self.run_id:
             raise RequestError(
-                502, "the final trajectory failed after part of its text was streamed and was retried; the "
-                "partial text above is void: send the request again", type="upstream_error", code="stream_restarted",
-            )  # fmt: skip
+                502,
+                "the final trajectory failed after part of its text was streamed and was retried; the "
+                "partial text above is void: send the request again",
+                type="upstream_error",
+                code="stream_restarted",
+            )
         delta: dict[str, Any] = {}
         if text := message_text(chunk):
             delta["content"] = text
@@ -122,9 +128,11 @@ async def sse_stream(
         try:
             async with deadline:
                 result = await run_streaming(
-                    runner, call.messages, lambda chunk: queue.put_nowait(("token", chunk)),
+                    runner,
+                    call.messages,
+                    lambda chunk: queue.put_nowait(("token", chunk)),
                     lambda event: queue.put_nowait(("progress", event)),
-                )  # fmt: skip
+                )
             queue.put_nowait(("done", result))
         except Exception as exc:
             if isinstance(exc, TimeoutError) and deadline.expired():

@@ -42,8 +42,9 @@ def check_parameters(schema: Any, where: str) -> None:
     if not isinstance(schema, dict):
         raise InputError(f"{where} must be a JSON schema object, not {json_type(schema)}", where)
     if "type" in schema and schema["type"] != "object":
-        raise InputError(f"{where} must describe an object (type 'object'), not {one_line(repr(schema['type']), 40)}",
-                         where)  # fmt: skip
+        raise InputError(
+            f"{where} must describe an object (type 'object'), not {one_line(repr(schema['type']), 40)}", where
+        )
     try:
         validator_for(schema).check_schema(schema)
     except SchemaError as exc:
@@ -64,10 +65,15 @@ def check_tool_choice(choice: str | dict[str, Any] | None, tools: list[Any] | No
     function = choice.get("function") if isinstance(choice, dict) else None
     name = function.get("name") if isinstance(function, dict) else None
     if not isinstance(choice, dict) or choice.get("type") != "function" or not isinstance(name, str):
-        raise InputError('tool_choice must be "none", "auto", "required" or {"type": "function", "function": '
-                         '{"name": ...}}', "tool_choice")  # fmt: skip
+        raise InputError(
+            'tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}',
+            "tool_choice",
+        )
     offered = [tool["function"]["name"] for tool in tools or ()]
     if name not in offered:
         listed = ", ".join(map(repr, offered)) if offered else "no tools"
-        raise InputError(f"tool_choice names the function {one_line(repr(name), 70)}, which is not among the "
-                         f"tools offered ({one_line(listed, 120)})", "tool_choice")  # fmt: skip
+        raise InputError(
+            f"tool_choice names the function {one_line(repr(name), 70)}, which is not among the "
+            f"tools offered ({one_line(listed, 120)})",
+            "tool_choice",
+        )

@@ -54,8 +54,9 @@ class Upstream:
         runner = PaCoReRunner(self.bound_model(call), call.config, limiter=self.limiter)
         if len(key) > CACHED_SHAPE_BYTES // 4:
             return runner  # a shape this large is not kept: one request's tools must not crowd out the others
-        while self._runners and (len(self._runners) >= CACHED_RUNNERS or
-                                 self._cached_bytes + len(key) > CACHED_SHAPE_BYTES):  # fmt: skip
+        while self._runners and (
+            len(self._runners) >= CACHED_RUNNERS or self._cached_bytes + len(key) > CACHED_SHAPE_BYTES
+        ):
             evicted, _ = self._runners.popitem(last=False)
             self._cached_bytes -= len(evicted)
         self._runners[key] = runner
@@ -79,11 +80,13 @@ class Upstream:
         self.models = listed
         if name not in listed:
             raise RequestError(
-                404, f"the upstream does not serve model {one_line(repr(name), 80)}; it serves "
+                404,
+                f"the upstream does not serve model {one_line(repr(name), 80)}; it serves "
                 f"{one_line(', '.join(listed), 200) or 'nothing'} "
                 "(name one, optionally behind a schedule prefix such as pacore-high/NAME)",
-                param="model", code="model_not_found",
-            )  # fmt: skip
+                param="model",
+                code="model_not_found",
+            )
 
     async def listed_models(self) -> list[str]:
         """The upstream's models now (the last known list when it cannot be asked)."""
