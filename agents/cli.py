@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from pacore_agents.swe.eval_cli import register_eval
     from pacore_agents.swe.images_cli import register_images
     from pacore_agents.swe.run_cli import register_run

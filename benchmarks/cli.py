@@ -20,14 +20,19 @@ BENCHMARKS = {
 }
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    from pacore_graph.extend import register_plugins
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from pacore_graph.command_kit import register_plugins
 
     bench = subparsers.add_parser("bench", help="evaluation and performance benchmarks")
     inner = bench.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
     # A benchmark whose module fails to import (a misspelled name, a missing extra) is named with its error.
-    register_plugins(inner, [(f"benchmark {name!r} ({module})", partial(_register_function, module))
-                             for name, module in BENCHMARKS.items()])  # fmt: skip
+    register_plugins(
+        inner,
+        [
+            (f"benchmark {name!r} ({module})", partial(_register_function, module))
+            for name, module in BENCHMARKS.items()
+        ],
+    )
 
 
 def _register_function(module_name: str) -> Any:

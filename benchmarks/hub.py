@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pacore_graph.extend import UsageError, say
+from pacore_graph.command_kit import say
+from pacore_graph.extend import UsageError
 
 T = TypeVar("T")
 
@@ -27,8 +28,10 @@ FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 
 
 def _offline_mode() -> bool:
-    return any(os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
-               for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))  # fmt: skip
+    return any(
+        os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
+        for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
 
 
 def unreachable_reason(timeout: float = HUB_TIMEOUT) -> str | None:
@@ -64,8 +67,10 @@ def load_from_hub(name: str, split: str, what: str, excerpt: str) -> Any:
     try:
         import datasets  # noqa: PLC0415 - optional and heavy
     except ImportError:
-        raise ValueError(f"{name!r} is not a local file, and reading it from the hub needs `pip install datasets`; "
-                         f"or {offline_hint(what, excerpt)}") from None  # fmt: skip
+        raise ValueError(
+            f"{name!r} is not a local file, and reading it from the hub needs `pip install datasets`; "
+            f"or {offline_hint(what, excerpt)}"
+        ) from None
     reason = unreachable_reason()
     if reason is not None:
         raise ValueError(f"cannot load {name!r}: {reason}; {offline_hint(what, excerpt)}")
@@ -73,8 +78,10 @@ def load_from_hub(name: str, split: str, what: str, excerpt: str) -> Any:
         return datasets.load_dataset(name, split=split)
     except Exception as exc:  # noqa: BLE001 - the hub raises many types: offline, missing repo, auth
         first_line = (str(exc).strip().splitlines() or [""])[0][:200]
-        raise ValueError(f"cannot load {name!r} from the hub ({type(exc).__name__}: {first_line}); "
-                         f"offline, {offline_hint(what, excerpt)}") from exc  # fmt: skip
+        raise ValueError(
+            f"cannot load {name!r} from the hub ({type(exc).__name__}: {first_line}); "
+            f"offline, {offline_hint(what, excerpt)}"
+        ) from exc
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ class FaultRates(BaseModel):
         return self
 
     def total(self) -> float:
-        return sum(getattr(self, name) for name in FAULTS)
+        return float(sum(getattr(self, name) for name in FAULTS))
 
     def pick(self, u: float) -> str | None:
         """The fault for a uniform draw ``u`` in [0, 1), or None for a normal answer."""
@@ -128,13 +128,12 @@ class EmulatorConfig(BaseModel):
         "reasoning", description="where the reasoning goes: vLLM fields, <think> tags in content, or nowhere"
     )
     usage: bool = Field(True, description="report token usage (streams: only with include_usage)")
-    stream_tick: float = Field(
-        0.02, gt=0, description="streams are written in batches this often, like a busy server"
-    )
+    stream_tick: float = Field(0.02, gt=0, description="streams are written in batches this often, like a busy server")
     max_model_len: int = Field(131072, ge=1, description="context limit; longer requests get HTTP 400")
     clamp_max_tokens: bool = Field(
-        False, description="a prompt that fits but leaves less room than max_tokens: shorten the reply to the window "
-        "(vLLM 0.32) instead of HTTP 400 (earlier vLLM, OpenAI)"
+        False,
+        description="a prompt that fits but leaves less room than max_tokens: shorten the reply to the window "
+        "(vLLM 0.32) instead of HTTP 400 (earlier vLLM, OpenAI)",
     )
     strict_model: bool = Field(True, description="answer 404 to a request for another model name")
     slots: int | None = Field(
@@ -145,8 +144,10 @@ class EmulatorConfig(BaseModel):
         0.0, ge=0, description="seconds per uncached prompt token; prefills run one at a time and stall decoding"
     )
     decode_context_time: float = Field(
-        0.0, ge=0, description="seconds a decode step takes longer per token of context in the replica's batch "
-        "(each step reads every running sequence's KV cache); 0: a batch decodes at no extra cost"
+        0.0,
+        ge=0,
+        description="seconds a decode step takes longer per token of context in the replica's batch "
+        "(each step reads every running sequence's KV cache); 0: a batch decodes at no extra cost",
     )
     prefix_cache_tokens: int = Field(0, ge=0, description="prefix cache capacity in tokens (LRU); 0: no cache")
     block_size: int = Field(16, ge=1, description="tokens per cached block, as vLLM's --block-size")

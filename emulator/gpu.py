@@ -47,7 +47,7 @@ class PrefixCache:
         width = self.block_size * CHARS_PER_TOKEN
         hashes, previous = [], 0
         for start in range(0, len(text) - width + 1, width):
-            previous = hash((previous, text[start:start + width]))
+            previous = hash((previous, text[start : start + width]))
             hashes.append(previous)
         return hashes
 

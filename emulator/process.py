@@ -57,8 +57,14 @@ class Emulator:
     def start(self) -> Emulator:
         if self.config.host not in ("127.0.0.1", "localhost", "::1"):
             raise EmulatorError(f"the emulator serves loopback only, not {self.config.host!r}")
-        command = [sys.executable, "-m", "pacore_emulator", "--config-json",
-                   self.config.model_dump_json(), "--exit-with-stdin"]
+        command = [
+            sys.executable,
+            "-m",
+            "pacore_emulator",
+            "--config-json",
+            self.config.model_dump_json(),
+            "--exit-with-stdin",
+        ]
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.process.stdout is not None
         deadline = time.monotonic() + self.start_timeout
@@ -67,7 +73,7 @@ class Emulator:
             if ready:
                 line = self.process.stdout.readline()
                 if line.startswith(READY):
-                    self.port = int(line[len(READY):].strip())
+                    self.port = int(line[len(READY) :].strip())
                     return self
                 if not line:
                     break
@@ -103,7 +109,8 @@ class Emulator:
     def stats(self) -> dict[str, Any]:
         """Counters since start or the last reset: requests, completed, faults, peak_active, cpu_s..."""
         with urllib.request.urlopen(self.root_url + "/emulator/stats", timeout=10) as response:
-            return json.loads(response.read())
+            counters: dict[str, Any] = json.loads(response.read())
+        return counters
 
     def reset(self) -> None:
         """Zero the counters and forget seen prompts, so the next run gets the same replies as a fresh one."""
@@ -153,12 +160,17 @@ def _parse_length(text: str) -> int | tuple[int, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m pacore_emulator", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m pacore_emulator", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--config-json", help="a whole EmulatorConfig as JSON (other flags override it)")
-    parser.add_argument("--gpu-replica", type=int, metavar="N",
-                        help="start from replica N of an emulated GPU cluster: prefix cache, prefill cost, "
-                             "PaCoRe-sized conclusions (other flags override it)")
+    parser.add_argument(
+        "--gpu-replica",
+        type=int,
+        metavar="N",
+        help="start from replica N of an emulated GPU cluster: prefix cache, prefill cost, "
+        "PaCoRe-sized conclusions (other flags override it)",
+    )
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)
     parser.add_argument("--model")
@@ -174,12 +186,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-usage", action="store_true", help="omit token usage")
     parser.add_argument("--slots", type=int, help="requests served at once; the rest queue")
     parser.add_argument("--max-model-len", type=int)
-    parser.add_argument("--clamp-max-tokens", action="store_true",
-                        help="shorten a reply to what the window leaves (vLLM 0.32) instead of HTTP 400")
+    parser.add_argument(
+        "--clamp-max-tokens",
+        action="store_true",
+        help="shorten a reply to what the window leaves (vLLM 0.32) instead of HTTP 400",
+    )
     parser.add_argument("--mix", metavar="KIND=WEIGHT,...", help="share of easy, split and hard problems")
     parser.add_argument("--minority-length", type=float, help="length factor of replies off the majority answer")
-    parser.add_argument("--fault", action="append", default=[], metavar="KIND=RATE",
-                        help=f"inject a fault, KIND one of {', '.join(FaultRates.model_fields)}")
+    parser.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="KIND=RATE",
+        help=f"inject a fault, KIND one of {', '.join(FaultRates.model_fields)}",
+    )
     parser.add_argument("--request-log", help="append every request body to this JSON lines file")
     parser.add_argument("--exit-with-stdin", action="store_true", help=argparse.SUPPRESS)
     return parser
@@ -190,9 +210,23 @@ def config_from_args(args: argparse.Namespace) -> EmulatorConfig:
     if args.gpu_replica is not None:
         data = EmulatorConfig.gpu_replica(args.gpu_replica).model_dump()
     data.update(json.loads(args.config_json) if args.config_json else {})
-    for name in ("host", "port", "model", "seed", "ttft", "token_delay", "output_tokens", "answer_tokens",
-                 "reasoning", "slots", "max_model_len", "request_log", "prefill_token_time", "prefix_cache_tokens",
-                 "block_size"):
+    for name in (
+        "host",
+        "port",
+        "model",
+        "seed",
+        "ttft",
+        "token_delay",
+        "output_tokens",
+        "answer_tokens",
+        "reasoning",
+        "slots",
+        "max_model_len",
+        "request_log",
+        "prefill_token_time",
+        "prefix_cache_tokens",
+        "block_size",
+    ):
         value = getattr(args, name)
         if value is not None:
             data[name] = value

@@ -113,7 +113,7 @@ def synthesis_answer(text: str) -> int | None:
     if not match:
         return None
     votes: Counter[int] = Counter()
-    for reference in _REFERENCE_SPLIT.split(text[match.end():])[1:]:
+    for reference in _REFERENCE_SPLIT.split(text[match.end() :])[1:]:
         found = _BOXED.findall(reference)
         if found and found[-1].strip().lstrip("-").isdigit():
             duplicates = _DUPLICATES.search(reference)
@@ -219,7 +219,7 @@ def _plan_one(config: EmulatorConfig, body: dict[str, Any], occurrence: int) -> 
 
 def _chunks(text: str, size: int = 4) -> list[str]:
     """A text in pieces of about one token each (four characters)."""
-    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
 def schema_instance(schema: Any) -> Any:
@@ -270,14 +270,12 @@ def _structured_pieces(response_format: Any) -> list[tuple[str, str]] | None:
     return None
 
 
-def _pieces(
-    style: str, rng: random.Random, length: int, conclusion_tokens: int, answer: int
-) -> list[tuple[str, str]]:
+def _pieces(style: str, rng: random.Random, length: int, conclusion_tokens: int, answer: int) -> list[tuple[str, str]]:
     conclusion_words = [" The", " answer", " is", f" \\boxed{{{answer}}}."]
     n_answer = min(length, max(conclusion_tokens, len(conclusion_words)))
     fillers = n_answer - len(conclusion_words)
     conclusion = [CLOSING[i % len(CLOSING)] for i in range(max(fillers, 0))] + conclusion_words
-    conclusion = conclusion[len(conclusion) - n_answer:]
+    conclusion = conclusion[len(conclusion) - n_answer :]
     conclusion[0] = conclusion[0].lstrip()
     if style == "think":
         n_reason = max(length - n_answer - 2, 0)
@@ -333,8 +331,10 @@ def _message(config: EmulatorConfig, plan: ReplyPlan) -> dict[str, Any]:
 
 def completion_body(config: EmulatorConfig, plan: ReplyPlan) -> bytes:
     """The JSON body of a non-streamed chat completion, shaped like vLLM's (its always-null extras left out)."""
-    choices = [{"index": i, "message": _message(config, p), "logprobs": None, "finish_reason": p.finish_reason}
-               for i, p in enumerate((plan, *plan.more))]  # fmt: skip
+    choices = [
+        {"index": i, "message": _message(config, p), "logprobs": None, "finish_reason": p.finish_reason}
+        for i, p in enumerate((plan, *plan.more))
+    ]
     body: dict[str, Any] = {
         "id": plan.request_id,
         "object": "chat.completion",
@@ -361,8 +361,13 @@ def _deltas(config: EmulatorConfig, plan: ReplyPlan) -> list[str]:
         if channel == "content":
             deltas.append('{"content":' + encoded + "}")
         elif channel == "tool" and plan.tool_call is not None:  # vLLM: the call's id and name first, then arguments
-            deltas.append('{"content":null,"tool_calls":[{"id":"' + plan.tool_call[0]
-                          + '","type":"function","index":0,"function":{"name":' + encoded + "}}]}")
+            deltas.append(
+                '{"content":null,"tool_calls":[{"id":"'
+                + plan.tool_call[0]
+                + '","type":"function","index":0,"function":{"name":'
+                + encoded
+                + "}}]}"
+            )
         elif channel == "arguments":
             deltas.append('{"content":null,"tool_calls":[{"index":0,"function":{"arguments":' + encoded + "}}]}")
         else:
@@ -378,8 +383,12 @@ def stream_events(config: EmulatorConfig, plan: ReplyPlan, include_usage: bool) 
     slice.
     """
     envelope = (
-        '{"id":"' + plan.request_id + '","object":"chat.completion.chunk","created":' + str(plan.created)
-        + ',"model":' + json.dumps(config.model)
+        '{"id":"'
+        + plan.request_id
+        + '","object":"chat.completion.chunk","created":'
+        + str(plan.created)
+        + ',"model":'
+        + json.dumps(config.model)
     )
     tail_open = ',"logprobs":null,"finish_reason":null}]}'
     plans = (plan, *plan.more)
@@ -391,16 +400,23 @@ def stream_events(config: EmulatorConfig, plan: ReplyPlan, include_usage: bool) 
     else:
         columns = [_deltas(config, p) for p in plans]
         for step in range(plan.steps):
-            parts.append("".join("data: " + heads[i] + deltas[step] + tail_open + "\n\n"
-                                 for i, deltas in enumerate(columns) if step < len(deltas)))  # fmt: skip
+            parts.append(
+                "".join(
+                    "data: " + heads[i] + deltas[step] + tail_open + "\n\n"
+                    for i, deltas in enumerate(columns)
+                    if step < len(deltas)
+                )
+            )
     encoded_parts = [p.encode() for p in parts]
     offsets = []
     total = 0
     for p in encoded_parts:
         total += len(p)
         offsets.append(total)
-    tail = "".join("data: " + head + '{},"logprobs":null,"finish_reason":' + json.dumps(p.finish_reason) + "}]}\n\n"
-                   for head, p in zip(heads, plans, strict=True))  # fmt: skip
+    tail = "".join(
+        "data: " + head + '{},"logprobs":null,"finish_reason":' + json.dumps(p.finish_reason) + "}]}\n\n"
+        for head, p in zip(heads, plans, strict=True)
+    )
     if include_usage and config.usage:
         usage = json.dumps(usage_dict(plan))
         tail += "data: " + envelope + ',"choices":[],"usage":' + usage + "}\n\n"
@@ -447,11 +463,16 @@ def check_request(config: EmulatorConfig, body: dict[str, Any]) -> tuple[int, by
         limit = body.get("max_tokens")
     if limit is not None:
         if not isinstance(limit, int) or limit < 1:
-            return 400, error_body(400, f"max_tokens must be at least 1, got {limit}.", "BadRequestError",
-                                   "max_tokens"), "bad_request"  # fmt: skip
+            return (
+                400,
+                error_body(400, f"max_tokens must be at least 1, got {limit}.", "BadRequestError", "max_tokens"),
+                "bad_request",
+            )
         if limit > config.max_model_len:
-            message = (f"max_tokens={limit} cannot be greater than max_model_len={config.max_model_len}. "
-                       "Please request fewer output tokens.")
+            message = (
+                f"max_tokens={limit} cannot be greater than max_model_len={config.max_model_len}. "
+                "Please request fewer output tokens."
+            )
             return 400, error_body(400, message, "BadRequestError", "max_tokens"), "context"
     temperature = body.get("temperature")
     if isinstance(temperature, (int, float)) and temperature < 0:
@@ -481,10 +502,28 @@ def check_request(config: EmulatorConfig, body: dict[str, Any]) -> tuple[int, by
 def models_body(config: EmulatorConfig) -> bytes:
     """``/v1/models`` with the fields vLLM lists for a served model, ``max_model_len`` included."""
     created = int(time.time())
-    permission = {"id": "modelperm-emulator", "object": "model_permission", "created": created,
-                  "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
-                  "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
-                  "organization": "*", "group": None, "is_blocking": False}  # fmt: skip
-    model = {"id": config.model, "object": "model", "created": created, "owned_by": "emulator", "root": config.model,
-             "parent": None, "max_model_len": config.max_model_len, "permission": [permission]}  # fmt: skip
+    permission = {
+        "id": "modelperm-emulator",
+        "object": "model_permission",
+        "created": created,
+        "allow_create_engine": False,
+        "allow_sampling": True,
+        "allow_logprobs": True,
+        "allow_search_indices": False,
+        "allow_view": True,
+        "allow_fine_tuning": False,
+        "organization": "*",
+        "group": None,
+        "is_blocking": False,
+    }
+    model = {
+        "id": config.model,
+        "object": "model",
+        "created": created,
+        "owned_by": "emulator",
+        "root": config.model,
+        "parent": None,
+        "max_model_len": config.max_model_len,
+        "permission": [permission],
+    }
     return json.dumps({"object": "list", "data": [model]}).encode()

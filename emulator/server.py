@@ -33,8 +33,15 @@ CRLF = "\r\n"
 # Starlette's answers (vLLM's server) to a path it lacks and to a wrong method
 NOT_FOUND = b'{"detail":"Not Found"}'
 NOT_ALLOWED = b'{"detail":"Method Not Allowed"}'
-REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 429: "Too Many Requests",
-           500: "Internal Server Error", 503: "Service Unavailable"}
+REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 
 
 class _Connection(asyncio.Protocol):
@@ -93,14 +100,20 @@ class _Connection(asyncio.Protocol):
             length = int(headers.get("content-length") or 0)
             if len(self.buffer) < start + length:
                 return
-            body, consumed = bytes(self.buffer[start:start + length]), start + length
+            body, consumed = bytes(self.buffer[start : start + length]), start + length
         del self.buffer[:consumed]
         self.busy = True
         self.keep_alive = headers.get("connection", "").lower() != "close"
         self.server.dispatch(self, method, path.split("?", 1)[0], body)
 
-    def respond(self, status: int, body: bytes, keep_alive: bool | None = None,
-                content_type: str = "application/json", headers: dict[str, str] | None = None) -> None:
+    def respond(
+        self,
+        status: int,
+        body: bytes,
+        keep_alive: bool | None = None,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         if self.closed or self.transport is None:
             return
         keep = self.keep_alive if keep_alive is None else keep_alive
@@ -153,7 +166,7 @@ def _dechunk(buffer: bytearray, start: int) -> tuple[bytes, int] | None:
             return bytes(out), trailer_end + 2
         if len(buffer) < pos + size + 2:
             return None
-        out += buffer[pos:pos + size]
+        out += buffer[pos : pos + size]
         pos += size + 2
 
 
@@ -177,8 +190,9 @@ class EmulatorServer:
         self.config = config
         self.loop = asyncio.get_running_loop()
         self.server: asyncio.AbstractServer | None = None
-        self.log: TextIO | None = open(config.request_log, "a", encoding="utf-8", buffering=1) \
-            if config.request_log else None
+        self.log: TextIO | None = (
+            open(config.request_log, "a", encoding="utf-8", buffering=1) if config.request_log else None
+        )
         self.streams: list[_Stream] = []
         self.ticker: asyncio.Task[None] | None = None
         self.queue: deque[tuple[_Connection, dict[str, Any], ReplyPlan]] = deque()
@@ -208,7 +222,7 @@ class EmulatorServer:
         self.server = await self.loop.create_server(
             lambda: _Connection(self), self.config.host, self.config.port, backlog=self.config.backlog
         )
-        return self.server.sockets[0].getsockname()[1]
+        return int(self.server.sockets[0].getsockname()[1])
 
     def stats(self) -> dict[str, Any]:
         now = self.loop.time()
@@ -445,7 +459,7 @@ class EmulatorServer:
         if plan.fault == "malformed":
             conn.respond(200, body[: len(body) // 2])
         elif plan.fault == "cut_stream":
-            head = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
+            head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
             if conn.transport is not None and not conn.closed:
                 conn.transport.write(head.encode() + body[: int(len(body) * plan.cut_fraction)])
             conn.close()
@@ -465,15 +479,16 @@ class EmulatorServer:
             broken = b'data: {"id": "broken", "choices": [{"delta": {"content": \n\n'
             middle = offsets[len(offsets) // 2]
             payload = payload[:middle] + broken + payload[middle:]
-            offsets = offsets[: len(offsets) // 2] + [o + len(broken) for o in offsets[len(offsets) // 2:]]
+            offsets = offsets[: len(offsets) // 2] + [o + len(broken) for o in offsets[len(offsets) // 2 :]]
         cut_at = max(1, int(len(offsets) * plan.cut_fraction)) if plan.fault == "cut_stream" else None
         conn.transport.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n"
         )
         now = self.loop.time()
-        stream = _Stream(conn, payload, offsets, tail, self.gpu.progress(now), 0, cut_at, release,
-                         plan.all_completion_tokens)
+        stream = _Stream(
+            conn, payload, offsets, tail, self.gpu.progress(now), 0, cut_at, release, plan.all_completion_tokens
+        )
         self.streams.append(stream)
         self._advance(stream, now)
         if self.ticker is None or self.ticker.done():
@@ -492,7 +507,7 @@ class EmulatorServer:
             due = min(due, s.cut_at)
         if due > s.sent:
             begin = s.offsets[s.sent - 1] if s.sent else 0
-            chunk = s.payload[begin: s.offsets[due - 1]]
+            chunk = s.payload[begin : s.offsets[due - 1]]
             finished = due == len(s.offsets) and s.cut_at is None
             if finished:
                 chunk += s.tail

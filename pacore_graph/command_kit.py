@@ -1,5 +1,5 @@
 """What every ``pacore`` command shares (``solve``, ``serve*``, ``bench ...``, ``swe ...``), so that they all read
-their arguments, fail and report the same way. Plugins use it through :mod:`pacore_graph.extend`.
+their arguments, fail and report the same way. Plugins import it: it is a public module.
 
 Errors
     One line on stderr, ``pacore: error: MESSAGE`` (passwords in URLs replaced by ``***``), and the exit status
@@ -137,8 +137,13 @@ def print_summary(
 def _print_summary_line(
     command: str, exit_code: int, output: Any, counts: dict[str, Any] | None, error: str | None, fields: dict[str, Any]
 ) -> None:
-    line = {"command": command, "exit_code": exit_code, "output": None if output is None else str(output),
-            "counts": counts or {}, **fields}  # fmt: skip
+    line = {
+        "command": command,
+        "exit_code": exit_code,
+        "output": None if output is None else str(output),
+        "counts": counts or {},
+        **fields,
+    }
     if error is not None:
         line["error"] = redact_credentials(error)
     sys.stdout.flush()
@@ -176,9 +181,7 @@ def add_alias(parser: argparse.ArgumentParser, dest: str, *spellings: str, **kwa
     parser.add_argument(*spellings, dest=dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kwargs)
 
 
-def add_model_arguments(
-    parser: argparse.ArgumentParser, *, role: str = "", api_key_option: str = "--api-key"
-) -> None:
+def add_model_arguments(parser: argparse.ArgumentParser, *, role: str = "", api_key_option: str = "--api-key") -> None:
     """``--base-url``, ``--model`` and ``--api-key`` (or ``api_key_option``); none given: the embedded model.
 
     ``args.base_url`` is a list so that a repeated flag is refused (by
@@ -186,11 +189,13 @@ def add_model_arguments(
     ``"responder"``) starts each help text, for a command that talks to more than one model."""
     lead = f"{role}: " if role else ""
     parser.add_argument(
-        "--base-url", action="append", metavar="URL",
+        "--base-url",
+        action="append",
+        metavar="URL",
         help=f"{lead}OpenAI-compatible server, e.g. http://localhost:8000/v1 (replicas: vllm-router's URL, see "
         "serve-vllm); default: $OPENAI_BASE_URL, else the embedded SmolLM2-135M, started here (a tiny CPU model "
         "that exercises the plumbing, not one that answers well)",
-    )  # fmt: skip
+    )
     parser.add_argument("--model", help=f"{lead}model name (default: the server's first model)")
     parser.add_argument(api_key_option, help=f"{lead}API key sent to the server (default: $OPENAI_API_KEY)")
 
@@ -208,10 +213,19 @@ def add_schedule_arguments(parser: argparse.ArgumentParser, *, several: bool = F
     group = parser.add_mutually_exclusive_group()
     presets = "low [4], medium [16], high [32,4]"
     if several:
-        group.add_argument("--preset", action="append", type=_preset_names, metavar="NAME[,NAME]",
-                           help=f"PaCoRe presets {presets} (default: {default})")  # fmt: skip
-        group.add_argument("--rounds", action="append", metavar="K1[,K2...]",
-                           help="a PaCoRe schedule such as 32,4; repeat the flag for several schedules")  # fmt: skip
+        group.add_argument(
+            "--preset",
+            action="append",
+            type=_preset_names,
+            metavar="NAME[,NAME]",
+            help=f"PaCoRe presets {presets} (default: {default})",
+        )
+        group.add_argument(
+            "--rounds",
+            action="append",
+            metavar="K1[,K2...]",
+            help="a PaCoRe schedule such as 32,4; repeat the flag for several schedules",
+        )
     else:
         group.add_argument("--preset", choices=list(PRESETS), help=f"PaCoRe preset: {presets} (default: {default})")
         group.add_argument("--rounds", help="trajectories per round, e.g. 32,4 (0: one plain call)")
@@ -274,9 +288,11 @@ def add_run_arguments(
     add_schedule_arguments(parser, several=several_schedules, default=schedule_default)
     add_concurrency_argument(parser, concurrency, default=concurrency_default, aliases=concurrency_aliases)
     parser.add_argument(
-        "--max-tokens", type=int, metavar="N",
+        "--max-tokens",
+        type=int,
+        metavar="N",
         help=max_tokens or f"cap on each generated message (default: none; embedded model: {EMBEDDED_MAX_TOKENS})",
-    )  # fmt: skip
+    )
     if output is not None:
         add_output_argument(parser, output, default=output_default, required=output_required)
 

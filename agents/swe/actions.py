@@ -69,9 +69,9 @@ def parse_actions(message: AIMessage) -> list[Action]:
         else:
             error = f"unknown tool {name!r}" if name not in ("bash", "submit") else "bash needs a non-empty command"
             actions.append(Action(kind="invalid", call_id=call.get("id"), error=error))
-    for call in message.invalid_tool_calls:
+    for invalid in message.invalid_tool_calls:
         actions.append(
-            Action(kind="invalid", call_id=call.get("id"), error=f"unreadable arguments: {call.get('error')}")
+            Action(kind="invalid", call_id=invalid.get("id"), error=f"unreadable arguments: {invalid.get('error')}")
         )
     if actions:
         return actions

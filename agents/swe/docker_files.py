@@ -6,7 +6,10 @@ import io
 import posixpath
 import tarfile
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from docker.models.containers import Container  # docker-py ships no types: Any to the checker
 
 
 def root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -22,7 +25,7 @@ def write_tar(fileobj: IO[bytes], folders: dict[str, Path]) -> None:
             tar.add(folder, arcname=name, filter=root_owned)
 
 
-def put_file(container, path: str, data: bytes, mode: int = 0o644) -> bool:
+def put_file(container: Container, path: str, data: bytes, mode: int = 0o644) -> bool:
     """Write one file into a container (its folder must exist); False if the daemon refused."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
@@ -32,7 +35,7 @@ def put_file(container, path: str, data: bytes, mode: int = 0o644) -> bool:
     return bool(container.put_archive(posixpath.dirname(path) or "/", buffer.getvalue()))
 
 
-def read_file(container, path: str) -> bytes:
+def read_file(container: Container, path: str) -> bytes:
     """The bytes of one regular file in a container, whatever its size."""
     stream, _ = container.get_archive(path)
     buffer = io.BytesIO()
@@ -47,7 +50,7 @@ def read_file(container, path: str) -> bytes:
         return handle.read()
 
 
-def read_folder(container, path: str) -> dict[str, bytes]:
+def read_folder(container: Container, path: str) -> dict[str, bytes]:
     """The regular files directly in a container's folder, by name (the container may have stopped)."""
     stream, _ = container.get_archive(path)
     buffer = io.BytesIO()
@@ -57,6 +60,7 @@ def read_folder(container, path: str) -> dict[str, bytes]:
     files = {}
     with tarfile.open(fileobj=buffer) as archive:
         for member in archive.getmembers():
-            if member.isfile() and member.name.count("/") == 1:
-                files[posixpath.basename(member.name)] = archive.extractfile(member).read()
+            handle = archive.extractfile(member) if member.name.count("/") == 1 else None
+            if handle is not None:  # a regular file (links and folders have no content)
+                files[posixpath.basename(member.name)] = handle.read()
     return files

@@ -9,7 +9,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from pacore_graph.extend import RoundRecord, message_text
 
 
-def episode_record(state: dict, row: dict, seconds: float) -> dict[str, Any]:
+def episode_record(state: dict[str, Any], row: dict[str, Any], seconds: float) -> dict[str, Any]:
     """Everything about one finished episode, JSON-ready: actions, outputs, tokens, patch, note."""
     messages = state.get("messages") or []
     prompt = completion = 0

@@ -51,7 +51,7 @@ def episode_conclusion(state: dict[str, Any], cap: int = DEFAULT_PATCH_CAP) -> s
     return f"{text}\n\nNote: {note}" if note else text
 
 
-def _episode_input(messages: list, episode: EpisodeContext) -> dict[str, Any]:
+def _episode_input(messages: list[Any], episode: EpisodeContext) -> dict[str, Any]:
     return {"messages": messages, "task": episode.payload}
 
 
@@ -88,8 +88,8 @@ class SweSolver:
         settings: RepairSettings | None = None,
         *,
         patch_cap: int = DEFAULT_PATCH_CAP,
-        open_sandbox: Callable[[dict], Any] | None = None,
-        model_step: Callable[[Runnable], Runnable] | None = None,
+        open_sandbox: Callable[[dict[str, Any]], Any] | None = None,
+        model_step: Callable[[Runnable[Any, Any]], Runnable[Any, Any]] | None = None,
         protocol: PaCoReProtocol = "episodes",
     ):
         self.config = config
@@ -104,7 +104,7 @@ class SweSolver:
             isolate=True,
         )
 
-    def problem(self, row: dict) -> Problem:
+    def problem(self, row: dict[str, Any]) -> Problem:
         return Problem(row["instance_id"], self.episode.messages_for(row), payload=row)
 
     def outcome(self, outcome: ProblemOutcome) -> InstanceOutcome:

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from pacore_agents.swe.run_cli import add_instances_argument
-from pacore_graph.extend import add_output_argument, item_counts, print_summary, say, summarised
+from pacore_graph.command_kit import add_output_argument, item_counts, print_summary, say, summarised
+
+if TYPE_CHECKING:
+    from pacore_agents.swe.evaluation import EvalSummary
 
 COMMAND = "swe eval"
 
 
-def register_eval(subparsers: argparse._SubParsersAction) -> None:
+def register_eval(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "eval",
         help="grade predictions (swebench's graders; offline on local images, or swebench's harness)",
@@ -23,14 +27,22 @@ def register_eval(subparsers: argparse._SubParsersAction) -> None:
             "out/predictions.jsonl --run-id my-run --harness swebench`."
         ),
     )
-    parser.add_argument("--dataset", required=True,
-                        help="a .parquet/.jsonl/.json file, a folder of tasks, a hub name, or 'local'")
-    parser.add_argument("--predictions", required=True,
-                        help="predictions .jsonl/.json; 'gold' (the rows' patches); 'no-patch' (tests on the "
-                        "unchanged repository: FAIL_TO_PASS should fail)")
+    parser.add_argument(
+        "--dataset", required=True, help="a .parquet/.jsonl/.json file, a folder of tasks, a hub name, or 'local'"
+    )
+    parser.add_argument(
+        "--predictions",
+        required=True,
+        help="predictions .jsonl/.json; 'gold' (the rows' patches); 'no-patch' (tests on the "
+        "unchanged repository: FAIL_TO_PASS should fail)",
+    )
     parser.add_argument("--run-id", required=True, help="names the log folder OUTPUT/RUN_ID")
-    add_output_argument(parser, "log and report folder (one evaluation at a time: a second one into it is refused; "
-                        "default: logs/run_evaluation)", default="logs/run_evaluation")
+    add_output_argument(
+        parser,
+        "log and report folder (one evaluation at a time: a second one into it is refused; "
+        "default: logs/run_evaluation)",
+        default="logs/run_evaluation",
+    )
     add_instances_argument(parser, "only these instances")
     parser.add_argument("--harness", choices=["offline", "swebench"], default="offline")
     parser.add_argument("--workers", type=int, default=2, help="instances graded in parallel")
@@ -64,16 +76,34 @@ def run_eval(args: argparse.Namespace) -> int:
     with FolderLock(output):
         if args.harness == "swebench":
             chosen = [row for row in rows if row["instance_id"] in predictions]
-            report = run_swebench_harness(args.dataset, chosen, args.predictions, run_id=args.run_id,
-                                          output_dir=output, workers=args.workers, timeout=args.timeout)
+            report = run_swebench_harness(
+                args.dataset,
+                chosen,
+                args.predictions,
+                run_id=args.run_id,
+                output_dir=output,
+                workers=args.workers,
+                timeout=args.timeout,
+            )
             say(f"swebench report: {report}")
             made = json.loads(Path(report).read_text())
-            counts = item_counts(made.get("submitted_instances", len(chosen)), made.get("error_instances", 0),
-                                 resolved=made.get("resolved_instances"))  # fmt: skip
+            counts = item_counts(
+                made.get("submitted_instances", len(chosen)),
+                made.get("error_instances", 0),
+                resolved=made.get("resolved_instances"),
+            )
             return print_summary(COMMAND, output=output, counts=counts, report=str(report))
         sweep_orphans(log=say)
-        summary = evaluate(rows, predictions, run_id=args.run_id, output_dir=output, timeout=args.timeout,
-                           workers=args.workers, memory=args.memory, skip_patch=args.predictions == NO_PATCH)
+        summary = evaluate(
+            rows,
+            predictions,
+            run_id=args.run_id,
+            output_dir=output,
+            timeout=args.timeout,
+            workers=args.workers,
+            memory=args.memory,
+            skip_patch=args.predictions == NO_PATCH,
+        )
     summary_file = inside(output, args.run_id) / "summary.json"
     say(
         f"run {summary.run_id}: {summary.resolved_instances}/{summary.submitted_instances} resolved "
@@ -81,21 +111,27 @@ def run_eval(args: argparse.Namespace) -> int:
         f"{summary.empty_patch_instances}, errors {summary.error_instances}); {_reuse(summary)}; summary: "
         f"{summary_file}"
     )
-    for instance_id, error in summary.errors.items():
-        say(f"{instance_id}: {error}"[:2000])
+    for instance_id, reason in summary.errors.items():
+        say(f"{instance_id}: {reason}"[:2000])
     counts = item_counts(
-        summary.submitted_instances, summary.error_instances, dataset=summary.total_instances,
-        completed=summary.completed_instances, resolved=summary.resolved_instances,
-        unresolved=summary.unresolved_instances, empty_patch=summary.empty_patch_instances,
-    )  # fmt: skip
-    ids = summary.model_dump(include={"resolved_ids", "unresolved_ids", "error_ids", "empty_patch_ids", "reused_ids",
-                                      "regraded_ids"})  # fmt: skip
+        summary.submitted_instances,
+        summary.error_instances,
+        dataset=summary.total_instances,
+        completed=summary.completed_instances,
+        resolved=summary.resolved_instances,
+        unresolved=summary.unresolved_instances,
+        empty_patch=summary.empty_patch_instances,
+    )
+    ids = summary.model_dump(
+        include={"resolved_ids", "unresolved_ids", "error_ids", "empty_patch_ids", "reused_ids", "regraded_ids"}
+    )
     error = f"{summary.error_instances} instance(s) could not be graded (above)" if summary.error_instances else None
-    return print_summary(COMMAND, 1 if summary.error_instances else 0, output=summary_file.parent, counts=counts,
-                         error=error, **ids)  # fmt: skip
+    return print_summary(
+        COMMAND, 1 if summary.error_instances else 0, output=summary_file.parent, counts=counts, error=error, **ids
+    )
 
 
-def _reuse(summary) -> str:
+def _reuse(summary: EvalSummary) -> str:
     """Which results come from stored reports, and which stored reports were graded again."""
     reused, regraded = len(summary.reused_ids), len(summary.regraded_ids)
     graded = summary.completed_instances + summary.error_instances - reused

@@ -25,12 +25,18 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
 from pacore_agents.swe.output_paths import inside
 from pacore_agents.swe.tasks import TaskLoadError
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+    from swebench.types import TestSpec
+
+    from pacore_agents.swe.docker_sandbox import DockerSandbox
 
 CONTAINER_PATCH_FILE = "/tmp/patch.diff"
 GRADING_FILE = "grading.json"  # what a stored report was graded from: patch, test spec, harness
@@ -75,10 +81,12 @@ class EvalSummary(BaseModel):
     unresolved_ids: list[str] = Field(default_factory=list)
     empty_patch_ids: list[str] = Field(default_factory=list)
     error_ids: list[str] = Field(default_factory=list)
-    reused_ids: list[str] = Field(default_factory=list,
-                                  description="stored reports reused: same patch, tests and harness")
-    regraded_ids: list[str] = Field(default_factory=list,
-                                    description="stored reports graded again: their patch, tests or harness differed")
+    reused_ids: list[str] = Field(
+        default_factory=list, description="stored reports reused: same patch, tests and harness"
+    )
+    regraded_ids: list[str] = Field(
+        default_factory=list, description="stored reports graded again: their patch, tests or harness differed"
+    )
     errors: dict[str, str] = Field(default_factory=dict)
     harness: str = "pacore-offline"
 
@@ -86,13 +94,16 @@ class EvalSummary(BaseModel):
 # ---------------------------------------------------------------------------------------- predictions
 
 
-def load_predictions(source: str, rows: list[dict]) -> dict[str, dict]:
+def load_predictions(source: str, rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Predictions by instance id from a .jsonl/.json file; ``gold``: the rows' own patches; ``no-patch``:
     no patch at all (grade with ``skip_patch=True``: the tests run on the unchanged repository)."""
     if source in ("gold", NO_PATCH):
         return {
-            row["instance_id"]: {"instance_id": row["instance_id"], "model_name_or_path": source,
-                                 "model_patch": row["patch"] if source == "gold" else ""}
+            row["instance_id"]: {
+                "instance_id": row["instance_id"],
+                "model_name_or_path": source,
+                "model_patch": row["patch"] if source == "gold" else "",
+            }
             for row in rows
         }
     path = Path(source)
@@ -109,15 +120,14 @@ def load_predictions(source: str, rows: list[dict]) -> dict[str, dict]:
         raise PredictionError(f"{source}: not valid JSON ({exc.msg}, line {exc.lineno})") from exc
     if not isinstance(items, list):
         raise PredictionError(f"{source}: expected a list of predictions or an object keyed by instance id")
-    predictions: dict[str, dict] = {}
+    predictions: dict[str, dict[str, Any]] = {}
     first_seen: dict[str, int] = {}
     for number, item in enumerate(items, 1):
         _check_prediction(source, number, item)
         instance_id = item["instance_id"]
         if instance_id in first_seen:
             raise PredictionError(
-                f"{source}: predictions {first_seen[instance_id]} and {number} are both for {instance_id!r}: "
-                "keep one"
+                f"{source}: predictions {first_seen[instance_id]} and {number} are both for {instance_id!r}: keep one"
             )
         first_seen[instance_id] = number
         item.setdefault("model_name_or_path", "None")  # what swebench names a prediction without one
@@ -146,14 +156,14 @@ def _check_prediction(source: str, number: int, item: object) -> None:
 
 
 def evaluate_instance(
-    row: dict,
-    prediction: dict,
+    row: dict[str, Any],
+    prediction: dict[str, Any],
     *,
     run_id: str,
     output_dir: Path,
     timeout: float = 1800,
     memory: str = "4g",
-    client=None,
+    client: DockerClient | None = None,
     skip_patch: bool = False,
 ) -> InstanceResult:
     """Grade one prediction in a fresh container; infrastructure failures come back as status "error".
@@ -168,8 +178,13 @@ def evaluate_instance(
     model = prediction["model_name_or_path"]
     log_dir = inside(output_dir, run_id, model, instance_id)
     patch = prediction["model_patch"]
-    result = InstanceResult(instance_id=instance_id, model_name_or_path=model, status="error",
-                            patch_is_None=patch is None, log_dir=str(log_dir))
+    result = InstanceResult(
+        instance_id=instance_id,
+        model_name_or_path=model,
+        status="error",
+        patch_is_None=patch is None,
+        log_dir=str(log_dir),
+    )
     if patch in ("", None) and not skip_patch:
         result.status = "empty"
         return result
@@ -185,10 +200,15 @@ def evaluate_instance(
             result.regraded = True
             grading_path.unlink(missing_ok=True)  # the report left beside it is not this patch's
         log_dir.mkdir(parents=True, exist_ok=True)
-        test_output = _run_in_container(row, None if skip_patch else patch, test_spec.eval_script, log_dir,
-                                        timeout, memory, client)
-        report = get_eval_report(test_spec=test_spec, prediction={**prediction, "model_patch": patch or ""},
-                                 test_log_path=str(test_output), include_tests_status=True)
+        test_output = _run_in_container(
+            row, None if skip_patch else patch, test_spec.eval_script, log_dir, timeout, memory, client
+        )
+        report = get_eval_report(
+            test_spec=test_spec,
+            prediction={**prediction, "model_patch": patch or ""},
+            test_log_path=str(test_output),
+            include_tests_status=True,
+        )
         report_path.write_text(json.dumps(report, indent=4))
         grading_path.write_text(json.dumps(grading, indent=2))
         result = _result_from_report(result, report)
@@ -200,7 +220,7 @@ def evaluate_instance(
     return result
 
 
-def grading_key(row: dict, test_spec, patch: str | None) -> dict[str, str]:
+def grading_key(row: dict[str, Any], test_spec: TestSpec, patch: str | None) -> dict[str, str]:
     """What a report depends on: the patch (None: the tests on the unchanged repository), the test spec (eval
     script, the tests that must pass, the image) and this harness with its swebench version."""
     import swebench
@@ -213,14 +233,14 @@ def grading_key(row: dict, test_spec, patch: str | None) -> dict[str, str]:
     }
 
 
-def _read_json(path: Path):
+def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
 
 
-def _result_from_report(result: InstanceResult, report: dict) -> InstanceResult:
+def _result_from_report(result: InstanceResult, report: dict[str, Any]) -> InstanceResult:
     entry = report[result.instance_id]
     result.patch_applied = bool(entry.get("patch_successfully_applied"))
     result.status = "resolved" if entry.get("resolved") else "unresolved"
@@ -231,7 +251,15 @@ class PatchApplyError(RuntimeError):
     """No command of swebench's apply chain took the patch (swebench: an error instance)."""
 
 
-def _run_in_container(row, patch: str | None, eval_script, log_dir: Path, timeout, memory, client) -> Path:
+def _run_in_container(
+    row: dict[str, Any],
+    patch: str | None,
+    eval_script: str,
+    log_dir: Path,
+    timeout: float,
+    memory: str,
+    client: DockerClient | None,
+) -> Path:
     """Apply ``patch`` (None: skip) and run the eval script; the test output is kept whole in a file."""
     from swebench.harness.constants import APPLY_PATCH_FAIL, APPLY_PATCH_PASS
 
@@ -264,7 +292,7 @@ def _run_in_container(row, patch: str | None, eval_script, log_dir: Path, timeou
     return test_output
 
 
-def _apply(box) -> tuple[str | None, list[str]]:
+def _apply(box: DockerSandbox) -> tuple[str | None, list[str]]:
     """swebench's apply chain, a clean tree before each retry, then its reverse check (a chain can leave the
     patch applied while every command exits non-zero). Returns the command that took it, and the log."""
     outputs = []
@@ -292,8 +320,8 @@ def _git_apply_commands() -> list[str]:
 
 
 def evaluate(
-    rows: list[dict],
-    predictions: dict[str, dict],
+    rows: list[dict[str, Any]],
+    predictions: dict[str, dict[str, Any]],
     *,
     run_id: str,
     output_dir: Path | str,
@@ -321,9 +349,17 @@ def evaluate(
         ensure_images(submitted, client)
         with _progress(progress, len(submitted), run_id) as advance, ThreadPoolExecutor(max(1, workers)) as pool:
             futures = [
-                pool.submit(evaluate_instance, row, predictions[row["instance_id"]], run_id=run_id,
-                            output_dir=output_dir, timeout=timeout, memory=memory, client=client,
-                            skip_patch=skip_patch)
+                pool.submit(
+                    evaluate_instance,
+                    row,
+                    predictions[row["instance_id"]],
+                    run_id=run_id,
+                    output_dir=output_dir,
+                    timeout=timeout,
+                    memory=memory,
+                    client=client,
+                    skip_patch=skip_patch,
+                )
                 for row in submitted
             ]
             try:
@@ -343,12 +379,15 @@ def evaluate(
     return summary
 
 
-def summarize(run_id: str, rows: list[dict], predictions: dict, results: list[InstanceResult]) -> EvalSummary:
+def summarize(
+    run_id: str, rows: list[dict[str, Any]], predictions: dict[str, Any], results: list[InstanceResult]
+) -> EvalSummary:
     by_status: dict[str, list[str]] = {"resolved": [], "unresolved": [], "error": [], "empty": []}
     for result in results:
         by_status[result.status].append(result.instance_id)
-    resolved, unresolved, errors, empty = (sorted(by_status[key]) for key in ("resolved", "unresolved", "error",
-                                                                              "empty"))
+    resolved, unresolved, errors, empty = (
+        sorted(by_status[key]) for key in ("resolved", "unresolved", "error", "empty")
+    )
     completed = sorted(resolved + unresolved)
     return EvalSummary(
         run_id=run_id,
@@ -378,13 +417,18 @@ class _progress:
         self.enabled, self.total, self.run_id = enabled, total, run_id
         self.resolved = 0
 
-    def __enter__(self):
+    def __enter__(self) -> Callable[[InstanceResult], None]:
         if not self.enabled:
             return lambda result: None
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.bar = Progress(TextColumn("[bold]eval {task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("resolved {task.fields[resolved]}"), TimeElapsedColumn())
+        self.bar = Progress(
+            TextColumn("[bold]eval {task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("resolved {task.fields[resolved]}"),
+            TimeElapsedColumn(),
+        )
         self.bar.__enter__()
         self.task = self.bar.add_task(self.run_id, total=self.total, resolved=0)
 
@@ -394,7 +438,7 @@ class _progress:
 
         return advance
 
-    def __exit__(self, *exc_info):
+    def __exit__(self, *exc_info: Any) -> None:
         if self.enabled:
             self.bar.__exit__(*exc_info)
 
@@ -404,17 +448,18 @@ class _progress:
 
 def run_swebench_harness(
     dataset: str,
-    rows: list[dict],
+    rows: list[dict[str, Any]],
     predictions_source: str,
     *,
     run_id: str,
     output_dir: Path | str,
     workers: int = 4,
     timeout: int = 1800,
-) -> dict | None:
+) -> Path:
     """Hand the predictions to swebench's own ``run_evaluation`` (pulls real SWE-bench images, so it
     needs a Docker host with internet). Local rows are passed as a temporary .jsonl with their images
-    built first. swebench writes its logs under ./logs/run_evaluation and its report into output_dir."""
+    built first. swebench writes its logs under ./logs/run_evaluation and its report into output_dir; the
+    report file's path is returned."""
     from swebench.harness.run_evaluation import main as swebench_main
 
     output_dir = Path(output_dir)
@@ -430,7 +475,7 @@ def run_swebench_harness(
                 for row in rows:
                     clean = {k: v for k, v in row.items() if k != "pacore_task_dir"}
                     handle.write(json.dumps(clean) + "\n")
-        return swebench_main(
+        report: Path = swebench_main(
             dataset_name=dataset_name,
             split="test",
             instance_ids=[row["instance_id"] for row in rows],
@@ -443,6 +488,7 @@ def run_swebench_harness(
             modal=False,
             report_dir=str(output_dir),
         )
+    return report
 
 
 def _is_hub_or_file(dataset: str) -> bool:

@@ -18,6 +18,10 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from docker import DockerClient  # docker-py ships no types: Any to the checker
 
 BASE_RELEASE = "bookworm"  # the local tasks' base; real rows pick theirs by Python version (specs.py)
 BASE_IMAGE = f"pacore-swe.base:{BASE_RELEASE}"
@@ -50,7 +54,7 @@ class ImageBuildError(RuntimeError):
     """An image could not be built; the message says which and why."""
 
 
-def docker_client():
+def docker_client() -> DockerClient:
     """A docker-py client from the environment (honours DOCKER_HOST), with a clear error if none."""
     import docker
 
@@ -66,7 +70,7 @@ def docker_client():
     return client
 
 
-def image_exists(client, name: str) -> bool:
+def image_exists(client: DockerClient, name: str) -> bool:
     import docker
 
     try:
@@ -99,7 +103,7 @@ def build_lock(name: str) -> Iterator[None]:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _same_file(handle, path: Path) -> bool:
+def _same_file(handle: IO[str], path: Path) -> bool:
     try:
         return os.path.samestat(os.fstat(handle.fileno()), os.stat(path))
     except FileNotFoundError:
@@ -133,7 +137,12 @@ def base_image_name(release: str, kind: str = "base") -> str:
 
 
 def ensure_base_image(
-    client=None, *, release: str = BASE_RELEASE, builder: bool = False, log: Log = print, rebuild: bool = False
+    client: DockerClient | None = None,
+    *,
+    release: str = BASE_RELEASE,
+    builder: bool = False,
+    log: Log = print,
+    rebuild: bool = False,
 ) -> str:
     """Build the Debian ``release`` base image once (about 2 minutes): debootstrap, then import the tree.
 
@@ -167,8 +176,9 @@ def ensure_base_image(
             ]
             done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode != 0:
-                raise ImageBuildError(f"debootstrap {release} failed ({done.returncode}):\n{done.stdout[-3000:]}"
-                                      f"\n{done.stderr[-3000:]}")
+                raise ImageBuildError(
+                    f"debootstrap {release} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+                )
             for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
                 for entry in (rootfs / junk).glob("*"):
                     if entry.is_file():
@@ -189,7 +199,7 @@ def ensure_base_image(
         return name
 
 
-def image_label(client, image: str, label: str) -> str | None:
+def image_label(client: DockerClient, image: str, label: str) -> str | None:
     """A label of a local image; None when the image or the label is missing."""
     import docker
 
@@ -199,7 +209,7 @@ def image_label(client, image: str, label: str) -> str | None:
         return None
 
 
-def build_image(client, context: Path, tag: str, labels: dict[str, str]) -> None:
+def build_image(client: DockerClient, context: Path, tag: str, labels: dict[str, str]) -> None:
     """``docker build`` of a folder holding a Dockerfile, without network; the build log is in the error."""
     from pacore_agents.swe.docker_files import write_tar
 
@@ -208,8 +218,16 @@ def build_image(client, context: Path, tag: str, labels: dict[str, str]) -> None
         archive.seek(0)
         lines: list[str] = []
         try:
-            for event in client.api.build(fileobj=archive, custom_context=True, tag=tag, labels=labels,
-                                          network_mode="none", rm=True, forcerm=True, decode=True):
+            for event in client.api.build(
+                fileobj=archive,
+                custom_context=True,
+                tag=tag,
+                labels=labels,
+                network_mode="none",
+                rm=True,
+                forcerm=True,
+                decode=True,
+            ):
                 if "stream" in event:
                     lines.append(event["stream"])
                 if "error" in event:
@@ -288,9 +306,11 @@ def _dockerfile() -> str:
     )
 
 
-def ensure_task_image(row: dict, client=None, *, log: Log = print, rebuild: bool = False) -> str:
+def ensure_task_image(
+    row: dict[str, Any], client: DockerClient | None = None, *, log: Log = print, rebuild: bool = False
+) -> str:
     """Build the row's image from its task folder (``pacore_task_dir``) unless an up-to-date one exists."""
-    image = row["image"]
+    image: str = row["image"]
     task_dir = row.get("pacore_task_dir")
     if not task_dir:
         raise ImageBuildError(f"row {row.get('instance_id')!r} has no task folder to build {image!r} from")
@@ -317,14 +337,14 @@ def ensure_task_image(row: dict, client=None, *, log: Log = print, rebuild: bool
     return image
 
 
-def _image_head(client, image: str) -> str:
-    output = client.containers.run(
+def _image_head(client: DockerClient, image: str) -> str:
+    output: bytes = client.containers.run(
         image, ["git", "rev-parse", "HEAD"], network_mode="none", remove=True, working_dir=CONTAINER_WORKDIR
     )
     return output.decode().strip()
 
 
-def ensure_images(rows: list[dict], client=None, *, log: Log = print) -> None:
+def ensure_images(rows: list[dict[str, Any]], client: DockerClient | None = None, *, log: Log = print) -> None:
     """Build every buildable row's image (local tasks); rows from SWE-bench are left to their registry."""
     client = client or docker_client()
     for row in rows:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 
 from pacore_agents.swe.run_cli import add_instances_argument
-from pacore_graph.extend import item_counts, print_summary, say, summarised
+from pacore_graph.command_kit import item_counts, print_summary, say, summarised
 
 COMMAND = "swe images build"
 
 
-def register_images(subparsers: argparse._SubParsersAction) -> None:
+def register_images(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     images = subparsers.add_parser(
         "images",
         help="build images for real SWE-bench rows without conda or Docker Hub",
@@ -23,12 +23,19 @@ def register_images(subparsers: argparse._SubParsersAction) -> None:
     build = inner.add_parser("build", help="build the images of the given rows (skips those that exist)")
     build.add_argument("--dataset", required=True, help="a .parquet/.jsonl/.json file of SWE-bench rows, or a hub name")
     add_instances_argument(build, "instance ids", required=True)
-    build.add_argument("--repos", required=True,
-                       help="folder of snapshots: ID.tar.gz (git archive of base_commit), ID/ or owner__name/ clones")
+    build.add_argument(
+        "--repos",
+        required=True,
+        help="folder of snapshots: ID.tar.gz (git archive of base_commit), ID/ or owner__name/ clones",
+    )
     build.add_argument("--rebuild", action="store_true", help="rebuild images that already exist")
-    build.add_argument("--pypi-before", default=None, metavar="DATE",
-                       help="take packages as PyPI had them at DATE (default: 2024-08-01, when SWE-bench Verified's "
-                       "environments were made; 'now' for today's; needs an index with upload times)")
+    build.add_argument(
+        "--pypi-before",
+        default=None,
+        metavar="DATE",
+        help="take packages as PyPI had them at DATE (default: 2024-08-01, when SWE-bench Verified's "
+        "environments were made; 'now' for today's; needs an index with upload times)",
+    )
     build.add_argument("--split", default="test", help="split of a hub dataset")
     build.set_defaults(func=run_build)
 
@@ -53,8 +60,9 @@ def run_build(args: argparse.Namespace) -> int:
     images: dict[str, str | None] = {}
     for row in rows:
         try:
-            images[row["instance_id"]] = ensure_offline_image(row, repos, client, pypi_before=before, log=say,
-                                                              rebuild=args.rebuild)  # fmt: skip
+            images[row["instance_id"]] = ensure_offline_image(
+                row, repos, client, pypi_before=before, log=say, rebuild=args.rebuild
+            )
         except ImageBuildError as exc:
             images[row["instance_id"]] = None
             say(f"{row['instance_id']}: FAILED: {exc}")

@@ -34,13 +34,26 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pacore_agents.swe.images import commit_repo, copy_repo
 from pacore_agents.swe.owners import owner_is_dead, owner_labels
 from pacore_agents.swe.sandbox import BaseSandbox, BoundedOutput, CommandResult, SandboxError, SystemResult
 
-KEPT_VARIABLES = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "VIRTUAL_ENV",
-                  "PYENV_ROOT", "PYENV_VERSION")
+KEPT_VARIABLES = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TERM",
+    "VIRTUAL_ENV",
+    "PYENV_ROOT",
+    "PYENV_VERSION",
+)
 KEPT_PREFIXES = ("LC_",)
 PREFIX = "pacore-local-"
 OWNER_FILE = "owner.json"
@@ -98,7 +111,7 @@ class UnsafeRuntimeWarning(UserWarning):
 
 
 class LocalSandbox(BaseSandbox):
-    def __init__(self, row: dict):
+    def __init__(self, row: dict[str, Any]):
         super().__init__()
         warnings.warn(
             "runtime 'local' runs model commands directly on this host as your user (no isolation, network on; "
@@ -120,7 +133,7 @@ class LocalSandbox(BaseSandbox):
             self.close()
             raise
 
-    def _materialise(self, row: dict, target: Path) -> str:
+    def _materialise(self, row: dict[str, Any], target: Path) -> str:
         if row.get("pacore_task_dir"):
             target.mkdir()
             copy_repo(Path(row["pacore_task_dir"]) / "repo", target)
@@ -135,18 +148,21 @@ class LocalSandbox(BaseSandbox):
                 f"runtime 'local' needs a clone of {row['repo']} for {self.instance_id}: set PACORE_SWE_REPOS "
                 f"to a folder holding {row['repo'].replace('/', '__')}/ (a git clone), or use the docker runtime"
             )
-        for args in (["clone", "-q", "--shared", str(source), str(target)],
-                     ["-C", str(target), "checkout", "-q", row["base_commit"]]):
+        for args in (
+            ["clone", "-q", "--shared", str(source), str(target)],
+            ["-C", str(target), "checkout", "-q", row["base_commit"]],
+        ):
             done = subprocess.run(["git", *args], capture_output=True, text=True)
             if done.returncode != 0:
                 raise SandboxError(f"git {args[0]} failed for {self.instance_id}: {done.stderr.strip()}")
-        return row["base_commit"]
+        return str(row["base_commit"])
 
     def environment(self) -> dict[str, str]:
         """What a command sees: the allow-listed variables of this process, temporary files in the sandbox,
         and the sandbox's mark."""
-        kept = {key: value for key, value in os.environ.items()
-                if key in KEPT_VARIABLES or key.startswith(KEPT_PREFIXES)}
+        kept = {
+            key: value for key, value in os.environ.items() if key in KEPT_VARIABLES or key.startswith(KEPT_PREFIXES)
+        }
         return {"PATH": os.defpath, **kept, "TMPDIR": self.scratch, "PYTHONDONTWRITEBYTECODE": "1", MARK: self._tmp}
 
     def run(self, command: str, timeout: float = 120) -> CommandResult:
@@ -156,8 +172,12 @@ class LocalSandbox(BaseSandbox):
         collected = BoundedOutput()
         with tempfile.TemporaryFile() as sink:
             process = subprocess.Popen(
-                [sys.executable, "-c", SUPERVISOR, str(os.getpid()), "bash", "-c", command], cwd=self.workdir,
-                stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                [sys.executable, "-c", SUPERVISOR, str(os.getpid()), "bash", "-c", command],
+                cwd=self.workdir,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
                 env=self.environment(),
             )
             timed_out = False
@@ -170,15 +190,24 @@ class LocalSandbox(BaseSandbox):
             sink.seek(0)
             while chunk := sink.read(1 << 20):
                 collected.add(chunk)
-        notes = [f"{escaped} process(es) the command left running were stopped: nothing a command starts "
-                 "outlives it"] if escaped else []
+        notes = (
+            [f"{escaped} process(es) the command left running were stopped: nothing a command starts outlives it"]
+            if escaped
+            else []
+        )
         self.notes += notes
         return collected.result(124 if timed_out else process.returncode, timed_out, notes)
 
     def system(self, script: str, *, stdin: bytes | None = None, timeout: float = 600) -> SystemResult:
         self._check_open()
-        done = subprocess.run(["bash", "-c", script], cwd=self.workdir, input=stdin or b"", capture_output=True,
-                              env={**self.environment(), "PACORE_SCRATCH": self.scratch}, timeout=timeout)
+        done = subprocess.run(
+            ["bash", "-c", script],
+            cwd=self.workdir,
+            input=stdin or b"",
+            capture_output=True,
+            env={**self.environment(), "PACORE_SCRATCH": self.scratch},
+            timeout=timeout,
+        )
         return SystemResult(exit_code=done.returncode, stdout=done.stdout, stderr=done.stderr)
 
     def _check_open(self) -> None:
@@ -199,7 +228,7 @@ class LocalSandbox(BaseSandbox):
         shutil.rmtree(self._tmp, ignore_errors=True)
 
 
-def _stop(process: subprocess.Popen) -> None:
+def _stop(process: subprocess.Popen[bytes]) -> None:
     """The supervisor ends what it adopted on SIGTERM; the process group gets SIGKILL after a grace period."""
     process.send_signal(signal.SIGTERM)
     try:

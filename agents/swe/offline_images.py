@@ -19,6 +19,7 @@ row whose official image is not on the host.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -28,6 +29,7 @@ import tempfile
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pacore_agents.swe.docker_files import read_folder, write_tar
 from pacore_agents.swe.images import (
@@ -50,6 +52,9 @@ from pacore_agents.swe.wheelhouse import (
     read_requirement_file,
     stand_in_wheel,
 )
+
+if TYPE_CHECKING:
+    from docker import DockerClient  # docker-py ships no types: Any to the checker
 
 Log = Callable[[str], None]
 
@@ -85,22 +90,23 @@ CONDA = f"""#!/bin/sh
 """
 
 
-def offline_image_name(row: dict) -> str:
+def offline_image_name(row: dict[str, Any]) -> str:
     return f"{IMAGE_PREFIX}{row['instance_id'].lower()}:latest"
 
 
-def image_for(client, row: dict) -> str | None:
+def image_for(client: DockerClient, row: dict[str, Any]) -> str | None:
     """The image a sandbox for ``row`` should use: the row's own if present, else one built here."""
-    if image_exists(client, row["image"]):
-        return row["image"]
+    own: str = row["image"]
+    if image_exists(client, own):
+        return own
     built = offline_image_name(row)
     return built if image_exists(client, built) else None
 
 
 def ensure_offline_image(
-    row: dict,
+    row: dict[str, Any],
     repos: Path | None,
-    client=None,
+    client: DockerClient | None = None,
     *,
     pypi_before: str | None = PYPI_BEFORE,
     log: Log = print,
@@ -165,7 +171,9 @@ def build_requirements(repo: Path) -> list[str]:
         return []
 
 
-def _ensure_environment(client, row: dict, spec: InstallSpec, work: Path, before: str | None, log: Log) -> str:
+def _ensure_environment(
+    client: DockerClient, row: dict[str, Any], spec: InstallSpec, work: Path, before: str | None, log: Log
+) -> str:
     """The environment image of the row: its base, and a virtual environment from a wheelhouse fetched here."""
     base = ensure_base_image(client, release=spec.release, log=log)
     requirements = environment_requirements(spec, work / "repo")
@@ -173,8 +181,9 @@ def _ensure_environment(client, row: dict, spec: InstallSpec, work: Path, before
     files = _fill_wheelhouse(client, row, spec, base, requirements, wheels, work, before, log)
     (wheels / "requirements.txt").write_text("".join(f"{line}\n" for line in requirements))
     # Named by what it holds: wheel names carry name and version (a wheel built here again differs in bytes only).
-    recipe = "\n".join([_environment_dockerfile(base), ACTIVATE, CONDA, SITECUSTOMIZE, *requirements,
-                        *(wheel.name for wheel in files)])
+    recipe = "\n".join(
+        [_environment_dockerfile(base), ACTIVATE, CONDA, SITECUSTOMIZE, *requirements, *(wheel.name for wheel in files)]
+    )
     tag = hashlib.sha256(recipe.encode()).hexdigest()[:16]
     name = f"pacore-swe.env.{re.sub(r'[^a-z0-9]+', '_', row['repo'].lower())}:{tag}"
     with build_lock(name):
@@ -190,25 +199,43 @@ def _ensure_environment(client, row: dict, spec: InstallSpec, work: Path, before
     return name
 
 
-def _fill_wheelhouse(client, row: dict, spec: InstallSpec, base: str, requirements: list[str], wheels: Path,
-                     work: Path, before: str | None, log: Log) -> list[Path]:
+def _fill_wheelhouse(
+    client: DockerClient,
+    row: dict[str, Any],
+    spec: InstallSpec,
+    base: str,
+    requirements: list[str],
+    wheels: Path,
+    work: Path,
+    before: str | None,
+    log: Log,
+) -> list[Path]:
     """Every wheel the environment and the repository's install need, for the image's Python."""
     python, machine, env = DEBIAN_PYTHON[spec.release], _daemon_machine(client), image_env(spec, row)
-    fetch = dict(python=python, release=spec.release, machine=machine, env=env, before=before, log=log,
-                 build=SourceBuilder(client, spec.release, work / "build-wheels", log))
+    build = SourceBuilder(client, spec.release, work / "build-wheels", log)
+    fetch = functools.partial(
+        download_wheels,
+        python=python,
+        release=spec.release,
+        machine=machine,
+        env=env,
+        before=before,
+        log=log,
+        build=build,
+    )
     building = build_requirements(work / "repo") + list(ALWAYS)
     log(f"{row['instance_id']}: downloading wheels for Python {python} ({spec.release})")
     try:
-        download_wheels(building, dest=work / "build-wheels", **fetch)
-        project = stand_in_wheel(work / "stand-in",
-                                 project_metadata(client, base, work / "repo", work / "build-wheels", spec, env))
+        fetch(building, dest=work / "build-wheels")
+        project = stand_in_wheel(
+            work / "stand-in", project_metadata(client, base, work / "repo", work / "build-wheels", spec, env)
+        )
         extras = install_extras(spec.install)
         # Two resolutions into one wheelhouse, as swebench installs: the environment's packages first, then
         # the repository (a stand-in declaring its dependencies: some depend back on it) with what it needs;
         # its install may change a version the environment pinned.
-        download_wheels(requirements, dest=wheels, **fetch)
-        files = download_wheels([f"{project}[{','.join(extras)}]" if extras else str(project), *building],
-                                dest=wheels, **fetch)
+        fetch(requirements, dest=wheels)
+        files = fetch([f"{project}[{','.join(extras)}]" if extras else str(project), *building], dest=wheels)
     except WheelhouseError as exc:
         raise ImageBuildError(f"{row['instance_id']}: {exc}") from exc
     (wheels / project.name).unlink()
@@ -224,7 +251,7 @@ class SourceBuilder:
         " && /tmp/v/bin/python -m pip wheel -q --no-deps --no-index --find-links /w -w /out /src/*"
     )
 
-    def __init__(self, client, release: str, build_wheels: Path, log: Log):
+    def __init__(self, client: DockerClient, release: str, build_wheels: Path, log: Log):
         self.client, self.release, self.build_wheels, self.log = client, release, build_wheels, log
 
     def __call__(self, source: Path, dest: Path) -> Path:
@@ -234,8 +261,14 @@ class SourceBuilder:
             with tempfile.TemporaryDirectory(prefix="pacore-build-") as tmp:
                 (Path(tmp) / "src").mkdir()
                 shutil.copy(source, Path(tmp) / "src" / source.name)
-                status, output, files = run_once(self.client, image, ["bash", "-c", self.SCRIPT], {},
-                                                 {"src": Path(tmp) / "src", "w": self.build_wheels}, "/out")
+                status, output, files = run_once(
+                    self.client,
+                    image,
+                    ["bash", "-c", self.SCRIPT],
+                    {},
+                    {"src": Path(tmp) / "src", "w": self.build_wheels},
+                    "/out",
+                )
             wheels = [name for name in files if name.endswith(".whl")]
             if status == 0 and wheels:
                 (dest / wheels[0]).write_bytes(files[wheels[0]])
@@ -244,12 +277,14 @@ class SourceBuilder:
         raise WheelhouseError(f"{source.name} did not build with the image's Python:\n{failure}")
 
 
-def run_once(client, image: str, command: list[str], env: dict[str, str], inputs: dict[str, Path],
-             outputs: str) -> tuple[int, str, dict[str, bytes]]:
+def run_once(
+    client: DockerClient, image: str, command: list[str], env: dict[str, str], inputs: dict[str, Path], outputs: str
+) -> tuple[int, str, dict[str, bytes]]:
     """Run ``command`` once in a fresh container without network, ``inputs`` copied to ``/NAME``; return its
     exit status, its output and the regular files under ``outputs`` (by name) when it has finished."""
-    container = client.containers.create(image, command, network_mode="none", environment=env,
-                                         labels=owner_labels(), working_dir="/")
+    container = client.containers.create(
+        image, command, network_mode="none", environment=env, labels=owner_labels(), working_dir="/"
+    )
     try:
         with tempfile.TemporaryFile() as archive:
             write_tar(archive, inputs)
@@ -279,19 +314,21 @@ def install_extras(install: str) -> list[str]:
 
 
 def project_metadata(
-    client, base: str, repo: Path, wheels: Path, spec: InstallSpec, env: dict[str, str]
-) -> dict:
+    client: DockerClient, base: str, repo: Path, wheels: Path, spec: InstallSpec, env: dict[str, str]
+) -> dict[str, Any]:
     """The repository's core metadata (name, version, requires_dist, ...) as the image's Python builds it.
 
     Built after the recipe's ``pre_install`` steps (they may pin dependencies), in a container without
     network: an old ``setup.py`` often no longer runs on this host's newer Python.
     """
     script = "; ".join(["set -e", "cd /repo", *spec.pre_install, "cd /", _METADATA_SCRIPT])
-    status, output, files = run_once(client, base, ["bash", "-c", script], env, {"repo": repo, "w": wheels},
-                                     "/tmp/report")
+    status, output, files = run_once(
+        client, base, ["bash", "-c", script], env, {"repo": repo, "w": wheels}, "/tmp/report"
+    )
     if status != 0:
         raise ImageBuildError(f"reading the repository's dependencies failed ({status}):\n{output[-3000:]}")
-    return json.loads(files["report.json"])["install"][0]["metadata"]
+    metadata: dict[str, Any] = json.loads(files["report.json"])["install"][0]["metadata"]
+    return metadata
 
 
 def _environment_dockerfile(base: str) -> str:
@@ -312,7 +349,7 @@ def _environment_dockerfile(base: str) -> str:
     )
 
 
-def _daemon_machine(client) -> str:
+def _daemon_machine(client: DockerClient) -> str:
     machine = (client.info() or {}).get("Architecture") or "x86_64"
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
 
@@ -320,7 +357,7 @@ def _daemon_machine(client) -> str:
 # ------------------------------------------------------------------------------------------ instance
 
 
-def _instance_dockerfile(env_image: str, spec: InstallSpec, row: dict) -> str:
+def _instance_dockerfile(env_image: str, spec: InstallSpec, row: dict[str, Any]) -> str:
     git_env = " ".join(f"{key}={shlex.quote(value)}" for key, value in GIT_ENV.items())
     env = image_env(spec, row)
     steps = [

@@ -14,6 +14,10 @@ import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from docker import DockerClient  # docker-py ships no types: Any to the checker
 
 SANDBOX_LABEL = "pacore.sandbox"
 PID_LABEL = "pacore.pid"
@@ -57,7 +61,7 @@ def owner_is_dead(labels: dict[str, str]) -> bool:
     return process_start(int(pid)) != start
 
 
-def sweep_orphans(client=None, *, log: Callable[[str], None] = print) -> int:
+def sweep_orphans(client: DockerClient | None = None, *, log: Callable[[str], None] = print) -> int:
     """Remove the sandbox containers whose owner is certainly dead; say and return how many."""
     if client is None:
         from pacore_agents.swe.images import docker_client

@@ -32,7 +32,7 @@ MODEL_CALLS = "model calls"
 
 
 def pacore_model_call(
-    model: Runnable, pacore_config: PaCoReConfig, *, on_event: Callable[[dict[str, Any]], None] | None = None
+    model: Runnable[Any, Any], pacore_config: PaCoReConfig, *, on_event: Callable[[dict[str, Any]], None] | None = None
 ) -> Runnable[Sequence[BaseMessage], AIMessage]:
     """A model call that is a PaCoRe run over ``model`` (tools bound): messages in, the synthesised reply out.
 
@@ -71,7 +71,7 @@ def per_call_solver(
     settings: RepairSettings | None = None,
     *,
     patch_cap: int = DEFAULT_PATCH_CAP,
-    open_sandbox: Callable[[dict], Any] | None = None,
+    open_sandbox: Callable[[dict[str, Any]], Any] | None = None,
     progress: RunProgress | None = None,
 ) -> SweSolver:
     """A solver for the batch engine: one episode per instance, each of its model calls PaCoRe with ``config``."""

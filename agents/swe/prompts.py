@@ -6,7 +6,7 @@ reference responses), so the system rules stay the same in every round.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
@@ -21,11 +21,15 @@ check your fix. {commands} Do not change or add tests unless the issue asks you 
 the fix belongs in the source code. {references}"""
 
 # Where the repository is and how each command runs, by runtime: what the sandbox really does.
-_DOCKER_COMMANDS = ("Each command runs in a fresh `bash -lc` in {workdir} (no interactive programs, no network; "
-                    "edit files with sed, python or a here-document).")
-_LOCAL_COMMANDS = ("Each command runs in a fresh `bash -c` (not a login shell), starting in the repository's root "
-                   "folder, a temporary copy whose path `pwd` prints: use paths relative to it (no interactive "
-                   "programs; edit files with sed, python or a here-document).")
+_DOCKER_COMMANDS = (
+    "Each command runs in a fresh `bash -lc` in {workdir} (no interactive programs, no network; "
+    "edit files with sed, python or a here-document)."
+)
+_LOCAL_COMMANDS = (
+    "Each command runs in a fresh `bash -c` (not a login shell), starting in the repository's root "
+    "folder, a temporary copy whose path `pwd` prints: use paths relative to it (no interactive "
+    "programs; edit files with sed, python or a here-document)."
+)
 
 # What the Reference Responses of a synthesis are, by protocol: whole attempts, or proposals for one step.
 _REFERENCES: dict[str, str] = {
@@ -69,7 +73,7 @@ def system_prompt(
     return rules + (_TOOL_RULES if tool_calling else _BLOCK_RULES)
 
 
-def task_prompt(row: dict) -> str:
+def task_prompt(row: dict[str, Any]) -> str:
     """The user message of an episode: the problem statement only (never the hidden tests or patch)."""
     return (
         f"Repository: {row.get('repo', '?')}\n\n"
@@ -79,7 +83,11 @@ def task_prompt(row: dict) -> str:
 
 
 def task_messages(
-    row: dict, *, tool_calling: bool = True, protocol: PaCoReProtocol = "episodes", runtime: Runtime = "docker"
+    row: dict[str, Any],
+    *,
+    tool_calling: bool = True,
+    protocol: PaCoReProtocol = "episodes",
+    runtime: Runtime = "docker",
 ) -> list[BaseMessage]:
     """System rules plus the task: what round 1 sends; later rounds replace only the user message."""
     workdir = row.get("workdir") or CONTAINER_WORKDIR  # where a docker sandbox opens the row's repository

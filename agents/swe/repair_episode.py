@@ -9,7 +9,7 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
@@ -19,6 +19,9 @@ from pacore_agents.swe.episode_records import episode_record
 from pacore_agents.swe.prompts import PaCoReProtocol, task_messages
 from pacore_agents.swe.repair_graph import build_repair_graph, uses_tool_calling
 from pacore_agents.swe.repair_settings import RepairSettings
+
+if TYPE_CHECKING:
+    from pacore_agents.swe.sandbox import BaseSandbox
 
 
 class RepairEpisode:
@@ -35,8 +38,8 @@ class RepairEpisode:
         model: BaseChatModel,
         settings: RepairSettings | None = None,
         *,
-        open_sandbox: Callable[[dict], Any] | None = None,
-        model_step: Callable[[Runnable], Runnable] | None = None,
+        open_sandbox: Callable[[dict[str, Any]], BaseSandbox] | None = None,
+        model_step: Callable[[Runnable[Any, Any]], Runnable[Any, Any]] | None = None,
         protocol: PaCoReProtocol = "episodes",
     ):
         self.settings = settings or RepairSettings()
@@ -47,16 +50,15 @@ class RepairEpisode:
         self.graph = graph.compile(name="repair_agent")
         self._open = open_sandbox or self._default_open
 
-    def _default_open(self, row: dict):
+    def _default_open(self, row: dict[str, Any]) -> BaseSandbox:
         from pacore_agents.swe.sandbox import open_sandbox
 
         return open_sandbox(row, self.settings.runtime)
 
-    def messages_for(self, row: dict) -> list[BaseMessage]:
-        return task_messages(row, tool_calling=self.tool_calling, protocol=self.protocol,
-                             runtime=self.settings.runtime)
+    def messages_for(self, row: dict[str, Any]) -> list[BaseMessage]:
+        return task_messages(row, tool_calling=self.tool_calling, protocol=self.protocol, runtime=self.settings.runtime)
 
-    async def ainvoke(self, graph_input: dict, config: RunnableConfig | None = None) -> dict[str, Any]:
+    async def ainvoke(self, graph_input: dict[str, Any], config: RunnableConfig | None = None) -> dict[str, Any]:
         row = graph_input.get("task")
         if row is None:
             raise ValueError("a repair episode needs its task row: pass input['task']")
@@ -78,7 +80,7 @@ class RepairEpisode:
         record["sandbox_notes"] = list(getattr(sandbox, "notes", None) or [])  # what it stopped or removed
         return {**state, "record": record}
 
-    async def _open_sandbox(self, row: dict):
+    async def _open_sandbox(self, row: dict[str, Any]) -> BaseSandbox:
         """Open in a worker thread; if cancelled meanwhile, close the sandbox as soon as it exists."""
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(self.executor, self._open, row)
@@ -88,7 +90,7 @@ class RepairEpisode:
             future.add_done_callback(_close_when_opened)
             raise
 
-    async def _close_sandbox(self, sandbox) -> None:
+    async def _close_sandbox(self, sandbox: BaseSandbox) -> None:
         future = asyncio.get_running_loop().run_in_executor(self.executor, sandbox.close)
         try:
             await asyncio.shield(future)
@@ -99,7 +101,7 @@ class RepairEpisode:
         self.executor.shutdown(wait=True)
 
 
-def _sandbox_identity(sandbox, runtime: str) -> dict[str, Any]:
+def _sandbox_identity(sandbox: BaseSandbox | None, runtime: str) -> dict[str, Any]:
     """Which sandbox ran the episode (a container id for docker), so a trace can be checked against it."""
     if sandbox is None:
         return {"runtime": runtime, "opened": False}
@@ -111,7 +113,7 @@ def _sandbox_identity(sandbox, runtime: str) -> dict[str, Any]:
     }
 
 
-def _close_when_opened(future) -> None:
+def _close_when_opened(future: asyncio.Future[BaseSandbox]) -> None:
     if not future.cancelled() and future.exception() is None:
         with contextlib.suppress(Exception):
             future.result().close()

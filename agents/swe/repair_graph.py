@@ -15,11 +15,11 @@ included) can drive the loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any, TypedDict
 
-from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import Runnable
 from langgraph.graph import END, START, StateGraph
@@ -36,7 +36,7 @@ from pacore_agents.swe.actions import (
     prose,
 )
 from pacore_agents.swe.repair_settings import RepairSettings
-from pacore_agents.swe.sandbox import CommandResult
+from pacore_agents.swe.sandbox import BaseSandbox, CommandResult
 from pacore_graph.extend import ModelRequestError, cut_middle, with_retries
 
 
@@ -48,11 +48,11 @@ class RepairState(TypedDict, total=False):
     stop_reason: str  # submitted | step_limit | error | cancelled
     patch: str
     error: str
-    pending: list[dict]  # actions of the last reply, waiting for `act`
+    pending: list[dict[str, Any]]  # actions of the last reply, waiting for `act`
 
 
-def _sandbox():
-    sandbox = get_runtime().context
+def _sandbox() -> BaseSandbox:
+    sandbox: BaseSandbox | None = get_runtime().context
     if sandbox is None:
         raise RuntimeError("the repair graph needs an open sandbox: invoke it with context=sandbox")
     return sandbox
@@ -63,8 +63,8 @@ def build_repair_graph(
     settings: RepairSettings | None = None,
     *,
     executor: ThreadPoolExecutor | None = None,
-    model_step: Callable[[Runnable], Runnable] | None = None,
-) -> StateGraph:
+    model_step: Callable[[Runnable[Any, Any]], Runnable[Any, Any]] | None = None,
+) -> StateGraph[RepairState, Any, Any, Any]:  # in: a partial state (the messages)
     """An uncompiled repair-agent graph; the sandbox is its runtime context (``invoke(..., context=sandbox)``).
 
     Input: ``{"messages": [...]}`` (see :func:`~pacore_agents.swe.prompts.task_messages`). Output adds
@@ -78,7 +78,7 @@ def build_repair_graph(
     if model_step is not None:
         runnable = model_step(runnable)
 
-    async def blocking(function: Callable, *args: Any) -> Any:
+    async def blocking(function: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(executor, function, *args)
 
     async def agent(state: RepairState) -> dict[str, Any]:
@@ -121,8 +121,12 @@ def build_repair_graph(
                 text = "Not run: the episode was already submitted."
             else:
                 result = await blocking(sandbox.run, action.command, settings.command_timeout)
-                output = cut_middle(result.output, settings.output_head, settings.output_tail,
-                                    _cut_marker(result, settings.output_head + settings.output_tail))
+                output = cut_middle(
+                    result.output,
+                    settings.output_head,
+                    settings.output_tail,
+                    _cut_marker(result, settings.output_head + settings.output_tail),
+                )
                 text = format_observation(result.exit_code, output, result.timed_out, settings.command_timeout)
             replies.append(ToolMessage(text, tool_call_id=action.call_id) if action.call_id else HumanMessage(text))
         update["messages"] = replies
@@ -164,7 +168,7 @@ def uses_tool_calling(model: BaseChatModel, settings: RepairSettings) -> bool:
     return True
 
 
-def _bound_model(model: BaseChatModel, settings: RepairSettings):
+def _bound_model(model: BaseChatModel, settings: RepairSettings) -> Runnable[LanguageModelInput, AIMessage]:
     if uses_tool_calling(model, settings):
         return model.bind_tools([BASH_TOOL, SUBMIT_TOOL]).bind(**settings.sampling)
     return model.bind(**settings.sampling) if settings.sampling else model
@@ -175,11 +179,10 @@ def _cut_marker(result: CommandResult, kept: int) -> str | None:
     had already cut it (None: ``cut_middle``'s own count, which is then the whole truth)."""
     if result.output_bytes is None or len(result.output) <= kept:
         return None
-    return (f"{len(result.output) - kept} characters cut here; the command printed {result.output_bytes} bytes "
-            "in all")
+    return f"{len(result.output) - kept} characters cut here; the command printed {result.output_bytes} bytes in all"
 
 
-def _last_words(messages: list[BaseMessage], limit: int) -> str:
+def _last_words(messages: Sequence[BaseMessage], limit: int) -> str:
     """The model's last prose, as the note of an episode that ended without ``submit``."""
     for message in reversed(messages):
         if isinstance(message, AIMessage):

@@ -24,7 +24,8 @@ from pacore_agents.swe.episodes import DEFAULT_PATCH_CAP, InstanceOutcome, SweSo
 from pacore_agents.swe.output_paths import folder_name, inside
 from pacore_agents.swe.repair_settings import RepairSettings
 from pacore_graph import PaCoReConfig, RunFolder
-from pacore_graph.extend import ProblemOutcome, RunProgress, RunSummary, item_counts, write_json_atomically
+from pacore_graph.command_kit import item_counts
+from pacore_graph.extend import ProblemOutcome, RunProgress, RunSummary, write_json_atomically
 
 PREDICTIONS_FILE = "predictions.jsonl"
 TRAJECTORY_DIR = "trajectories"
@@ -65,7 +66,9 @@ def swe_folder(
     )
 
 
-async def run_instances(rows: list[dict], solver: SweSolver, folder: RunFolder, *, workers: int = 1) -> RunSummary:
+async def run_instances(
+    rows: list[dict[str, Any]], solver: SweSolver, folder: RunFolder, *, workers: int = 1
+) -> RunSummary:
     """Solve every row not yet in the folder's results (:func:`swe_folder`), ``workers`` instances at a time.
 
     Each instance that ends gets its trajectory file and a line on the display; when some episode ran to
@@ -106,15 +109,21 @@ async def run_instances(rows: list[dict], solver: SweSolver, folder: RunFolder, 
         )
 
 
-def run_counts(summary: RunSummary, folder: RunFolder, rows: list[dict]) -> dict[str, Any]:
+def run_counts(summary: RunSummary, folder: RunFolder, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The JSON summary's ``counts`` of a run over ``rows``: done (now or before) and failed, and of the
     finished, how many with a patch."""
     wanted = {row["instance_id"] for row in rows}
     finished = [row for row in folder.results.rows if row["instance_id"] in wanted]
     patches = sum(row["patch"] for row in finished)
-    return item_counts(summary.total, len(summary.failed), already_done=summary.skipped, finished_now=summary.written,
-                       patches=patches, without_patch=len(finished) - patches,
-                       ttc=sum(row["ttc"] for row in finished))  # fmt: skip
+    return item_counts(
+        summary.total,
+        len(summary.failed),
+        already_done=summary.skipped,
+        finished_now=summary.written,
+        patches=patches,
+        without_patch=len(finished) - patches,
+        ttc=sum(row["ttc"] for row in finished),
+    )
 
 
 def summary_line(counts: dict[str, Any], folder: RunFolder) -> str:

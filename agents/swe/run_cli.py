@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING, Any
 
-from pacore_graph.extend import add_run_arguments, print_summary, say, summarised, warn
+from pacore_graph.command_kit import add_run_arguments, print_summary, say, summarised, warn
+
+if TYPE_CHECKING:
+    from pacore_graph.extend import RunSummary
 
 COMMAND = "swe run"
 
 
-def register_run(subparsers: argparse._SubParsersAction) -> None:
+def register_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = subparsers.add_parser(
         "run",
         help="repair SWE-bench instances with PaCoRe over agent episodes",
@@ -27,11 +31,14 @@ def register_run(subparsers: argparse._SubParsersAction) -> None:
         help="PaCoRe over whole episodes (default), or per model call inside one episode (the paper's)",
     )
     add_run_arguments(
-        run, output="folder for predictions.jsonl and trajectories/ (rerun to resume)", output_required=True,
+        run,
+        output="folder for predictions.jsonl and trajectories/ (rerun to resume)",
+        output_required=True,
         concurrency="episodes (sandboxes) running at once over the whole run; with --protocol per-call, model calls "
-        "in flight over the whole run, which one step may use all of (default 8)", concurrency_default=8,
+        "in flight over the whole run, which one step may use all of (default 8)",
+        concurrency_default=8,
         max_tokens="cap on each model reply (default: none)",
-    )  # fmt: skip
+    )
     run.add_argument(
         "--runtime",
         choices=["docker", "local"],
@@ -54,8 +61,14 @@ def register_run(subparsers: argparse._SubParsersAction) -> None:
 
 def add_instances_argument(parser: argparse.ArgumentParser, help: str, *, required: bool = False) -> None:
     """``--instances ID ...``: the same form in every ``swe`` command (commas or spaces, repeatable)."""
-    parser.add_argument("--instances", nargs="+", action="extend", metavar="ID", required=required,
-                        help=f"{help} (commas or spaces; repeatable)")  # fmt: skip
+    parser.add_argument(
+        "--instances",
+        nargs="+",
+        action="extend",
+        metavar="ID",
+        required=required,
+        help=f"{help} (commas or spaces; repeatable)",
+    )
 
 
 @summarised(COMMAND)
@@ -69,7 +82,9 @@ def run_command(args: argparse.Namespace) -> int:
     from pacore_agents.swe.repair_settings import RepairSettings
     from pacore_agents.swe.run import run_counts, run_instances, summary_line, swe_folder
     from pacore_agents.swe.tasks import load_tasks, parse_instances
-    from pacore_graph.extend import EMBEDDED_MODEL, config_from_args, configured_url, discover_model, serving
+    from pacore_graph.command_kit import config_from_args
+    from pacore_graph.extend import EMBEDDED_MODEL
+    from pacore_graph.models import configured_url, discover_model, serving
 
     if args.workers < 1:
         raise ValueError(f"--workers must be at least 1, not {args.workers}")
@@ -120,7 +135,7 @@ def run_command(args: argparse.Namespace) -> int:
 
         with serving(url, model_name, args.api_key) as model:
 
-            async def main():
+            async def main() -> RunSummary:
                 if args.protocol == "per-call":
                     solver = per_call_solver(model, config, settings, progress=folder.progress)
                 else:
@@ -141,7 +156,7 @@ def run_command(args: argparse.Namespace) -> int:
     return print_summary(COMMAND, 1 if summary.failed else 0, output=args.output, counts=counts, error=error)
 
 
-def check_images(rows: list[dict]) -> None:
+def check_images(rows: list[dict[str, Any]]) -> None:
     """Build the local tasks' images (an ``ImageBuildError`` when one fails: a failed run); a ``UsageError``
     naming the other rows' images this Docker host lacks, before anything else starts.
 

@@ -17,15 +17,14 @@ anyone may write it as a prediction.
 from __future__ import annotations
 
 import re
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, Self, runtime_checkable
 
 from pydantic import BaseModel
 
 MAX_OUTPUT_BYTES = 4_000_000  # of a model's command, kept as head + tail; the agent cuts further for the model
 MAX_PATCH_FILE_BYTES = 32 * 2**20  # a file bigger than this (a log, a disk filler) is left out of the patch
 # Kept out of the patch: caches a test run leaves behind.
-PATCH_EXCLUDES = ("':(exclude,glob)**/__pycache__/**' ':(exclude,glob)**/.pytest_cache/**' "
-                  "':(exclude,glob)**/*.pyc'")
+PATCH_EXCLUDES = "':(exclude,glob)**/__pycache__/**' ':(exclude,glob)**/.pytest_cache/**' ':(exclude,glob)**/*.pyc'"
 
 
 class CommandResult(BaseModel):
@@ -124,8 +123,11 @@ class BaseSandbox:
         script = _DIFF_SCRIPT.format(excludes=PATCH_EXCLUDES, limit=MAX_PATCH_FILE_BYTES, base=self.base_commit)
         result = self.system(script)
         errors = result.stderr.decode("utf-8", errors="replace")
-        left_out = [line.removeprefix("pacore-left-out ").split(" ", 1) for line in errors.splitlines()
-                    if line.startswith("pacore-left-out ")]
+        left_out = [
+            line.removeprefix("pacore-left-out ").split(" ", 1)
+            for line in errors.splitlines()
+            if line.startswith("pacore-left-out ")
+        ]
         if result.exit_code != 0:
             raise SandboxError(f"git diff failed in the sandbox ({result.exit_code}): {errors[-2000:]}")
         if left_out:
@@ -143,10 +145,10 @@ class BaseSandbox:
             output = (result.stdout + result.stderr).decode("utf-8", errors="replace")
             raise SandboxError(f"the episode's diff does not apply to the base commit: {output[-2000:]}")
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 
@@ -191,8 +193,13 @@ class BoundedOutput:
     def result(self, exit_code: int, timed_out: bool, notes: list[str]) -> CommandResult:
         """The command's result; its notes end the output, one bracketed line each."""
         text = self.text() + "".join(f"\n[pacore: {note}]\n" for note in notes)
-        return CommandResult(exit_code=exit_code, output=text, timed_out=timed_out,
-                             output_bytes=self.total if self.cut else None, notes=notes)
+        return CommandResult(
+            exit_code=exit_code,
+            output=text,
+            timed_out=timed_out,
+            output_bytes=self.total if self.cut else None,
+            notes=notes,
+        )
 
 
 _SECTION = re.compile(rb"^diff --git ", re.M)
@@ -217,7 +224,7 @@ def text_only_diff(diff: bytes) -> str:
 
 
 def open_sandbox(
-    row: dict,
+    row: dict[str, Any],
     runtime: Literal["docker", "local"] = "docker",
     *,
     memory: str = "2g",

@@ -17,6 +17,7 @@ import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 
@@ -25,11 +26,12 @@ class SnapshotError(ValueError):
     """No usable snapshot of a row's repository; the message says where it looked."""
 
 
-def find_snapshot(repos: Path, row: dict) -> Path:
+def find_snapshot(repos: Path, row: dict[str, Any]) -> Path:
     """The archive or folder in ``repos`` that holds the row's repository."""
-    instance_id = row["instance_id"]
+    instance_id: str = row["instance_id"]
+    repo: str = row["repo"]
     archives = [repos / f"{instance_id}{suffix}" for suffix in ARCHIVE_SUFFIXES]
-    folder, clone = repos / instance_id, repos / row["repo"].replace("/", "__")
+    folder, clone = repos / instance_id, repos / repo.replace("/", "__")
     for candidate in archives:
         if candidate.is_file():
             return candidate
@@ -37,11 +39,12 @@ def find_snapshot(repos: Path, row: dict) -> Path:
         return folder
     if _is_git(clone):
         return clone
-    raise SnapshotError(f"{instance_id}: no snapshot in {repos} (looked for {archives[0].name}, {folder.name}/, "
-                        f"{clone.name}/)")
+    raise SnapshotError(
+        f"{instance_id}: no snapshot in {repos} (looked for {archives[0].name}, {folder.name}/, {clone.name}/)"
+    )
 
 
-def extract_snapshot(source: Path, row: dict, target: Path) -> None:
+def extract_snapshot(source: Path, row: dict[str, Any], target: Path) -> None:
     """Write the repository tree at the row's base commit into the empty folder ``target``."""
     target.mkdir(parents=True, exist_ok=True)
     if source.is_file():
@@ -66,7 +69,7 @@ def _extract_archive(archive: Path, target: Path) -> None:
             prefix = next(iter(tops)) if len(tops) == 1 and any(m.name.count("/") for m in members) else ""
             for member in members:
                 if prefix:
-                    member.name = member.name[len(prefix) + 1:] if member.name != prefix else "."
+                    member.name = member.name[len(prefix) + 1 :] if member.name != prefix else "."
             tar.extractall(target, members=[m for m in members if m.name not in ("", ".")], filter="data")
     except (tarfile.TarError, OSError) as exc:
         raise SnapshotError(f"{archive}: not a readable tar archive ({exc})") from exc
@@ -77,7 +80,8 @@ def _archive_commit(clone: Path, commit: str, target: Path) -> None:
         archive = Path(tmp) / "tree.tar"
         done = subprocess.run(
             ["git", "-C", str(clone), "archive", "--format=tar", "-o", str(archive), commit],
-            capture_output=True, text=True,
+            capture_output=True,
+            text=True,
         )
         if done.returncode != 0:
             raise SnapshotError(f"{clone}: cannot read commit {commit} ({done.stderr.strip()}); fetch it first")

@@ -11,6 +11,7 @@ packages, no compilers. A row of any other repository or version needs the offic
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 # Debian releases by the version of their python3 package.
 DEBIAN_PYTHON = {"bullseye": "3.9.2", "bookworm": "3.11.2", "trixie": "3.13.5"}
@@ -54,39 +55,103 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 _REQUESTS = InstallSpec(python="3.9", install="python -m pip install .", packages=("pytest",))
 
 _PYTEST_PINS = {
-    "4.4": ("atomicwrites==1.4.1", "attrs==23.1.0", "more-itertools==10.1.0", "pluggy==0.13.1", "py==1.11.0",
-            "setuptools==68.0.0", "six==1.16.0"),
-    "4.5": ("atomicwrites==1.4.1", "attrs==23.1.0", "more-itertools==10.1.0", "pluggy==0.11.0", "py==1.11.0",
-            "setuptools==68.0.0", "six==1.16.0", "wcwidth==0.2.6"),
-    "4.6": ("atomicwrites==1.4.1", "attrs==23.1.0", "more-itertools==10.1.0", "packaging==23.1", "pluggy==0.13.1",
-            "py==1.11.0", "six==1.16.0", "wcwidth==0.2.6"),
-    **dict.fromkeys(("5.0", "5.1", "5.2"), (
-        "atomicwrites==1.4.1", "attrs==23.1.0", "more-itertools==10.1.0", "packaging==23.1", "pluggy==0.13.1",
-        "py==1.11.0", "wcwidth==0.2.6")),
-    "5.3": ("attrs==23.1.0", "more-itertools==10.1.0", "packaging==23.1", "pluggy==0.13.1", "py==1.11.0",
-            "wcwidth==0.2.6"),
+    "4.4": (
+        "atomicwrites==1.4.1",
+        "attrs==23.1.0",
+        "more-itertools==10.1.0",
+        "pluggy==0.13.1",
+        "py==1.11.0",
+        "setuptools==68.0.0",
+        "six==1.16.0",
+    ),
+    "4.5": (
+        "atomicwrites==1.4.1",
+        "attrs==23.1.0",
+        "more-itertools==10.1.0",
+        "pluggy==0.11.0",
+        "py==1.11.0",
+        "setuptools==68.0.0",
+        "six==1.16.0",
+        "wcwidth==0.2.6",
+    ),
+    "4.6": (
+        "atomicwrites==1.4.1",
+        "attrs==23.1.0",
+        "more-itertools==10.1.0",
+        "packaging==23.1",
+        "pluggy==0.13.1",
+        "py==1.11.0",
+        "six==1.16.0",
+        "wcwidth==0.2.6",
+    ),
+    **dict.fromkeys(
+        ("5.0", "5.1", "5.2"),
+        (
+            "atomicwrites==1.4.1",
+            "attrs==23.1.0",
+            "more-itertools==10.1.0",
+            "packaging==23.1",
+            "pluggy==0.13.1",
+            "py==1.11.0",
+            "wcwidth==0.2.6",
+        ),
+    ),
+    "5.3": (
+        "attrs==23.1.0",
+        "more-itertools==10.1.0",
+        "packaging==23.1",
+        "pluggy==0.13.1",
+        "py==1.11.0",
+        "wcwidth==0.2.6",
+    ),
     "5.4": ("py==1.11.0", "packaging==23.1", "attrs==23.1.0", "more-itertools==10.1.0", "pluggy==0.13.1"),
-    "6.0": ("attrs==23.1.0", "iniconfig==2.0.0", "more-itertools==10.1.0", "packaging==23.1", "pluggy==0.13.1",
-            "py==1.11.0", "toml==0.10.2"),
-    **dict.fromkeys(("6.2", "6.3"), (
-        "attrs==23.1.0", "iniconfig==2.0.0", "packaging==23.1", "pluggy==0.13.1", "py==1.11.0", "toml==0.10.2")),
+    "6.0": (
+        "attrs==23.1.0",
+        "iniconfig==2.0.0",
+        "more-itertools==10.1.0",
+        "packaging==23.1",
+        "pluggy==0.13.1",
+        "py==1.11.0",
+        "toml==0.10.2",
+    ),
+    **dict.fromkeys(
+        ("6.2", "6.3"),
+        ("attrs==23.1.0", "iniconfig==2.0.0", "packaging==23.1", "pluggy==0.13.1", "py==1.11.0", "toml==0.10.2"),
+    ),
     "7.0": ("attrs==23.1.0", "iniconfig==2.0.0", "packaging==23.1", "pluggy==0.13.1", "py==1.11.0"),
-    **dict.fromkeys(("7.1", "7.2"), (
-        "attrs==23.1.0", "iniconfig==2.0.0", "packaging==23.1", "pluggy==0.13.1", "py==1.11.0", "tomli==2.0.1")),
-    **dict.fromkeys(("7.4", "8.0", "8.1", "8.2", "8.3", "8.4"), (
-        "iniconfig==2.0.0", "packaging==23.1", "pluggy==1.3.0", "exceptiongroup==1.1.3", "tomli==2.0.1")),
+    **dict.fromkeys(
+        ("7.1", "7.2"),
+        ("attrs==23.1.0", "iniconfig==2.0.0", "packaging==23.1", "pluggy==0.13.1", "py==1.11.0", "tomli==2.0.1"),
+    ),
+    **dict.fromkeys(
+        ("7.4", "8.0", "8.1", "8.2", "8.3", "8.4"),
+        ("iniconfig==2.0.0", "packaging==23.1", "pluggy==1.3.0", "exceptiongroup==1.1.3", "tomli==2.0.1"),
+    ),
 }
 # pytest takes its version from git tags (setuptools_scm); the image's repository has none.
 _SCM_VERSION = {"SETUPTOOLS_SCM_PRETEND_VERSION": "{version}"}
 
-_FLASK_PINS_2_0 = ("setuptools==70.0.0", "Werkzeug==2.3.7", "Jinja2==3.0.1", "itsdangerous==2.1.2", "click==8.0.1",
-                   "MarkupSafe==2.1.3")
-_FLASK_PINS = ("setuptools==70.0.0", "click==8.1.3", "itsdangerous==2.1.2", "Jinja2==3.1.2", "MarkupSafe==2.1.1",
-               "Werkzeug==2.3.7")
+_FLASK_PINS_2_0 = (
+    "setuptools==70.0.0",
+    "Werkzeug==2.3.7",
+    "Jinja2==3.0.1",
+    "itsdangerous==2.1.2",
+    "click==8.0.1",
+    "MarkupSafe==2.1.3",
+)
+_FLASK_PINS = (
+    "setuptools==70.0.0",
+    "click==8.1.3",
+    "itsdangerous==2.1.2",
+    "Jinja2==3.1.2",
+    "MarkupSafe==2.1.1",
+    "Werkzeug==2.3.7",
+)
 
 _SYMPY = InstallSpec(python="3.9", packages=("mpmath", "flake8", "mpmath==1.3.0", "flake8-comprehensions"))
-_SYMPY_NEW = InstallSpec(python="3.9", packages=("mpmath==1.3.0",),
-                         requirement_files=("requirements-dev.txt", "requirements-test.txt"))
+_SYMPY_NEW = InstallSpec(
+    python="3.9", packages=("mpmath==1.3.0",), requirement_files=("requirements-dev.txt", "requirements-test.txt")
+)
 
 _SPHINX_SETUP_PINS = (  # swebench's pins for Sphinx 3.0-4.4, whose open-ended requirements no longer install
     "sed -i 's/Jinja2>=2.3/Jinja2<3.0/' setup.py",
@@ -118,23 +183,59 @@ def _sphinx(version: str) -> InstallSpec:
     steps = ["sed -i 's/pytest/pytest -rA/' tox.ini"]
     if version in ("3.0", "3.1", "3.2", "3.3", "3.4", "3.5", "4.0", "4.1", "4.2", "4.3", "4.4"):
         steps += _SPHINX_SETUP_PINS
-        steps += {"4.1": _SPHINX_HELP_PINS_4_1, "4.2": _SPHINX_HELP_PINS_4_2, "4.3": _SPHINX_HELP_PINS_4_2,
-                  "4.4": _SPHINX_HELP_PINS_4_2}.get(version, _SPHINX_HELP_PINS)
+        steps += {
+            "4.1": _SPHINX_HELP_PINS_4_1,
+            "4.2": _SPHINX_HELP_PINS_4_2,
+            "4.3": _SPHINX_HELP_PINS_4_2,
+            "4.4": _SPHINX_HELP_PINS_4_2,
+        }.get(version, _SPHINX_HELP_PINS)
     # docutils<0.22 is ours, not swebench's: 0.22 (2025) dropped docutils.utils.roman, which Sphinx imports; an
     # index with upload times gets the same from the 2024 cut-off (offline_images.PYPI_BEFORE), others do not.
-    return InstallSpec(python="3.9", install="python -m pip install -e .[test]",
-                       packages=("tox==4.16.0", "tox-current-env==0.0.11", "Jinja2==3.0.3", "docutils<0.22"),
-                       pre_install=tuple(steps))
+    return InstallSpec(
+        python="3.9",
+        install="python -m pip install -e .[test]",
+        packages=("tox==4.16.0", "tox-current-env==0.0.11", "Jinja2==3.0.3", "docutils<0.22"),
+        pre_install=tuple(steps),
+    )
 
 
 _PYLINT = InstallSpec(python="3.9", requirement_files=("requirements_test.txt",))
-_PYLINT_3 = InstallSpec(python="3.9", requirement_files=("requirements_test.txt",),
-                        packages=("astroid==3.0.0a6", "setuptools"))
+_PYLINT_3 = InstallSpec(
+    python="3.9", requirement_files=("requirements_test.txt",), packages=("astroid==3.0.0a6", "setuptools")
+)
 
 RECIPES: dict[str, dict[str, InstallSpec]] = {
     "psf/requests": dict.fromkeys(
-        ["0.7", "0.8", "0.9", "0.11", "0.13", "0.14", "1.1", "1.2", "2.0", "2.2", "2.3", "2.4", "2.5", "2.7", "2.8",
-         "2.9", "2.10", "2.11", "2.12", "2.17", "2.18", "2.19", "2.22", "2.25", "2.26", "2.27", "2.31", "3.0"],
+        [
+            "0.7",
+            "0.8",
+            "0.9",
+            "0.11",
+            "0.13",
+            "0.14",
+            "1.1",
+            "1.2",
+            "2.0",
+            "2.2",
+            "2.3",
+            "2.4",
+            "2.5",
+            "2.7",
+            "2.8",
+            "2.9",
+            "2.10",
+            "2.11",
+            "2.12",
+            "2.17",
+            "2.18",
+            "2.19",
+            "2.22",
+            "2.25",
+            "2.26",
+            "2.27",
+            "2.31",
+            "3.0",
+        ],
         _REQUESTS,
     ),
     "pytest-dev/pytest": {
@@ -155,9 +256,37 @@ RECIPES: dict[str, dict[str, InstallSpec]] = {
     # Versions 7.2 and later install graphviz with apt: not covered.
     "sphinx-doc/sphinx": {
         version: _sphinx(version)
-        for version in ["1.5", "1.6", "1.7", "1.8", "2.0", "2.1", "2.2", "2.3", "2.4", "3.0", "3.1", "3.2", "3.3",
-                        "3.4", "3.5", "4.0", "4.1", "4.2", "4.3", "4.4", "4.5", "5.0", "5.1", "5.2", "5.3", "6.0",
-                        "6.2", "7.0", "7.1"]
+        for version in [
+            "1.5",
+            "1.6",
+            "1.7",
+            "1.8",
+            "2.0",
+            "2.1",
+            "2.2",
+            "2.3",
+            "2.4",
+            "3.0",
+            "3.1",
+            "3.2",
+            "3.3",
+            "3.4",
+            "3.5",
+            "4.0",
+            "4.1",
+            "4.2",
+            "4.3",
+            "4.4",
+            "4.5",
+            "5.0",
+            "5.1",
+            "5.2",
+            "5.3",
+            "6.0",
+            "6.2",
+            "7.0",
+            "7.1",
+        ]
     },
     # Version 2.8 installs enchant with apt: not covered.
     "pylint-dev/pylint": {
@@ -175,9 +304,9 @@ RECIPES: dict[str, dict[str, InstallSpec]] = {
 }
 
 
-def spec_for(row: dict) -> InstallSpec:
+def spec_for(row: dict[str, Any]) -> InstallSpec:
     """The recipe of the row's repository version, or a clear error naming what is covered."""
-    repo, version = row.get("repo"), str(row.get("version"))
+    repo, version = str(row.get("repo")), str(row.get("version"))
     versions = RECIPES.get(repo)
     if versions is None:
         raise UnsupportedRowError(
@@ -192,5 +321,5 @@ def spec_for(row: dict) -> InstallSpec:
     return versions[version]
 
 
-def image_env(spec: InstallSpec, row: dict) -> dict[str, str]:
+def image_env(spec: InstallSpec, row: dict[str, Any]) -> dict[str, str]:
     return {key: value.replace("{version}", str(row["version"])) for key, value in spec.env.items()}

@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 LOCAL_SUITE = Path(__file__).with_name("local_tasks")
 REQUIRED_KEYS = ("instance_id", "repo", "base_commit", "problem_statement", "image")
@@ -24,7 +25,7 @@ class TaskLoadError(ValueError):
     """The dataset could not be loaded; the message names the source and what is wrong."""
 
 
-def load_tasks(dataset: str, *, instances: Iterable[str] | None = None, split: str = "test") -> list[dict]:
+def load_tasks(dataset: str, *, instances: Iterable[str] | None = None, split: str = "test") -> list[dict[str, Any]]:
     """Rows of ``dataset`` (path, hub name or ``local``), optionally only the given instance ids."""
     rows = _load(dataset, split)
     seen: set[str] = set()
@@ -46,7 +47,7 @@ def load_tasks(dataset: str, *, instances: Iterable[str] | None = None, split: s
     return rows
 
 
-def _load(dataset: str, split: str) -> list[dict]:
+def _load(dataset: str, split: str) -> list[dict[str, Any]]:
     if dataset == "local":
         return load_local_tasks(LOCAL_SUITE)
     path = Path(dataset).expanduser()
@@ -64,15 +65,16 @@ def _load(dataset: str, split: str) -> list[dict]:
     return _load_hub(dataset, split)
 
 
-def _read_parquet(path: Path) -> list[dict]:
+def _read_parquet(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         raise TaskLoadError(f"dataset file {path} does not exist")
     import pyarrow.parquet as pq
 
-    return pq.read_table(path).to_pylist()
+    rows: list[dict[str, Any]] = pq.read_table(path).to_pylist()
+    return rows
 
 
-def _read_json(path: Path) -> list[dict]:
+def _read_json(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         raise TaskLoadError(f"dataset file {path} does not exist")
     text = path.read_text()
@@ -89,7 +91,7 @@ def _read_json(path: Path) -> list[dict]:
     return rows
 
 
-def _load_hub(name: str, split: str) -> list[dict]:
+def _load_hub(name: str, split: str) -> list[dict[str, Any]]:
     hint = "pass a local file instead, e.g. ../shared/data/swebench/verified.parquet"
     try:
         import datasets
@@ -104,7 +106,7 @@ def _load_hub(name: str, split: str) -> list[dict]:
 # ------------------------------------------------------------------------------------------ local tasks
 
 
-def load_local_tasks(folder: Path) -> list[dict]:
+def load_local_tasks(folder: Path) -> list[dict[str, Any]]:
     """Every task folder (``task.json`` + ``repo/``) under ``folder``, or ``folder`` itself if it is one."""
     folders = [folder] if (folder / "task.json").exists() else sorted(p.parent for p in folder.glob("*/task.json"))
     if not folders:
@@ -112,7 +114,7 @@ def load_local_tasks(folder: Path) -> list[dict]:
     return [load_local_task(task_dir) for task_dir in folders]
 
 
-def load_local_task(task_dir: Path) -> dict:
+def load_local_task(task_dir: Path) -> dict[str, Any]:
     """One local task as a complete v5 row; fields left out of task.json are derived."""
     try:
         row = json.loads((task_dir / "task.json").read_text())
@@ -123,7 +125,7 @@ def load_local_task(task_dir: Path) -> dict:
     return complete_local_row(row, task_dir)
 
 
-def complete_local_row(row: dict, task_dir: Path) -> dict:
+def complete_local_row(row: dict[str, Any], task_dir: Path) -> dict[str, Any]:
     """Fill ``base_commit``, ``image``, ``eval_script`` and the v5 defaults from the task's files."""
     for key in ("instance_id", "problem_statement", "patch", "test_patch", "FAIL_TO_PASS", "PASS_TO_PASS"):
         if key not in row:
@@ -182,13 +184,13 @@ def pytest_eval_script(base_commit: str, test_patch: str, workdir: str = "/testb
 # ------------------------------------------------------------------------------------------ helpers
 
 
-def listed_tests(row: dict, key: str) -> list[str]:
+def listed_tests(row: dict[str, Any], key: str) -> list[str]:
     """FAIL_TO_PASS / PASS_TO_PASS as a list, whether the row stores JSON text or a list."""
     value = row.get(key) or []
     return json.loads(value) if isinstance(value, str) else list(value)
 
 
-def public_view(row: dict) -> dict:
+def public_view(row: dict[str, Any]) -> dict[str, Any]:
     """What an agent may see of a task: no gold patch, no hidden tests, no eval script."""
     return {key: value for key, value in row.items() if key not in HIDDEN_KEYS}
 

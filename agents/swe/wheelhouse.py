@@ -19,12 +19,15 @@ import tempfile
 import zipfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 # glibc of each Debian release: which manylinux wheels its Python can load.
 DEBIAN_GLIBC = {"bullseye": 31, "bookworm": 36, "trixie": 41}
 # How pip names a requirement without a usable wheel: directly, or inside a resolution conflict.
-_MISSING = re.compile(r"No matching distribution found for (\S+)"
-                      r"|no matching distributions available for your environment:\s*\n\s+(\S+)")
+_MISSING = re.compile(
+    r"No matching distribution found for (\S+)"
+    r"|no matching distributions available for your environment:\s*\n\s+(\S+)"
+)
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 MAX_SOURCE_BUILDS = 20
 # Runs pip with the image's marker environment; pip itself is unchanged (plain pip if its layout differs).
@@ -91,10 +94,15 @@ def merge_requirements(base: Iterable[str], overrides: Iterable[str]) -> list[st
 def marker_environment(python_full: str, machine: str) -> dict[str, str]:
     """PEP 508 marker values of CPython ``python_full`` on Linux ``machine``."""
     return {
-        "python_version": ".".join(python_full.split(".")[:2]), "python_full_version": python_full,
-        "implementation_name": "cpython", "implementation_version": python_full,
-        "platform_python_implementation": "CPython", "sys_platform": "linux", "os_name": "posix",
-        "platform_system": "Linux", "platform_machine": machine,
+        "python_version": ".".join(python_full.split(".")[:2]),
+        "python_full_version": python_full,
+        "implementation_name": "cpython",
+        "implementation_version": python_full,
+        "platform_python_implementation": "CPython",
+        "sys_platform": "linux",
+        "os_name": "posix",
+        "platform_system": "Linux",
+        "platform_machine": machine,
     }
 
 
@@ -136,10 +144,24 @@ def download_wheels(
         listing.write_text("".join(f"{line}\n" for line in requirements))
         target = json.dumps(marker_environment(python, machine))
         command = [
-            sys.executable, "-c", _PIP_FOR_TARGET, target, "download", "--dest", str(dest),
-            "--only-binary=:all:", "--python-version", python, "--implementation", "cp",
+            sys.executable,
+            "-c",
+            _PIP_FOR_TARGET,
+            target,
+            "download",
+            "--dest",
+            str(dest),
+            "--only-binary=:all:",
+            "--python-version",
+            python,
+            "--implementation",
+            "cp",
             *[arg for tag in platform_tags(release, machine) for arg in ("--platform", tag)],
-            "--disable-pip-version-check", "--progress-bar", "off", "-r", str(listing),
+            "--disable-pip-version-check",
+            "--progress-bar",
+            "off",
+            "-r",
+            str(listing),
             *(["--uploaded-prior-to", before] if before else []),
         ]
         # Wheels built here join as files (not through --find-links, which would replace the user's own).
@@ -168,14 +190,16 @@ def missing_requirement(pip_output: str) -> str | None:
     return name + wanted.group(1).replace(" and ", ",").replace(" ", "") if wanted else name
 
 
-def stand_in_wheel(folder: Path, metadata: dict) -> Path:
+def stand_in_wheel(folder: Path, metadata: dict[str, Any]) -> Path:
     """A wheel that only declares a project (name, version, extras, requirements), built from its core
     metadata: pip then resolves the project's dependencies with the project itself (some depend back on
     it, e.g. Sphinx's sphinxcontrib-* packages) without building it on this host."""
     name, version = metadata["name"], metadata["version"]
     stem = f"{re.sub(r'[-_.]+', '_', name)}-{version}"
     lines = [
-        "Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",
+        "Metadata-Version: 2.1",
+        f"Name: {name}",
+        f"Version: {version}",
         *(f"Provides-Extra: {extra}" for extra in metadata.get("provides_extra") or []),
         *(f"Requires-Dist: {requirement}" for requirement in metadata.get("requires_dist") or []),
     ]
@@ -188,25 +212,49 @@ def stand_in_wheel(folder: Path, metadata: dict) -> Path:
     return path
 
 
-def _build_from_source(requirement: str, dest: Path, python: str, env, build, before, log) -> Path:
+def _build_from_source(
+    requirement: str,
+    dest: Path,
+    python: str,
+    env: dict[str, str] | None,
+    build: Callable[[Path, Path], Path] | None,
+    before: str | None,
+    log: Callable[[str], None],
+) -> Path:
     """Fetch the source distribution of ``requirement`` and have ``build`` make it a wheel in ``dest``."""
     if build is None:
         raise WheelhouseError(f"{requirement} has no wheel for Python {python}")
     log(f"no wheel of {requirement} for Python {python}: building it from source with the image's Python")
     with tempfile.TemporaryDirectory(prefix="pacore-sdist-") as tmp:
-        done = _pip([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--dest", tmp,
-                     "--disable-pip-version-check", "--progress-bar", "off", requirement,
-                     *(["--uploaded-prior-to", before] if before else [])], env)
+        done = _pip(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "--dest",
+                tmp,
+                "--disable-pip-version-check",
+                "--progress-bar",
+                "off",
+                requirement,
+                *(["--uploaded-prior-to", before] if before else []),
+            ],
+            env,
+        )
         sources = [path for path in Path(tmp).iterdir() if path.is_file()]
         if done.returncode != 0 or not sources:
             raise WheelhouseError(f"{requirement} has no wheel for Python {python} and no source:\n{_tail(done)}")
         return build(sources[0], dest)
 
 
-def _pip(command: list[str], env: dict[str, str] | None) -> subprocess.CompletedProcess:
+def _pip(command: list[str], env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, env={**os.environ, **(env or {})})
 
 
-def _tail(done: subprocess.CompletedProcess, lines: int = 25) -> str:
+def _tail(done: subprocess.CompletedProcess[str], lines: int = 25) -> str:
     text = "\n".join(line for line in (done.stdout + done.stderr).splitlines() if not line.startswith("WARNING:"))
     return "\n".join(text.splitlines()[-lines:])

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pacore_benchmarks.hub import DefaultData
-from pacore_graph.extend import item_counts, print_summary, say, summarised
+from pacore_graph.command_kit import item_counts, print_summary, say, summarised
 
 DEFAULT_DATA = DefaultData(Path("../shared/data/math/aime_2025.jsonl"), "MathArena/aime_2025")
 
@@ -33,8 +33,9 @@ def _csv(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    from pacore_graph.extend import EMBEDDED_MAX_TOKENS, add_run_arguments  # noqa: PLC0415
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from pacore_graph.command_kit import add_run_arguments  # noqa: PLC0415
+    from pacore_graph.extend import EMBEDDED_MAX_TOKENS  # noqa: PLC0415
 
     parser = subparsers.add_parser(
         "math",
@@ -43,26 +44,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "action", nargs="?", choices=["run", "grade", "export-train"], default="run",
+        "action",
+        nargs="?",
+        choices=["run", "grade", "export-train"],
+        default="run",
         help="run the benchmark (default), grade a predictions file, or export PaCoRe training data",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--data", metavar="PATH",
+        "--data",
+        metavar="PATH",
         help=DEFAULT_DATA.help(f"a .jsonl of id/problem/answer rows or a hub name such as {DEFAULT_DATA.hub_name}"),
-    )  # fmt: skip
+    )
     parser.add_argument("--limit", type=int, help="first N problems only")
     add_run_arguments(
-        parser, several_schedules=True, schedule_default="all three; embedded model: low",
-        concurrency="model calls in flight at most over the whole run (default 256)", concurrency_default=256,
+        parser,
+        several_schedules=True,
+        schedule_default="all three; embedded model: low",
+        concurrency="model calls in flight at most over the whole run (default 256)",
+        concurrency_default=256,
         concurrency_aliases=["--max-inflight"],
         max_tokens=f"cap per generated message (default: none; on the embedded model {EMBEDDED_MAX_TOKENS})",
         output="results folder (resumable; default: runs/math-<data name>; export-train: runs/train-<data name>)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--methods", default="single,vote,pacore",
+        "--methods",
+        default="single,vote,pacore",
         help="comma list of single, vote, pacore, and PaCoRe with a coordination option: pacore+early_stop, "
         "pacore+budget (with --budget-tokens), pacore+subset, pacore+dedup, pacore+vote, pacore+verifier",
-    )  # fmt: skip
+    )
     parser.add_argument("--budget-tokens", type=int, help="pacore+budget: completion tokens per problem")
     parser.add_argument("--vote-k", help="comma list of vote sizes (default: the first round of each schedule)")
     parser.add_argument("--samples", type=int, default=1, help="samples per problem; pass@1 is their mean")
@@ -80,10 +89,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--context-window", type=int, help="model context in tokens (references are capped to fit)")
     parser.add_argument(
-        "--seed", type=int, default=0,
+        "--seed",
+        type=int,
+        default=0,
         help="seed of pool draws and reference shuffles (sample s shuffles with Random(42 + SEED*1000003 + s): "
         "the reference pipeline's 42 by default)",
-    )  # fmt: skip
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--predictions", help="grade: JSONL (or JSON list) of {id, response} rows")
     parser.add_argument(
@@ -93,17 +104,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "export-train", "PaCoRe training data (docs/training-data.md); each filter keeps min < accuracy < max"
     )
     export.add_argument(
-        "--min-message-accuracy", type=float, metavar="A",
+        "--min-message-accuracy",
+        type=float,
+        metavar="A",
         help="stage 1: lower bound on the share of pooled responses graded correct (paper, math: 0)",
-    )  # fmt: skip
+    )
     export.add_argument(
         "--max-message-accuracy", type=float, metavar="A", help="stage 1: upper bound (paper, math: 0.375 = 9/24)"
     )
     export.add_argument(
-        "--synthesis-samples", type=int, default=0, metavar="N",
+        "--synthesis-samples",
+        type=int,
+        default=0,
+        metavar="N",
         help="stage 2: synthesis runs per stage-1 problem, each over a seeded draw of |M| ~ U(16, 24) pooled "
         "responses (capped by the pool); 0: no stage 2",
-    )  # fmt: skip
+    )
     export.add_argument("--min-synthesis-accuracy", type=float, metavar="A", help="stage 2: lower bound (paper: 0)")
     export.add_argument("--max-synthesis-accuracy", type=float, metavar="A", help="stage 2: upper bound (paper: 1)")
     parser.set_defaults(func=main)
@@ -137,7 +153,7 @@ def grade_command(args: argparse.Namespace) -> int:
     from pacore_benchmarks.math.predictions import grade_predictions, read_predictions  # noqa: PLC0415
 
     if not args.predictions:
-        raise DataError("grade needs --predictions FILE (JSON lines of {\"id\": ..., \"response\": ...})")
+        raise DataError('grade needs --predictions FILE (JSON lines of {"id": ..., "response": ...})')
     predictions_path = Path(args.predictions)
     predictions = read_predictions(predictions_path)
     problems = _load(args)
@@ -171,8 +187,9 @@ def grade_command(args: argparse.Namespace) -> int:
         over_all = sum(sum(marks) / len(marks) for marks in per_problem.values()) / len(known)
         print(f"{missing} problem(s) have no prediction; counting them as wrong: {100 * over_all:.2f}%")
     counts = item_counts(len(verdicts), 0, correct=correct, problems=len(known), answered=len(answered))
-    return print_summary("bench math grade", output=verdicts_path, counts=counts,
-                         accuracy=round(correct / len(verdicts), 6), flags=flags)  # fmt: skip
+    return print_summary(
+        "bench math grade", output=verdicts_path, counts=counts, accuracy=round(correct / len(verdicts), 6), flags=flags
+    )
 
 
 # -- run ---------------------------------------------------------------------------------------------------
@@ -187,32 +204,29 @@ def pacore_overrides(args: argparse.Namespace, embedded: bool) -> dict[str, Any]
 def run_command(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415
 
-    from pacore_benchmarks.math.runner import MathBenchmark, MathRunSettings, math_folder  # noqa: PLC0415
+    from pacore_benchmarks.math.runner import MathBenchmark, MathReport, MathRunSettings, math_folder  # noqa: PLC0415
+    from pacore_benchmarks.math.settings import METHODS  # noqa: PLC0415
 
     # The embedded SmolLM2 runs at about 110 tokens/s on two cores: without its reply cap (and its context window
     # as the reference budget) a --limit 3 run of the paper's presets would take hours. --max-tokens overrides it.
+    from pacore_graph.command_kit import schedules_from_args  # noqa: PLC0415
     from pacore_graph.extend import (  # noqa: PLC0415
         EMBEDDED_MAX_TOKENS,
         EMBEDDED_MODEL,
         PRESETS,
         ChatExplorer,
         RunProgress,
-        configured_url,
-        discover_model,
-        schedules_from_args,
-        serving,
     )
+    from pacore_graph.models import configured_url, discover_model, serving  # noqa: PLC0415
 
     url = configured_url(args.base_url)  # several URLs are refused here, before anything runs
     embedded = url is None
     data = _data_source(args)
     methods = [m for m in _csv(args.methods) if not m.startswith("pacore+")]
     variants = [m.removeprefix("pacore+") for m in _csv(args.methods) if m.startswith("pacore+")]
-    unknown = [m for m in methods if m not in ("single", "vote", "pacore")]
+    unknown = [m for m in methods if m not in METHODS]
     if unknown:
-        raise ValueError(
-            f"unknown method {unknown[0]!r} in --methods: choose from single, vote, pacore, pacore+OPTION"
-        )
+        raise ValueError(f"unknown method {unknown[0]!r} in --methods: choose from single, vote, pacore, pacore+OPTION")
     overrides = pacore_overrides(args, embedded)
     max_tokens = args.max_tokens
     if embedded and max_tokens is None:
@@ -221,7 +235,7 @@ def run_command(args: argparse.Namespace) -> int:
         data=data,
         output=Path(args.output or f"runs/math-{Path(data).stem}"),
         limit=args.limit,
-        methods=methods,
+        methods=[method for m in methods for method in METHODS if method == m],  # each a Method, checked above
         schedules=schedules_from_args(args, ["low"] if embedded else list(PRESETS)),
         vote_ks=[int(k) for k in _csv(args.vote_k)] if args.vote_k else None,
         samples=args.samples,
@@ -238,15 +252,17 @@ def run_command(args: argparse.Namespace) -> int:
     )
     _load(args)  # bad data fails before any server starts
     api_key = args.api_key  # None: the server query and the client send $OPENAI_API_KEY
-    model_name = args.model or (EMBEDDED_MODEL if embedded else discover_model(url, api_key))
+    model_name = args.model or (EMBEDDED_MODEL if url is None else discover_model(url, api_key))
     # The folder is locked and its settings checked now: a run already writing there, or one made with other
     # settings, is refused before a server starts or anything is spent.
     folder = math_folder(settings, model_name, RunProgress(enabled=not args.no_progress)).claim()
     if embedded:
-        say(f"no --base-url: using the embedded SmolLM2 with max_tokens {max_tokens}, schedules {settings.schedules} "
-            "(pass --base-url/--preset/--max-tokens to change)")  # fmt: skip
+        say(
+            f"no --base-url: using the embedded SmolLM2 with max_tokens {max_tokens}, schedules {settings.schedules} "
+            "(pass --base-url/--preset/--max-tokens to change)"
+        )
 
-    async def run(model: Any):
+    async def run(model: Any) -> MathReport:
         try:
             explorer = ChatExplorer(model, settings.pacore_config([1], 0))
             return await MathBenchmark(settings, explorer, folder=folder).arun()
@@ -266,8 +282,17 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"table:   {report.table}")
     failed = f"{len(report.failures)} unit(s) failed; rerun the same command to retry them (finished work is kept)"
     return print_summary(
-        "bench math", 1 if report.failures else 0, output=report.output, error=failed if report.failures else None,
-        counts=item_counts(report.problems, len({f.problem_id for f in report.failures}), rows=report.rows,
-                           failed_units=len(report.failures)),
-        results=report.output / "results.jsonl", curve=report.png, table=report.table,
-    )  # fmt: skip
+        "bench math",
+        1 if report.failures else 0,
+        output=report.output,
+        error=failed if report.failures else None,
+        counts=item_counts(
+            report.problems,
+            len({f.problem_id for f in report.failures}),
+            rows=report.rows,
+            failed_units=len(report.failures),
+        ),
+        results=report.output / "results.jsonl",
+        curve=report.png,
+        table=report.table,
+    )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from langchain_core.messages import BaseMessage, convert_to_messages
 from pydantic import BaseModel, Field
@@ -52,7 +53,7 @@ class Problem(BaseModel):
     answer: str
     competition: str = ""
     problem_idx: int | None = None
-    extra: dict = Field(default_factory=dict)
+    extra: dict[str, Any] = Field(default_factory=dict[str, Any])
     conversation: list[dict[str, str]] | None = Field(
         None, description="a PaCoRe-Train row's messages (role, content), asked as they are; None: MathArena's prompt"
     )

@@ -39,7 +39,7 @@ from pacore_benchmarks.math.pool import FirstRound, PoolReplayExplorer, Pools, P
 from pacore_benchmarks.math.settings import MESSAGE_SET_SIZES, ExportSettings, kept
 from pacore_benchmarks.math.train_format import train_row
 from pacore_graph import PaCoReError, RoundFailedError, RunFolder
-from pacore_graph.extend import ProblemOutcome, RunProgress, passed_on, write_json_atomically
+from pacore_graph.extend import Explorer, ProblemOutcome, RunProgress, passed_on, write_json_atomically
 
 EXPORT_FILE = "train.jsonl"
 
@@ -89,9 +89,13 @@ def export_folder(settings: ExportSettings, model_name: str, progress: RunProgre
     """The export's run folder: claim it before starting a server, to refuse a folder in use or made with
     other settings at once."""
     return RunFolder(
-        settings.output, fingerprint=settings.fingerprint(model_name), settings=settings.model_dump(mode="json"),
-        key=lambda row: row["unit"], progress=progress, max_concurrency=settings.max_concurrency,
-    )  # fmt: skip
+        settings.output,
+        fingerprint=settings.fingerprint(model_name),
+        settings=settings.model_dump(mode="json"),
+        key=lambda row: row["unit"],
+        progress=progress,
+        max_concurrency=settings.max_concurrency,
+    )
 
 
 class TrainExport:
@@ -104,7 +108,7 @@ class TrainExport:
     def __init__(
         self,
         settings: ExportSettings,
-        explorer: Any | None,
+        explorer: Explorer | None,
         *,
         model_name: str,
         folder: RunFolder | None = None,
@@ -167,9 +171,15 @@ class TrainExport:
             if self.explorer is None and self.pending() != (0, 0):
                 raise ExportError("the pool or the synthesis runs need a model: give the export an explorer")
             pools = await fill_pools(
-                self.problems, pool, settings.pool, self.explorer, self.config, self.grader.grade, run,
+                self.problems,
+                pool,
+                settings.pool,
+                self.explorer,
+                self.config,
+                self.grader.grade,
+                run,
                 on_failure=self._pool_failed,
-            )  # fmt: skip
+            )
             candidates = self._graded if self._graded is not None else self._candidates(pools)
             stage1 = self._stage1(candidates)
             if settings.synthesis_samples:
@@ -190,8 +200,8 @@ class TrainExport:
         self.progress.add("graded problems", len(pools))
         candidates = []
         for problem, rows in pools.values():
-            passed = [(row, passed_on(as_trajectory(row), self.config)) for row in rows]
-            passed = [(row, text) for row, text in passed if text is not None]
+            seen = [(row, passed_on(as_trajectory(row), self.config)) for row in rows]
+            passed = [(row, text) for row, text in seen if text is not None]
             candidates.append(
                 Candidate(
                     problem=problem,
@@ -230,13 +240,22 @@ class TrainExport:
                 pacore_graph.Problem(key, candidate.problem.messages(), first_round)
             )
         replay = PoolReplayExplorer(self.explorer)
-        await asyncio.gather(*(
-            run.run(replay, self.settings.pacore_config([size], sample), problems, partial(self._row, units),
-                    label="synthesis runs")
-            for (size, sample), problems in groups.items()
-        ))  # fmt: skip
+        await asyncio.gather(
+            *(
+                run.run(
+                    replay,
+                    self.settings.pacore_config([size], sample),
+                    problems,
+                    partial(self._row, units),
+                    label="synthesis runs",
+                )
+                for (size, sample), problems in groups.items()
+            )
+        )
 
-    def _row(self, units: dict[str, tuple[Candidate, int, list[int]]], outcome: ProblemOutcome) -> dict | None:
+    def _row(
+        self, units: dict[str, tuple[Candidate, int, list[int]]], outcome: ProblemOutcome
+    ) -> dict[str, Any] | None:
         candidate, sample, positions = units[outcome.problem.id]
         problem = candidate.problem
         error = outcome.error
@@ -271,7 +290,7 @@ class TrainExport:
         settings = self.settings
         by_unit = {row["unit"]: row for row in run.results.rows}
         units = self._units(stage1) if settings.synthesis_samples else {}
-        measured: dict[str, list[dict[str, Any]]] = {}
+        measured: dict[str, list[dict[str, Any] | None]] = {}  # None: a draw with no row yet
         for key, (candidate, _, _) in units.items():
             measured.setdefault(candidate.problem.id, []).append(by_unit.get(key))
         rows, synthesis_accuracies, synthesis_failed = [], [], 0
@@ -279,10 +298,11 @@ class TrainExport:
             synthesis = None
             if settings.synthesis_samples:
                 draws = measured.get(candidate.problem.id, [])
-                if any(draw is None for draw in draws):
+                finished = [draw for draw in draws if draw is not None]
+                if len(finished) < len(draws):
                     synthesis_failed += 1  # reported as it failed; the next run retries it
                     continue
-                synthesis = _synthesis(draws, settings.seed)
+                synthesis = _synthesis(finished, settings.seed)
                 synthesis_accuracies.append(synthesis["accuracy"])
                 if not kept(synthesis["accuracy"], settings.min_synthesis_accuracy, settings.max_synthesis_accuracy):
                     continue
@@ -301,10 +321,14 @@ class TrainExport:
         )
         message_accuracies = [c.message_accuracy for c in candidates if c.responses]
         png = plot_accuracies(
-            settings.output / "accuracy.png", message_accuracies, synthesis_accuracies, settings, counts,
+            settings.output / "accuracy.png",
+            message_accuracies,
+            synthesis_accuracies,
+            settings,
+            counts,
             title=f"{Path(settings.data).stem} · {self.model_name}",
             pool_size=max((len(c.responses) for c in candidates), default=1),
-        )  # fmt: skip
+        )
         summary = settings.output / "summary.json"
         write_json_atomically(summary, summary_json(counts, settings, message_accuracies, synthesis_accuracies))
         return ExportReport(counts=counts, export=export, summary=summary, png=png, failures=self.failures)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pacore_benchmarks.math.cli import _data_source, _load, pacore_overrides
-from pacore_graph.extend import item_counts, print_summary, say, summarised
+from pacore_graph.command_kit import item_counts, print_summary, say, summarised
 
 COMMAND = "bench math export-train"
 
@@ -27,18 +27,11 @@ def _interval(name: str, low: float | None, high: float | None) -> str:
 
 @summarised(COMMAND)
 def export_command(args: argparse.Namespace) -> int:
-    from pacore_benchmarks.math.export import TrainExport, export_folder  # noqa: PLC0415
+    from pacore_benchmarks.math.export import ExportReport, TrainExport, export_folder  # noqa: PLC0415
     from pacore_benchmarks.math.pool import pool_identity  # noqa: PLC0415
     from pacore_benchmarks.math.settings import ExportSettings  # noqa: PLC0415
-    from pacore_graph.extend import (  # noqa: PLC0415
-        EMBEDDED_MAX_TOKENS,
-        EMBEDDED_MODEL,
-        ChatExplorer,
-        RunProgress,
-        configured_url,
-        discover_model,
-        serving,
-    )
+    from pacore_graph.extend import EMBEDDED_MAX_TOKENS, EMBEDDED_MODEL, ChatExplorer, RunProgress  # noqa: PLC0415
+    from pacore_graph.models import configured_url, discover_model, serving  # noqa: PLC0415
 
     url = configured_url(args.base_url)  # several URLs are refused here, before anything runs
     embedded = url is None
@@ -50,16 +43,27 @@ def export_command(args: argparse.Namespace) -> int:
     if max_tokens is None:
         max_tokens = made_by[1] if made_by else (EMBEDDED_MAX_TOKENS if embedded else None)
     settings = ExportSettings(
-        data=data, output=output, limit=args.limit, pool=args.pool, pool_file=pool_file, seed=args.seed,
-        temperature=args.temperature, top_p=args.top_p, max_tokens=max_tokens, max_concurrency=args.max_concurrency,
-        pacore_overrides=pacore_overrides(args, embedded), min_message_accuracy=args.min_message_accuracy,
-        max_message_accuracy=args.max_message_accuracy, synthesis_samples=args.synthesis_samples,
-        min_synthesis_accuracy=args.min_synthesis_accuracy, max_synthesis_accuracy=args.max_synthesis_accuracy,
-    )  # fmt: skip
+        data=data,
+        output=output,
+        limit=args.limit,
+        pool=args.pool,
+        pool_file=pool_file,
+        seed=args.seed,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_tokens=max_tokens,
+        max_concurrency=args.max_concurrency,
+        pacore_overrides=pacore_overrides(args, embedded),
+        min_message_accuracy=args.min_message_accuracy,
+        max_message_accuracy=args.max_message_accuracy,
+        synthesis_samples=args.synthesis_samples,
+        min_synthesis_accuracy=args.min_synthesis_accuracy,
+        max_synthesis_accuracy=args.max_synthesis_accuracy,
+    )
     _load(args)  # bad data fails before any server starts
     api_key = args.api_key or os.environ.get("OPENAI_API_KEY")
     model_name = args.model or (made_by[0] if made_by else None)
-    model_name = model_name or (EMBEDDED_MODEL if embedded else discover_model(url, api_key))
+    model_name = model_name or (EMBEDDED_MODEL if url is None else discover_model(url, api_key))
     folder = export_folder(settings, model_name, RunProgress(enabled=not args.no_progress)).claim()
     try:
         export = TrainExport(settings, None, model_name=model_name, folder=folder)
@@ -74,7 +78,7 @@ def export_command(args: argparse.Namespace) -> int:
             where = f"the embedded SmolLM2 (max_tokens {max_tokens})" if embedded else url
             say(f"export-train: {todo} to generate with {model_name} at {where}")
 
-            async def run(model: Any):
+            async def run(model: Any) -> ExportReport:
                 try:
                     export.explorer = ChatExplorer(model, settings.pacore_config([1], 0))
                     return await export.arun()
@@ -102,7 +106,12 @@ def export_command(args: argparse.Namespace) -> int:
         print(f"histograms: {report.png}")
     failed = f"{len(report.failures)} problem(s) failed; rerun the same command to retry them (finished work is kept)"
     return print_summary(
-        COMMAND, 1 if report.failures else 0, output=settings.output, error=failed if report.failures else None,
+        COMMAND,
+        1 if report.failures else 0,
+        output=settings.output,
+        error=failed if report.failures else None,
         counts=item_counts(counts.problems, len(report.failures), **counts.model_dump(exclude={"problems"})),
-        export=report.export, summary=report.summary, histograms=report.png,
-    )  # fmt: skip
+        export=report.export,
+        summary=report.summary,
+        histograms=report.png,
+    )

@@ -66,16 +66,27 @@ def plot_accuracies(
     import matplotlib.pyplot as plt  # noqa: PLC0415
     from matplotlib.ticker import MaxNLocator  # noqa: PLC0415
 
-    panels = [(
-        message, settings.min_message_accuracy, settings.max_message_accuracy,
-        f"stage 1: message accuracy ({counts.stage1} of {len(message)} kept)", "#1f77b4", pool_size,
-    )]  # fmt: skip
+    panels = [
+        (
+            message,
+            settings.min_message_accuracy,
+            settings.max_message_accuracy,
+            f"stage 1: message accuracy ({counts.stage1} of {len(message)} kept)",
+            "#1f77b4",
+            pool_size,
+        )
+    ]
     if synthesis:
-        panels.append((
-            synthesis, settings.min_synthesis_accuracy, settings.max_synthesis_accuracy,
-            f"stage 2: synthesis accuracy ({counts.exported} of {len(synthesis)} kept)", "#d62728",
-            settings.synthesis_samples,
-        ))  # fmt: skip
+        panels.append(
+            (
+                synthesis,
+                settings.min_synthesis_accuracy,
+                settings.max_synthesis_accuracy,
+                f"stage 2: synthesis accuracy ({counts.exported} of {len(synthesis)} kept)",
+                "#d62728",
+                settings.synthesis_samples,
+            )
+        )
     figure, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), dpi=120, squeeze=False)
     for axis, (values, low, high, name, color, steps) in zip(axes[0], panels, strict=True):
         edges = [(k - 0.5) / steps for k in range(steps + 2)]

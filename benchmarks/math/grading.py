@@ -36,7 +36,8 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
-from pacore_graph.extend import TEXT_GROUP, extract_answer, strip_math_delimiters
+from pacore_graph.coordination import extract_answer
+from pacore_graph.extend import TEXT_GROUP, strip_math_delimiters
 from pacore_graph.extend import AnswerFlag as Flag
 
 # Separators people put inside integers: 7{,}521, 7\,521, 7\!521, 7~521, 7 521.

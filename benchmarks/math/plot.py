@@ -4,10 +4,21 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
+from typing import TypedDict
 
 from pacore_benchmarks.math.summary import Point, ProblemCell, setting_title
 
-STYLE = {
+
+class Style(TypedDict):
+    """How one method's curve is drawn: colour (None: matplotlib's next), marker, legend name, label offset."""
+
+    color: str | None
+    marker: str
+    name: str
+    offset: tuple[int, int]
+
+
+STYLE: dict[str, Style] = {
     "single": {"color": "#7f7f7f", "marker": "s", "name": "single trajectory", "offset": (6, 6)},
     "vote": {"color": "#1f77b4", "marker": "o", "name": "majority vote (first round)", "offset": (6, -14)},
     "pacore": {"color": "#d62728", "marker": "D", "name": "PaCoRe", "offset": (-6, 8)},
@@ -29,7 +40,7 @@ def plot_curve(points: list[Point], path: str | Path, title: str = "Test-time sc
     figure, axes = plt.subplots(figsize=(8, 5.5), dpi=120)
     for method, method_points in by_method.items():
         method_points = sorted(method_points, key=lambda p: p.ttc)
-        style = STYLE.get(method, {"color": None, "marker": "^", "name": method, "offset": (6, 6)})
+        style = STYLE.get(method, Style(color=None, marker="^", name=method, offset=(6, 6)))
         xs = [max(p.ttc, 1.0) for p in method_points]
         ys = [100 * p.accuracy for p in method_points]
         axes.plot(
@@ -81,8 +92,9 @@ def markdown_table(points: list[Point]) -> str:
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     for p in points:
+        name = STYLE[p.method]["name"] if p.method in STYLE else p.method
         lines.append(
-            f"| {STYLE.get(p.method, {}).get('name', p.method)} | {setting_title(p.label)} | {100 * p.accuracy:.1f}% | "
+            f"| {name} | {setting_title(p.label)} | {100 * p.accuracy:.1f}% | "
             f"{_tokens(p.ttc)} | {p.problems} | {p.samples} | {p.ungradable} |"
         )
     return "\n".join(lines) + "\n"

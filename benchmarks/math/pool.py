@@ -26,7 +26,7 @@ from langchain_core.messages import BaseMessage
 from pacore_benchmarks.math.data import Problem
 from pacore_benchmarks.math.grading import Verdict, grading_rules
 from pacore_graph import EpisodeContext, PaCoReConfig, PaCoReError, RunFolder
-from pacore_graph.extend import Exploration, ModelRequestError, ResultsFile, Trajectory
+from pacore_graph.extend import Exploration, Explorer, ModelRequestError, ResultsFile, Trajectory
 
 Pools = dict[str, tuple[Problem, list[dict[str, Any]]]]  # problem id -> the problem and its graded pool
 
@@ -163,10 +163,17 @@ async def fill_pool(
         record = trajectory.record(outcome)
         verdict = grade(outcome.content, problem.answer)
         pool.add(
-            problem.id, index, problem.asked_text(), outcome,
-            completion_tokens=record["completion_tokens"], tokens_approximate=record["tokens_approximate"],
-            attempts=record["attempts"], answer=verdict.extracted, correct=verdict.correct, flag=verdict.flag,
-        )  # fmt: skip
+            problem.id,
+            index,
+            problem.asked_text(),
+            outcome,
+            completion_tokens=record["completion_tokens"],
+            tokens_approximate=record["tokens_approximate"],
+            attempts=record["attempts"],
+            answer=verdict.extracted,
+            correct=verdict.correct,
+            flag=verdict.flag,
+        )
         if on_added is not None:
             on_added()
 
@@ -199,9 +206,15 @@ async def fill_pools(
         errors: list[Exception] = []
         if wanted[problem.id]:
             errors = await fill_pool(
-                pool, problem, size or 0, explorer, config, grade, slot=slot,
+                pool,
+                problem,
+                size or 0,
+                explorer,
+                config,
+                grade,
+                slot=slot,
                 on_added=lambda: run.progress.advance("pool trajectories"),
-            )  # fmt: skip
+            )
         fatal = next((error for error in errors if _refused(error)), None)
         if fatal is not None:
             raise RunAborted(
@@ -209,10 +222,13 @@ async def fill_pools(
                 "--base-url and --api-key)"
             )
         if errors:
-            on_failure(problem, PoolError(
-                f"{len(errors)} pool trajectories failed after retries (the others are kept; rerun to retry): "
-                f"{type(errors[0]).__name__}: {errors[0]}"
-            ))  # fmt: skip
+            on_failure(
+                problem,
+                PoolError(
+                    f"{len(errors)} pool trajectories failed after retries (the others are kept; rerun to retry): "
+                    f"{type(errors[0]).__name__}: {errors[0]}"
+                ),
+            )
             return
         rows = pool.rows(problem.id)
         rows = [row for row in rows if size is None or row["index"] < size]
@@ -256,13 +272,15 @@ class FirstRound:
 
 class PoolReplayExplorer:
     """An Explorer whose first round replays the run's :class:`FirstRound` (its payload), later rounds call
-    the real explorer."""
+    the real explorer (None: a run whose later rounds are all done already; one left to run is refused)."""
 
-    def __init__(self, delegate: Any):
+    def __init__(self, delegate: Explorer | None):
         self.delegate = delegate
 
     async def explore(self, messages: list[BaseMessage], episode: EpisodeContext) -> Trajectory:
         if episode.round_index > 0:
+            if self.delegate is None:
+                raise PoolError("a synthesis left to run needs a model: give the export an explorer")
             return await self.delegate.explore(messages, episode)
         first: FirstRound = episode.payload
         trajectory = first.trajectories[episode.index].model_copy(deep=True)

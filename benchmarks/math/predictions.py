@@ -24,6 +24,7 @@ def read_predictions(path: Path) -> list[dict[str, Any]]:
         raise DataError(f"{path}: no predictions in it")
     return predictions
 
+
 def grade_predictions(
     problems: list[Problem], predictions: list[dict[str, Any]], grader: MathGrader | None = None
 ) -> list[dict[str, Any]]:

@@ -11,7 +11,11 @@ from pacore_benchmarks.math.summary import Point, per_problem, summarize
 
 
 def write_outputs(
-    output: Path, rows: list[dict[str, Any]], problem_ids: list[str], complete: list[str], failures: list[dict],
+    output: Path,
+    rows: list[dict[str, Any]],
+    problem_ids: list[str],
+    complete: list[str],
+    failures: list[dict[str, Any]],
     title: str,
 ) -> tuple[list[Point], Path | None, Path | None]:
     """Points over the ``complete`` problems (those with no failed unit), their plot and tables."""

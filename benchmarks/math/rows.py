@@ -13,7 +13,7 @@ from pacore_benchmarks.math.pool import draw
 from pacore_benchmarks.math.settings import Method
 from pacore_benchmarks.math.summary import schedule_label
 from pacore_graph import PaCoReResult
-from pacore_graph.extend import majority_vote
+from pacore_graph.coordination import majority_vote
 
 
 def pacore_label(rounds: list[int], variant: str = "") -> str:
@@ -46,7 +46,9 @@ def single_row(problem: Problem, pooled: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def vote_row(problem: Problem, pool: list[dict[str, Any]], k: int, sample: int, seed: int, grader: MathGrader):
+def vote_row(
+    problem: Problem, pool: list[dict[str, Any]], k: int, sample: int, seed: int, grader: MathGrader
+) -> dict[str, Any]:
     """Majority vote over sample ``sample``'s draw of k pooled trajectories."""
     indices = draw(len(pool), k, problem_id=problem.id, sample=sample, seed=seed)
     chosen = [pool[i] for i in indices]
@@ -66,8 +68,14 @@ def vote_row(problem: Problem, pool: list[dict[str, Any]], k: int, sample: int, 
 
 
 def pacore_row(
-    problem: Problem, rounds: list[int], variant: str, sample: int, indices: list[int], result: PaCoReResult,
-    verdict: Verdict, cut_tokens: int = 0,
+    problem: Problem,
+    rounds: list[int],
+    variant: str,
+    sample: int,
+    indices: list[int],
+    result: PaCoReResult,
+    verdict: Verdict,
+    cut_tokens: int = 0,
 ) -> dict[str, Any]:
     """A PaCoRe run whose first round was the pooled trajectories ``indices``; model calls are its later
     rounds'; ``cut_tokens``: what replayed trajectories cut partway (early stop, budget) had made."""

@@ -78,9 +78,13 @@ def math_folder(settings: MathRunSettings, model_name: str, progress: RunProgres
     """The benchmark's run folder: claim it before starting a server to refuse a folder in use or made with
     other settings at once."""
     return RunFolder(
-        settings.output, fingerprint=settings.fingerprint(model_name), settings=settings.model_dump(mode="json"),
-        key=row_key, progress=progress, max_concurrency=settings.max_concurrency,
-    )  # fmt: skip
+        settings.output,
+        fingerprint=settings.fingerprint(model_name),
+        settings=settings.model_dump(mode="json"),
+        key=row_key,
+        progress=progress,
+        max_concurrency=settings.max_concurrency,
+    )
 
 
 class MathBenchmark:
@@ -141,9 +145,15 @@ class MathBenchmark:
     async def _fill_pools(self, problems: list[Problem], pool: PoolStore, run: RunFolder) -> Pools:
         config = self.settings.pacore_config([1], 0)  # its retries and request timeout
         return await fill_pools(
-            problems, pool, self.settings.pool_size, self.explorer, config, self._grade, run,
+            problems,
+            pool,
+            self.settings.pool_size,
+            self.explorer,
+            config,
+            self._grade,
+            run,
             on_failure=lambda problem, error: self._fail(problem.id, "pool", None, error),
-        )  # fmt: skip
+        )
 
     # -- single and vote: no model calls ---------------------------------------------------------------
     def _pool_rows(self, pools: Pools, results: ResultsFile) -> None:
@@ -183,7 +193,11 @@ class MathBenchmark:
         await asyncio.gather(*runs)
 
     def _pacore_row(
-        self, rounds: list[int], variant: str, sample: int, units: dict[str, tuple[Problem, list[int]]],
+        self,
+        rounds: list[int],
+        variant: str,
+        sample: int,
+        units: dict[str, tuple[Problem, list[int]]],
         outcome: ProblemOutcome,
     ) -> dict[str, Any] | None:
         problem, indices = units[outcome.problem.id]
@@ -201,13 +215,22 @@ class MathBenchmark:
         failed = {f.problem_id for f in self.failures}
         complete = [p for p in problem_ids if p not in failed]
         points, png, table = write_outputs(
-            self.output, rows, problem_ids, complete, [f.model_dump() for f in self.failures],
+            self.output,
+            rows,
+            problem_ids,
+            complete,
+            [f.model_dump() for f in self.failures],
             title=f"{Path(self.settings.data).stem} · {self.model_name}",
-        )  # fmt: skip
+        )
         return MathReport(
-            points=points, failures=self.failures, problems=len(problem_ids), rows=len(rows), output=self.output,
-            png=png, table=table,
-        )  # fmt: skip
+            points=points,
+            failures=self.failures,
+            problems=len(problem_ids),
+            rows=len(rows),
+            output=self.output,
+            png=png,
+            table=table,
+        )
 
     def _wanted_labels(self) -> set[str]:
         labels = {f"vote@{k}" for k in self.settings.effective_vote_ks}

@@ -144,9 +144,9 @@ class MathRunSettings(PoolSettings):
     def pool_size(self) -> int:
         return self.pool or self.pool_needed
 
-    def pacore_config(self, rounds: list[int], sample: int, variant: str = "") -> PaCoReConfig:
+    def pacore_config(self, rounds: list[int], sample: int, variant: str = "", **options: Any) -> PaCoReConfig:
         coordination = method_options(variant, budget_tokens=self.budget_tokens) if variant else {}
-        return super().pacore_config(rounds, sample, **coordination)
+        return super().pacore_config(rounds, sample, **{**coordination, **options})
 
     def fingerprint(self, model: str) -> dict[str, Any]:
         """What results in one folder must share: rows made under other values would not be comparable."""

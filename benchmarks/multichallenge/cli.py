@@ -15,9 +15,9 @@ import asyncio
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from pacore_graph.extend import (
+from pacore_graph.command_kit import (
     CommandParser,
     add_alias,
     item_counts,
@@ -27,10 +27,20 @@ from pacore_graph.extend import (
     warn,
 )
 
+if TYPE_CHECKING:  # imported on first use at run time: `pacore --help` stays quick
+    from rich.console import Console
+
+    from pacore_benchmarks.multichallenge.data import Conversation, Dataset
+    from pacore_benchmarks.multichallenge.runner import RunOutcome
+    from pacore_benchmarks.multichallenge.scoring import Scores
+    from pacore_benchmarks.multichallenge.settings import RunSettings
+    from pacore_graph import RunFolder
+    from pacore_graph.extend import ResultsFile
+
 COMMAND = "bench multichallenge"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "multichallenge",
         help="MultiChallenge multi-turn chat benchmark (responses through PaCoRe, LLM judge)",
@@ -43,18 +53,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from pacore_benchmarks.multichallenge.data import DEFAULT_DATA
-    from pacore_graph.extend import EMBEDDED_MAX_TOKENS, add_run_arguments
+    from pacore_graph.command_kit import add_run_arguments
+    from pacore_graph.extend import EMBEDDED_MAX_TOKENS
 
     parser.add_argument("--data", metavar="PATH", help=DEFAULT_DATA.help("benchmark_questions.jsonl path or hub name"))
     parser.add_argument("--limit", type=int, help="first N conversations (after --axis)")
     parser.add_argument("--axis", help="only this axis, e.g. INFERENCE_MEMORY")
     add_run_arguments(
-        parser, role="responder",
+        parser,
+        role="responder",
         concurrency="model calls (trajectories) in flight at most over the whole run (default 256)",
         concurrency_default=256,
         max_tokens=f"cap per generated message; 0 = none (default: none, {EMBEDDED_MAX_TOKENS} on the embedded model)",
         output="results folder; rerun into it to resume (default: runs/multichallenge-<schedule>)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--judge-base-url",
         action="append",
@@ -111,7 +123,8 @@ def main(args: argparse.Namespace) -> int:
     from pacore_benchmarks.multichallenge.runner import run_folder
     from pacore_benchmarks.multichallenge.settings import RunSettings
     from pacore_graph import PaCoReConfig
-    from pacore_graph.extend import EMBEDDED_CONTEXT, EMBEDDED_MAX_TOKENS, RunProgress, UsageError, configured_url
+    from pacore_graph.extend import EMBEDDED_CONTEXT, EMBEDDED_MAX_TOKENS, RunProgress, UsageError
+    from pacore_graph.models import configured_url
 
     rounds, preset = _schedule(args)
     PaCoReConfig(rounds=rounds)  # one clear message for a bad schedule, before anything runs
@@ -166,18 +179,20 @@ class Keys(NamedTuple):
     judge: str | None
 
 
-def _warn_self_judging(settings, console=None) -> None:
+def _warn_self_judging(settings: RunSettings, console: Console | None = None) -> None:
     """The self-judging warning: a ``pacore: warning:`` line on stderr, or (``console``) in the printed report."""
     from pacore_benchmarks.multichallenge.report import self_judging_warning
 
     warning = self_judging_warning(settings)
     if warning and console is None:
         warn(warning)
-    elif warning:
+    elif warning and console is not None:
         console.print(f"[bold red]WARNING:[/] [red]{warning}[/]", highlight=False, soft_wrap=True)
 
 
-async def _run(settings, dataset, conversations, keys: Keys, folder) -> int:
+async def _run(
+    settings: RunSettings, dataset: Dataset, conversations: list[Conversation], keys: Keys, folder: RunFolder
+) -> int:
     from rich.console import Console
 
     from pacore_benchmarks.multichallenge.runner import RunOutcome, problem_id, row_key
@@ -209,21 +224,36 @@ async def _run(settings, dataset, conversations, keys: Keys, folder) -> int:
     scores = _write_reports(settings, dataset, conversations, results, console)
     failed = f"{unfinished} row(s) unfinished: rerun the same command to finish them" if unfinished else None
     passed = sum(bool(row.get("passed")) for row in results.rows if row_key(row) in wanted)
-    counts = item_counts(len(wanted), unfinished, conversations=len(conversations), passed=passed,
-                         response_errors=scores.response_errors, judge_errors=scores.judge_errors)  # fmt: skip
-    return print_summary(COMMAND, 1 if unfinished else 0, output=output, counts=counts, error=failed,
-                         pass_at_1=scores.overall_pass_at_1, official=scores.overall_official)  # fmt: skip
+    counts = item_counts(
+        len(wanted),
+        unfinished,
+        conversations=len(conversations),
+        passed=passed,
+        response_errors=scores.response_errors,
+        judge_errors=scores.judge_errors,
+    )
+    return print_summary(
+        COMMAND,
+        1 if unfinished else 0,
+        output=output,
+        counts=counts,
+        error=failed,
+        pass_at_1=scores.overall_pass_at_1,
+        official=scores.overall_official,
+    )
 
 
 class _Fatal(Exception):
     """A server cannot be used at all (unreachable, unknown model): stop, keep what is written."""
 
 
-async def _respond_and_judge(settings, conversations, folder, console, keys: Keys):
+async def _respond_and_judge(
+    settings: RunSettings, conversations: list[Conversation], folder: RunFolder, console: Console, keys: Keys
+) -> RunOutcome:
     from pacore_benchmarks.multichallenge.judge import OFFICIAL_EXTRA_BODY
     from pacore_benchmarks.multichallenge.runner import MultiChallengeRunner
     from pacore_graph import PaCoReError, chat_model
-    from pacore_graph.extend import check_server, serving
+    from pacore_graph.models import check_server, serving
 
     clients: list[Any] = []  # closed however the run ends
     with ExitStack() as stack:
@@ -236,11 +266,12 @@ async def _respond_and_judge(settings, conversations, folder, console, keys: Key
                 check_server(responder)  # one clear line instead of hundreds of rows of connection errors
                 # The judge has a client of its own, sending what the official one sends, even on the same server.
                 judge_args = (settings.judge_model, keys.judge)
-                judge_client = {"extra_body": OFFICIAL_EXTRA_BODY}
                 if settings.judge_base_url == settings.base_url:  # the embedded server included
-                    judge = chat_model(responder.base_url, *judge_args, **judge_client)
+                    judge = chat_model(responder.base_url, *judge_args, extra_body=OFFICIAL_EXTRA_BODY)
                 else:
-                    judge = stack.enter_context(serving(settings.judge_base_url, *judge_args, **judge_client))
+                    judge = stack.enter_context(
+                        serving(settings.judge_base_url, *judge_args, extra_body=OFFICIAL_EXTRA_BODY)
+                    )
                 clients.append(judge)
                 check_server(judge)
             except PaCoReError as exc:
@@ -272,7 +303,9 @@ async def _close(*models: Any) -> None:
             await close()
 
 
-def _write_reports(settings, dataset, conversations, results, console):  # -> Scores
+def _write_reports(
+    settings: RunSettings, dataset: Dataset, conversations: list[Conversation], results: ResultsFile, console: Console
+) -> Scores:
     from collections import Counter
 
     from pacore_benchmarks.multichallenge.report import markdown_report, plot_scores, print_summary

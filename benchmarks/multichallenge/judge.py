@@ -190,7 +190,7 @@ def parse_judge_reply(text: str) -> JudgeReply:
     if labelled:
         verdicts = {w.upper() for w in labelled}
         if len(verdicts) == 1:
-            return JudgeReply(verdict=verdicts.pop(), reasoning=body)  # type: ignore[arg-type]
+            return JudgeReply(verdict=verdicts.pop(), reasoning=body)
         raise UnreadableVerdict("reply gives both YES and NO as its verdict")
     bare = _word_verdict(body)
     if bare is not None:

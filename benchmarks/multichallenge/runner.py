@@ -45,9 +45,12 @@ def problem_id(question_id: str, sample: int) -> str:
 def run_folder(settings: RunSettings, progress: Any = True) -> RunFolder:
     """The run's output folder: its fingerprint is what defines the results (see ``RunSettings.identity``)."""
     return RunFolder(
-        settings.output, fingerprint=settings.identity(), settings=settings.model_dump(), key=row_key,
+        settings.output,
+        fingerprint=settings.identity(),
+        settings=settings.model_dump(),
+        key=row_key,
         progress=progress,
-    )  # fmt: skip
+    )
 
 
 class Unfinished(Exception):
@@ -72,9 +75,7 @@ def pacore_config(settings: RunSettings, context_window: int | None) -> PaCoReCo
 
 def _is_permanent(error: RoundFailedError) -> bool:
     """Some trajectory was refused for its request (400/413/422), cut off, or gave an empty conclusion."""
-    return any(
-        t.error_status in _PERMANENT_STATUSES if t.failed else not t.usable for t in error.round.trajectories
-    )
+    return any(t.error_status in _PERMANENT_STATUSES if t.failed else not t.usable for t in error.round.trajectories)
 
 
 def _rounds_for_row(result: PaCoReResult) -> list[dict[str, Any]]:
@@ -144,9 +145,13 @@ class MultiChallengeRunner:
             return made
 
         summary = await self.folder.run(
-            self.responder, self.config, self.problems(conversations), row,
-            concurrency=self.settings.workers, label="conversations",
-        )  # fmt: skip
+            self.responder,
+            self.config,
+            self.problems(conversations),
+            row,
+            concurrency=self.settings.workers,
+            label="conversations",
+        )
         return RunOutcome(
             written=summary.written, unfinished=[f"{key}: {reason}" for key, reason in summary.failed.items()]
         )

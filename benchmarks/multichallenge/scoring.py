@@ -52,7 +52,7 @@ def row_passed(row: Mapping[str, Any] | None) -> bool:
     """A row passes only with a response, a verdict, no error, and verdict == PASS_CRITERIA."""
     if row is None or row.get("error") or row.get("judge_error") or row.get("verdict") is None:
         return False
-    return row["verdict"] == row["pass_criteria"]
+    return bool(row["verdict"] == row["pass_criteria"])
 
 
 def score_rows(rows: Iterable[Mapping[str, Any]], wanted: Mapping[str, str], samples: int) -> Scores:

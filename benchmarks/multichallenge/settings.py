@@ -7,7 +7,7 @@ silently corrupt it.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -65,5 +65,5 @@ class RunSettings(BaseModel):
             return False
         return self.judge_model is None or self.model is None or self.judge_model == self.model
 
-    def identity(self) -> dict:
+    def identity(self) -> dict[str, Any]:
         return self.model_dump(include=set(IDENTITY_FIELDS))

@@ -29,7 +29,8 @@ from pacore_emulator import Emulator, EmulatorConfig
 from pacore_emulator.config import AnswerMix
 from pacore_emulator.replies import majority_answer
 from pacore_graph import PaCoReConfig, asolve
-from pacore_graph.extend import Budget, EarlyStop, OpenAICompatibleChatModel, boxed_answer
+from pacore_graph.coordination import Budget, EarlyStop, boxed_answer
+from pacore_graph.models import OpenAICompatibleChatModel
 
 METHODS = ("paper", "budget", "early_stop", "subset", "dedup", "vote")
 VARIANTS = (*METHODS[1:], "verifier")  # what `pacore bench math` offers beside the paper's PaCoRe
@@ -61,9 +62,12 @@ def bench_emulator() -> EmulatorConfig:
     """Reasoning lengths of 400 to 4000 tokens, short conclusions, the default answer mix, and replies that
     miss the majority answer 1.3x longer (wrong chains run longer; see AnswerMix)."""
     return EmulatorConfig(
-        ttft=0.05, token_delay=0.001, output_tokens=(400, 4000), answer_tokens=8,
+        ttft=0.05,
+        token_delay=0.001,
+        output_tokens=(400, 4000),
+        answer_tokens=8,
         answers=AnswerMix(minority_length=1.3),
-    )  # fmt: skip
+    )
 
 
 class CoordinationSettings(BenchSettings):
@@ -97,11 +101,12 @@ class CoordinationSettings(BenchSettings):
 
     def config(self, method: str, paper_tokens: float) -> PaCoReConfig:
         """The operator's configuration of one method (``paper_tokens``: the paper's mean tokens per problem)."""
-        everyone = {"rounds": self.schedule, "max_concurrency": self.concurrency * max(self.schedule),
-                    "spaced_gc": True}  # fmt: skip
         budget = max(1, round(self.budget_share * paper_tokens))
         return PaCoReConfig(
-            **everyone, **method_options(method, lead=self.lead, subset=self.subset, budget_tokens=budget)
+            rounds=self.schedule,
+            max_concurrency=self.concurrency * max(self.schedule),
+            spaced_gc=True,
+            **method_options(method, lead=self.lead, subset=self.subset, budget_tokens=budget),
         )
 
 
@@ -128,8 +133,10 @@ class MethodRun(BaseModel):
 
 
 def problems(settings: CoordinationSettings) -> list[str]:
-    return [f"Problem {n}: how many ordered pairs (a, b) of positive integers satisfy a * b = {n + 12}?"
-            for n in range(settings.problems)]  # fmt: skip
+    return [
+        f"Problem {n}: how many ordered pairs (a, b) of positive integers satisfy a * b = {n + 12}?"
+        for n in range(settings.problems)
+    ]
 
 
 async def run_method(emulator: Emulator, settings: CoordinationSettings, method: str, paper_tokens: float) -> MethodRun:

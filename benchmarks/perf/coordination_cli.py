@@ -5,8 +5,12 @@ and every method's figures)."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING, Any
 
-from pacore_graph.extend import add_alias, add_schedule_arguments, print_summary, schedule_from_args, summarised
+from pacore_graph.command_kit import add_alias, add_schedule_arguments, print_summary, schedule_from_args, summarised
+
+if TYPE_CHECKING:  # imported on first use at run time: `pacore --help` stays quick
+    from pacore_benchmarks.perf.coordination import CoordinationSettings
 
 COMMAND = "bench coordination"
 TARGETS = {"tokens_saved_early_stop": 0.30, "agreement_kept_early_stop": 0.95}
@@ -14,7 +18,7 @@ LAG_WARNING_S = 0.1
 COLUMNS = ("method", "completion tokens", "saved", "prompt tokens", "wall s", "agreement", "kept", "cancelled", "stops")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "coordination",
         help="coordination options side by side on the serving emulator: tokens, wall, majority agreement",
@@ -37,9 +41,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=main)
 
 
-def settings_from_args(args: argparse.Namespace):  # -> CoordinationSettings
+def settings_from_args(args: argparse.Namespace) -> CoordinationSettings:
     from pacore_benchmarks.perf.coordination import CoordinationSettings
     from pacore_emulator.config import AnswerMix
+
     methods = [method.strip() for method in args.methods.split(",") if method.strip()] if args.methods else None
     output_tokens = None
     if args.output_tokens:
@@ -50,10 +55,19 @@ def settings_from_args(args: argparse.Namespace):  # -> CoordinationSettings
             raise ValueError(f"--output-tokens is MIN-MAX, such as 400-4000, not {args.output_tokens!r}") from None
     answers = {"weights": AnswerMix.parse_weights(args.mix)} if args.mix else None
     return CoordinationSettings.from_command_line(
-        args.quick, problems=args.problems, lead=args.lead, subset=args.subset, schedule=schedule_from_args(args),
-        methods=methods, emulator={"seed": args.seed, "token_delay": args.token_delay, "output_tokens": output_tokens,
-                                   "answers": answers},
-    )  # fmt: skip
+        args.quick,
+        problems=args.problems,
+        lead=args.lead,
+        subset=args.subset,
+        schedule=schedule_from_args(args),
+        methods=methods,
+        emulator={
+            "seed": args.seed,
+            "token_delay": args.token_delay,
+            "output_tokens": output_tokens,
+            "answers": answers,
+        },
+    )
 
 
 @summarised(COMMAND)
@@ -80,9 +94,17 @@ def main(args: argparse.Namespace) -> int:
         table.add_column(column, justify="left" if column in ("method", "stops") else "right")
     for run in report.runs:
         stops = ", ".join(f"{reason} {count}" for reason, count in run.stops.items())
-        table.add_row(run.method, str(run.completion_tokens), f"{report.saved(run.method):.1%}", str(run.prompt_tokens),
-                      f"{run.wall_s:.1f}",
-                      f"{run.agreement:.1%}", f"{report.kept(run.method):.1%}", str(run.cancelled), stops)  # fmt: skip
+        table.add_row(
+            run.method,
+            str(run.completion_tokens),
+            f"{report.saved(run.method):.1%}",
+            str(run.prompt_tokens),
+            f"{run.wall_s:.1f}",
+            f"{run.agreement:.1%}",
+            f"{report.kept(run.method):.1%}",
+            str(run.cancelled),
+            stops,
+        )
     Console().print(table)
     lagging = [run.method for run in report.runs if run.lag_p99_s > LAG_WARNING_S]
     if lagging:
@@ -97,7 +119,7 @@ def main(args: argparse.Namespace) -> int:
     return print_summary(COMMAND, 1 if missed else 0, counts=counts, error=error, **summary)
 
 
-def missed_targets(summary: dict) -> list[str]:
+def missed_targets(summary: dict[str, Any]) -> list[str]:
     """The targets (:data:`TARGETS`) the run fell short of; none when early stop did not run."""
     if "tokens_saved_early_stop" not in summary:
         return []

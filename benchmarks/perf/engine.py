@@ -37,7 +37,7 @@ from pydantic import BaseModel, Field, PrivateAttr
 from pacore_benchmarks.perf.bench_settings import BenchSettings
 from pacore_benchmarks.perf.engine_server import Counters, root_of, server_facts, settled_counters
 from pacore_graph import PaCoReConfig, asolve, chat_model
-from pacore_graph.extend import OpenAICompatibleChatModel
+from pacore_graph.models import OpenAICompatibleChatModel
 
 OPERATOR, BARE, SAMPLED = "operator", "bare client", "n=K"
 SIDES = (OPERATOR, BARE, SAMPLED)
@@ -59,9 +59,12 @@ class EngineSettings(BenchSettings):
     problems: int = Field(3, ge=1, le=len(PROBLEMS), description="problems per run, solved one after another")
     repeats: int = Field(3, ge=1, description="runs per side; medians reported")
     block_size: int = Field(32, ge=1, description="vLLM's KV block size, for a server this benchmark starts")
-    ignore_eos: bool = Field(True, description="every reply exactly max_tokens long (vLLM's ignore_eos): the three "
-                             "sides then generate the same tokens, and a reply that stops early does not leave the "
-                             "batch smaller for one side by chance")  # fmt: skip
+    ignore_eos: bool = Field(
+        True,
+        description="every reply exactly max_tokens long (vLLM's ignore_eos): the three "
+        "sides then generate the same tokens, and a reply that stops early does not leave the "
+        "batch smaller for one side by chance",
+    )
 
     @classmethod
     def quick_defaults(cls) -> dict[str, Any]:
@@ -229,8 +232,9 @@ async def prompt_tokens(session: aiohttp.ClientSession, root: str, model: str, p
     return dict(await asyncio.gather(*(one(key) for key in probe.messages)))
 
 
-def figures(side: str, repeat: int, probe: Probe, wall_s: float, schedule: list[int], block: int,
-            tokens: dict[str, list[int]]) -> SideRun:  # fmt: skip
+def figures(
+    side: str, repeat: int, probe: Probe, wall_s: float, schedule: list[int], block: int, tokens: dict[str, list[int]]
+) -> SideRun:
     """The run's rounds from the probe's readings: one interval per round of each problem, in order."""
     per_round = len(schedule)
     deltas = [later - earlier for earlier, later in itertools.pairwise(probe.marks)]
@@ -330,21 +334,31 @@ class EngineReport(BaseModel):
         return [run for run in self.runs if run.side == side]
 
 
-async def run_benchmark(settings: EngineSettings, base_url: str, model_name: str | None = None,
-                        on_run: Callable[[SideRun], None] | None = None) -> EngineReport:  # fmt: skip
+async def run_benchmark(
+    settings: EngineSettings,
+    base_url: str,
+    model_name: str | None = None,
+    on_run: Callable[[SideRun], None] | None = None,
+) -> EngineReport:
     """A warm-up (one problem, operator then bare client, not counted), then ``repeats`` times: the operator,
     then the bare client and ``n=K`` on its requests, their order alternating."""
     base = chat_model(base_url, model_name, max_tokens=settings.max_tokens)  # the server's first model if none
-    model = RecordingModel(base_url=base.base_url, model=base.model, api_key=base.api_key,
-                           max_tokens=settings.max_tokens, profile=base.profile)  # fmt: skip
+    model = RecordingModel(
+        base_url=base.base_url,
+        model=base.model,
+        api_key=base.api_key,
+        max_tokens=settings.max_tokens,
+        profile=base.profile,
+    )
     url = f"{base.base_url}/chat/completions"
     root = root_of(base.base_url)
     problems = PROBLEMS[: settings.problems]
     schedule = settings.schedule
     # uvicorn closes a connection idle for 5 s: ours are closed first, never reused as the server closes them
     unlimited = aiohttp.ClientTimeout(total=None)
-    sessions = [aiohttp.ClientSession(timeout=unlimited, connector=aiohttp.TCPConnector(keepalive_timeout=2))
-                for _ in range(2)]  # fmt: skip
+    sessions = [
+        aiohttp.ClientSession(timeout=unlimited, connector=aiohttp.TCPConnector(keepalive_timeout=2)) for _ in range(2)
+    ]
     metrics, bare = sessions
     runs: list[SideRun] = []
     identical = True
@@ -376,8 +390,9 @@ async def run_benchmark(settings: EngineSettings, base_url: str, model_name: str
         await one(BARE, -1, recorded, problems[:1])
         for repeat in range(settings.repeats):
             _, recorded = await one(OPERATOR, repeat, None, problems)
-            identical &= all(len({prompt_key(body["messages"]) for body in bodies}) == 1
-                             for rounds in recorded for bodies in rounds)  # fmt: skip
+            identical &= all(
+                len({prompt_key(body["messages"]) for body in bodies}) == 1 for rounds in recorded for bodies in rounds
+            )
             for side in (BARE, SAMPLED) if repeat % 2 == 0 else (SAMPLED, BARE):
                 await one(side, repeat, recorded, problems)
     except aiohttp.ClientError as exc:
@@ -423,7 +438,7 @@ def side_figures(runs: list[SideRun]) -> dict[str, Any]:
                 "distinct_prompts": sum(r.distinct_prompts for r in group),
             }
             for index, group in enumerate(zip(*(run.rounds for run in runs), strict=True))
-        ],  # fmt: skip
+        ],
     }
 
 
@@ -463,8 +478,9 @@ def summarise(report: EngineReport) -> dict[str, Any]:
         "throughput_target": THROUGHPUT_TARGET,
         "wall_ratio_operator_vs_bare": _ratio(op["wall_s"], bare["wall_s"]),
         "prefill_ratio_round2plus_operator_vs_n_k": prefill,
-        "prefill_ratio_round2plus_bare_vs_n_k": _ratio(bare["computed_tokens_round2plus"],
-                                                       nk["computed_tokens_round2plus"]),
+        "prefill_ratio_round2plus_bare_vs_n_k": _ratio(
+            bare["computed_tokens_round2plus"], nk["computed_tokens_round2plus"]
+        ),
         "cached_fraction_round2plus": hits_2,
         "cached_fraction_target": wanted,
         "cache_bound_fraction_round2plus": bound_2,
@@ -474,4 +490,4 @@ def summarise(report: EngineReport) -> dict[str, Any]:
         "identical_prompts": report.identical_prompts,
         "targets": targets,
         "sides": sides,
-    }  # fmt: skip
+    }

@@ -13,35 +13,51 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from pacore_graph.extend import add_output_argument, parse_rounds, print_summary, say, summarised
+from pacore_graph.command_kit import add_output_argument, print_summary, say, summarised
+from pacore_graph.extend import parse_rounds
 
 COMMAND = "bench engine"
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser = subparsers.add_parser(
-        "engine", help="PaCoRe on real vLLM: operator vs a bare client vs n=K sampling (prefix cache, throughput)",
+        "engine",
+        help="PaCoRe on real vLLM: operator vs a bare client vs n=K sampling (prefix cache, throughput)",
         description="Runs one PaCoRe schedule through the operator, through a bare aiohttp client sending exactly "
         "the requests the operator sent, and as n=K sampling (one request per round), against vLLM; reads vLLM's "
         "/metrics before every round: prompt tokens computed and served from the prefix cache, tokens generated. "
         "Without --base-url it starts vLLM's CPU build with `pacore serve-vllm` and stops it at the end.",
-    )  # fmt: skip
-    parser.add_argument("--base-url", metavar="URL", help="an already-running vLLM (.../v1); its first model serves "
-                        "unless --model names one (default: start one with pacore serve-vllm)")  # fmt: skip
+    )
+    parser.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="an already-running vLLM (.../v1); its first model serves "
+        "unless --model names one (default: start one with pacore serve-vllm)",
+    )
     parser.add_argument("--model", help="model name on --base-url (default: the server's first)")
-    parser.add_argument("--model-dir", help="model folder to serve when starting vLLM (default: the SmolLM2-135M "
-                        "that scripts/vllm-setup.sh prepares)")  # fmt: skip
-    parser.add_argument("--rounds", type=parse_rounds, metavar="K1[,K2...]",
-                        help="PaCoRe schedule (default 4,4: then a final round of 1)")  # fmt: skip
+    parser.add_argument(
+        "--model-dir",
+        help="model folder to serve when starting vLLM (default: the SmolLM2-135M that scripts/vllm-setup.sh prepares)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=parse_rounds,
+        metavar="K1[,K2...]",
+        help="PaCoRe schedule (default 4,4: then a final round of 1)",
+    )
     parser.add_argument("--max-tokens", type=int, metavar="N", help="cap on each reply (default 48; quick 32)")
     parser.add_argument("--problems", type=int, help="problems per run, one after another (default 3; quick 1)")
     parser.add_argument("--repeats", type=int, help="runs per side, medians reported (default 3; quick 1)")
     parser.add_argument("--block-size", type=int, help="KV block size of a vLLM started here (default 32)")
-    parser.add_argument("--ignore-eos", action=argparse.BooleanOptionalAction, default=None,
-                        help="every reply exactly --max-tokens long, so every side generates the same tokens "
-                        "(default: on)")  # fmt: skip
-    parser.add_argument("--quick", action="store_true", help="one problem, one run per side: about a minute "
-                        "on a running server")  # fmt: skip
+    parser.add_argument(
+        "--ignore-eos",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="every reply exactly --max-tokens long, so every side generates the same tokens (default: on)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="one problem, one run per side: about a minute on a running server"
+    )
     add_output_argument(parser, "folder for the started vLLM's log (default: a temporary folder)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     parser.set_defaults(func=main)
@@ -60,19 +76,27 @@ def main(args: argparse.Namespace) -> int:
     from pacore_benchmarks.perf.engine_server import started_vllm
 
     settings = EngineSettings.from_command_line(
-        args.quick, rounds=args.rounds, max_tokens=args.max_tokens, problems=args.problems, repeats=args.repeats,
-        block_size=args.block_size, ignore_eos=args.ignore_eos,
-    )  # fmt: skip
+        args.quick,
+        rounds=args.rounds,
+        max_tokens=args.max_tokens,
+        problems=args.problems,
+        repeats=args.repeats,
+        block_size=args.block_size,
+        ignore_eos=args.ignore_eos,
+    )
     if not settings.rounds or any(k < 1 for k in settings.rounds):
         raise ValueError("--rounds: at least one round before the final one, each of at least 1 trajectory")
     console = Console(stderr=True, width=100)
 
     def progress(run: SideRun) -> None:
-        cached = sum(r.hits for r in run.rounds if r.round >= 2) / max(1, sum(r.prompt for r in run.rounds
-                                                                              if r.round >= 2))  # fmt: skip
-        console.print(f"repeat {run.repeat + 1}/{settings.repeats}, {run.side}: {run.wall_s:.1f} s, "
-                      f"{run.total('generated')} tokens generated ({run.tokens_per_s:.1f}/s), "
-                      f"{run.total('prompt')} prompt tokens, {cached:.0%} of round 2+ cached")  # fmt: skip
+        cached = sum(r.hits for r in run.rounds if r.round >= 2) / max(
+            1, sum(r.prompt for r in run.rounds if r.round >= 2)
+        )
+        console.print(
+            f"repeat {run.repeat + 1}/{settings.repeats}, {run.side}: {run.wall_s:.1f} s, "
+            f"{run.total('generated')} tokens generated ({run.tokens_per_s:.1f}/s), "
+            f"{run.total('prompt')} prompt tokens, {cached:.0%} of round 2+ cached"
+        )
 
     if args.base_url:
         server: Any = nullcontext(args.base_url)
@@ -81,8 +105,10 @@ def main(args: argparse.Namespace) -> int:
         console.print(f"starting vLLM: pacore serve-vllm {model_dir} --block-size {settings.block_size} ...")
         server = started_vllm(model_dir, settings.block_size, args.output)
     schedule = f"{settings.rounds} + final 1"
-    console.print(f"PaCoRe {schedule}, {settings.problems} problem(s) one after another, max_tokens "
-                  f"{settings.max_tokens}, {settings.repeats} repeat(s): operator, bare client, n=K")  # fmt: skip
+    console.print(
+        f"PaCoRe {schedule}, {settings.problems} problem(s) one after another, max_tokens "
+        f"{settings.max_tokens}, {settings.repeats} repeat(s): operator, bare client, n=K"
+    )
     with server as base_url:
         report = asyncio.run(run_benchmark(settings, base_url, args.model, on_run=progress))
     summary = summarise(report)
@@ -122,9 +148,16 @@ def tables(summary: dict[str, Any]) -> list[Any]:
     for column in ("side", "wall s", "tokens/s", "generated", "prompt", "computed", "cached", "req/problem"):
         runs.add_column(column, justify="left" if column == "side" else "right")
     for side, f in sides.items():
-        runs.add_row(side, f"{f['wall_s']:.2f}", f"{f['generated_tokens_per_s']:.1f}", str(f["generated_tokens"]),
-                     str(f["prompt_tokens"]), str(f["computed_tokens"]), str(f["cached_tokens"]),
-                     f"{f['requests_per_problem']:g}")  # fmt: skip
+        runs.add_row(
+            side,
+            f"{f['wall_s']:.2f}",
+            f"{f['generated_tokens_per_s']:.1f}",
+            str(f["generated_tokens"]),
+            str(f["prompt_tokens"]),
+            str(f["computed_tokens"]),
+            str(f["cached_tokens"]),
+            f"{f['requests_per_problem']:g}",
+        )
     rounds = Table(title="per round, summed over runs and problems: prompt tokens vLLM computed and cached")
     for column in ("round", "K", "side", "prompt", "computed", "cached", "cached %", "bound %", "requests"):
         rounds.add_column(column, justify="left" if column == "side" else "right")
@@ -134,9 +167,18 @@ def tables(summary: dict[str, Any]) -> list[Any]:
             r = f["rounds"][index]
             final = " (final)" if index == count - 1 else ""
             bound = r["cache_bound"] / r["prompt"] if r["prompt"] else 0.0
-            rounds.add_row(f"{r['round']}{final}", str(r["k"]), side, str(r["prompt"]), str(r["computed"]),
-                           str(r["cached"]), f"{(r['cached_fraction'] or 0):.1%}", f"{bound:.1%}",
-                           str(r["requests"]), end_section=side == list(sides)[-1])  # fmt: skip
+            rounds.add_row(
+                f"{r['round']}{final}",
+                str(r["k"]),
+                side,
+                str(r["prompt"]),
+                str(r["computed"]),
+                str(r["cached"]),
+                f"{(r['cached_fraction'] or 0):.1%}",
+                f"{bound:.1%}",
+                str(r["requests"]),
+                end_section=side == list(sides)[-1],
+            )
     return [runs, rounds]
 
 

@@ -29,6 +29,7 @@ STOP_GRACE = 60.0
 
 KVCACHE_GIB = "2"
 
+
 def setup_vllm_executable() -> str:
     """The ``vllm`` that scripts/vllm-setup.sh installs: in ``$PACORE_VLLM_HOME`` (default
     ``~/.cache/pacore-graph/vllm``), in a venv of its own."""
@@ -84,8 +85,9 @@ async def read_counters(session: aiohttp.ClientSession, root: str) -> Counters:
         return parse_metrics(await response.text())
 
 
-async def settled_counters(session: aiohttp.ClientSession, root: str, requests: float, timeout: float = 5.0
-                           ) -> Counters:  # fmt: skip
+async def settled_counters(
+    session: aiohttp.ClientSession, root: str, requests: float, timeout: float = 5.0
+) -> Counters:
     """The counters once vLLM has counted at least ``requests`` finished requests: it answers a request a moment
     before its metrics record it, and a reading taken in between would give that request to the next interval."""
     deadline = time.monotonic() + timeout
@@ -109,8 +111,11 @@ async def server_facts(session: aiohttp.ClientSession, root: str) -> dict[str, A
     except (aiohttp.ClientError, ValueError):
         version = None
     block = labels.get("block_size", "")
-    return {"vllm_version": version, "block_size": int(block) if block.isdigit() else None,
-            "prefix_caching": labels.get("enable_prefix_caching") == "True"}  # fmt: skip
+    return {
+        "vllm_version": version,
+        "block_size": int(block) if block.isdigit() else None,
+        "prefix_caching": labels.get("enable_prefix_caching") == "True",
+    }
 
 
 def root_of(base_url: str) -> str:
@@ -125,8 +130,10 @@ def started_vllm(model_dir: str, block_size: int, log_dir: str | None = None) ->
     pacore = str(Path(sys.executable).parent / "pacore")
     port = free_port()
     command = [pacore, "serve-vllm", "--port", str(port), model_dir, "--block-size", str(block_size)]
-    env = {"PACORE_VLLM": os.environ.get("PACORE_VLLM", setup_vllm_executable()),
-           "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", KVCACHE_GIB)}  # fmt: skip
+    env = {
+        "PACORE_VLLM": os.environ.get("PACORE_VLLM", setup_vllm_executable()),
+        "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", KVCACHE_GIB),
+    }
     with tempfile.TemporaryDirectory(prefix="pacore-bench-engine-") as scratch:
         folder = Path(log_dir or scratch)
         folder.mkdir(parents=True, exist_ok=True)

@@ -35,7 +35,8 @@ from pacore_benchmarks.perf.faults_worker import (
 )
 from pacore_emulator import Emulator, EmulatorConfig, FaultRates
 from pacore_graph import RunFolder
-from pacore_graph.extend import OpenAICompatibleChatModel, ResultsFile, open_checkpointer
+from pacore_graph.extend import ResultsFile, open_checkpointer
+from pacore_graph.models import OpenAICompatibleChatModel
 
 
 class FaultSettings(BenchSettings):
@@ -185,7 +186,8 @@ def _run_worker(command: list[str], timeout: float) -> dict[str, Any]:
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise RuntimeError(f"the worker failed (exit {done.returncode}): {done.stderr[-2000:] or done.stdout[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return report
 
 
 def _complete_lines(path: Path) -> int:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 
-from pacore_graph.extend import add_output_argument, item_counts, print_summary, summarised
+from pacore_graph.command_kit import add_output_argument, item_counts, print_summary, summarised
 
 COMMAND = "bench faults"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "faults",
         help="reliability: a flaky emulated server (5%% HTTP 500, 2%% drops, 1%% timeouts) and kill-and-resume",
@@ -79,10 +79,21 @@ def main(args: argparse.Namespace) -> int:
         table.add_row(name, value, "[green]yes[/]" if ok else "[red]NO[/]")
     Console().print(table)
     summary = final_summary(faults, resume)
-    wrong = [name for name, value in (("problems unanswered", summary["problems"] - summary["answered"]),
-                                      ("duplicate results", summary["duplicates"]), ("lost", summary["lost"]),
-                                      ("resume not clean", not summary["resumed_ok"])) if value]  # fmt: skip
-    counts = item_counts(summary["problems"], summary["problems"] - summary["answered"], lost=summary["lost"],
-                         duplicates=summary["duplicates"])  # fmt: skip
+    wrong = [
+        name
+        for name, value in (
+            ("problems unanswered", summary["problems"] - summary["answered"]),
+            ("duplicate results", summary["duplicates"]),
+            ("lost", summary["lost"]),
+            ("resume not clean", not summary["resumed_ok"]),
+        )
+        if value
+    ]
+    counts = item_counts(
+        summary["problems"],
+        summary["problems"] - summary["answered"],
+        lost=summary["lost"],
+        duplicates=summary["duplicates"],
+    )
     error = f"checks failed: {', '.join(wrong)} (the table above)" if wrong else None
     return print_summary(COMMAND, 1 if wrong else 0, output=args.output, counts=counts, error=error, **summary)

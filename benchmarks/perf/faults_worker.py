@@ -17,8 +17,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pacore_graph import PaCoReConfig, Problem, RunFolder
-from pacore_graph.extend import ProblemOutcome, RetryPolicy, parse_rounds
+from langchain_core.messages import BaseMessage
+
+from pacore_graph import EpisodeContext, PaCoReConfig, Problem, RunFolder
+from pacore_graph.extend import ProblemOutcome, RetryPolicy, Trajectory, parse_rounds
 
 RESULTS_FILE = "results.jsonl"
 
@@ -84,9 +86,9 @@ class CallLog:
         self.explorer = explorer
         self.path = path
 
-    async def explore(self, messages, episode):
+    async def explore(self, messages: list[BaseMessage], episode: EpisodeContext) -> Trajectory:
         round_index, index = episode.round_index, episode.index
-        trajectory = await self.explorer.explore(messages, episode)
+        trajectory: Trajectory = await self.explorer.explore(messages, episode)
         with self.path.open("a", encoding="utf-8") as log:
             log.write(json.dumps({"round": round_index, "index": index}) + "\n")
         return trajectory
@@ -97,7 +99,8 @@ def fingerprint(model: str, config: PaCoReConfig) -> dict[str, Any]:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from pacore_graph.extend import ChatExplorer, OpenAICompatibleChatModel
+    from pacore_graph.extend import ChatExplorer
+    from pacore_graph.models import OpenAICompatibleChatModel
 
     config = scenario_config(
         parse_rounds(args.rounds),
@@ -119,9 +122,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         async with RunFolder(args.output, fingerprint=fingerprint(args.model, config), progress=False) as folder:
             summary = await folder.run(
-                explorer, config, synthetic_problems(args.problems), printed_row,
-                concurrency=args.problems_in_flight, salt=[args.model],
-            )  # fmt: skip
+                explorer,
+                config,
+                synthetic_problems(args.problems),
+                printed_row,
+                concurrency=args.problems_in_flight,
+                salt=[args.model],
+            )
     finally:
         await model.aclose()
     return summary.model_dump()

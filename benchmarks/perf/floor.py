@@ -52,7 +52,7 @@ def with_synthesis(messages: list[dict[str, Any]], references: list[str]) -> lis
     for position in range(len(messages) - 1, -1, -1):
         if messages[position].get("role") == "user":
             wrapped = {**messages[position], "content": render_synthesis(messages[position]["content"], references)}
-            return [*messages[:position], wrapped, *messages[position + 1:]]
+            return [*messages[:position], wrapped, *messages[position + 1 :]]
     raise ValueError("a problem needs a user message")
 
 
@@ -69,8 +69,17 @@ class FloorResult(BaseModel):
 class FloorClient:
     """Sends PaCoRe's requests for many problems at once over one session."""
 
-    def __init__(self, base_url: str, model: str, *, concurrency: int = 1024, stream: bool = False,
-                 seed: int = 42, temperature: float = 1.0, top_p: float = 1.0):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        concurrency: int = 1024,
+        stream: bool = False,
+        seed: int = 42,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+    ):
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
         self.stream = stream
@@ -84,8 +93,9 @@ class FloorClient:
 
     async def __aenter__(self) -> FloorClient:
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, keepalive_timeout=60)
-        self.session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None),
-                                             headers={"Content-Type": "application/json"})
+        self.session = aiohttp.ClientSession(
+            connector=connector, timeout=aiohttp.ClientTimeout(total=None), headers={"Content-Type": "application/json"}
+        )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -155,13 +165,26 @@ class FloorClient:
         return conclusions[0] if conclusions else ""
 
 
-async def run_floor(base_url: str, model: str, problems: list[list[dict[str, Any]]], rounds: list[int], *,
-                    concurrency: int = 1024, stream: bool = False, seed: int = 42,
-                    on_answered: Callable[[], None] | None = None) -> FloorResult:
+async def run_floor(
+    base_url: str,
+    model: str,
+    problems: list[list[dict[str, Any]]],
+    rounds: list[int],
+    *,
+    concurrency: int = 1024,
+    stream: bool = False,
+    seed: int = 42,
+    on_answered: Callable[[], None] | None = None,
+) -> FloorResult:
     """Solve every problem concurrently with the floor client; ``on_answered`` runs before the session closes."""
     async with FloorClient(base_url, model, concurrency=concurrency, stream=stream, seed=seed) as client:
         answers = await asyncio.gather(*(client.solve(problem, rounds) for problem in problems))
         if on_answered is not None:
             on_answered()
-    return FloorResult(problems=len(problems), trajectories=client.trajectories, failures=client.failures,
-                       completion_tokens=client.completion_tokens, answers=list(answers))
+    return FloorResult(
+        problems=len(problems),
+        trajectories=client.trajectories,
+        failures=client.failures,
+        completion_tokens=client.completion_tokens,
+        answers=list(answers),
+    )

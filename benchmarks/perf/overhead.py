@@ -33,7 +33,14 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 
 from pacore_benchmarks.perf.bench_settings import BenchSettings
-from pacore_benchmarks.perf.overhead_worker import ClientCost, GcSetting, WorkerResult, WorkerSpec, make_problems
+from pacore_benchmarks.perf.overhead_worker import (
+    ClientCost,
+    ClientName,
+    GcSetting,
+    WorkerResult,
+    WorkerSpec,
+    make_problems,
+)
 from pacore_emulator import Emulator, EmulatorConfig
 
 TARGETS = {"wall_ratio": 1.05, "cpu_ms_per_trajectory": 1.5, "stream_ratio": 0.8}
@@ -43,12 +50,24 @@ REFERENCE_TARGETS = {"wall": 0.95, "cpu": 0.8, "rss": 2.0}
 # ceiling (<=), the limit); the summary's "targets" and every printed verdict say these
 TARGET_FIGURES: dict[str, tuple[str, str, str, str, float]] = {
     "wall": ("wall_ratio", "wall, operator / floor, worst schedule", "x", "<=", TARGETS["wall_ratio"]),
-    "cpu": ("cpu_ms_per_trajectory", "client CPU per trajectory, operator", " ms", "<=",
-            TARGETS["cpu_ms_per_trajectory"]),
+    "cpu": (
+        "cpu_ms_per_trajectory",
+        "client CPU per trajectory, operator",
+        " ms",
+        "<=",
+        TARGETS["cpu_ms_per_trajectory"],
+    ),
     "stream": ("stream_ratio", "streamed tokens per CPU s, operator / floor", "x", ">=", TARGETS["stream_ratio"]),
-    **{f"reference_{name}": (f"reference.worst.{name}", f"{what}, operator / reference, worst schedule", "x", "<=",
-                             limit)
-       for (name, limit), what in zip(REFERENCE_TARGETS.items(), ("wall", "client CPU", "peak RSS"), strict=True)},
+    **{
+        f"reference_{name}": (
+            f"reference.worst.{name}",
+            f"{what}, operator / reference, worst schedule",
+            "x",
+            "<=",
+            limit,
+        )
+        for (name, limit), what in zip(REFERENCE_TARGETS.items(), ("wall", "client CPU", "peak RSS"), strict=True)
+    },
 }
 DEFAULT_SCHEDULES: list[list[int]] = [[4], [16], [32, 4]]
 
@@ -72,8 +91,11 @@ class OverheadSettings(BenchSettings):
     scaling_problems: list[int] = Field(default_factory=lambda: [16, 64, 256])
     profile: bool = False
     reference: str | None = Field(None, description="a checkout of stepfun-ai/PaCoRe: its pipeline as a third client")
-    gc: GcSetting = Field("default", description="every client's GC: default (CPython's, what a PaCoReNode user "
-                          "gets) or spaced (PaCoReConfig.spaced_gc's thresholds around every client's runs)")
+    gc: GcSetting = Field(
+        "default",
+        description="every client's GC: default (CPython's, what a PaCoReNode user "
+        "gets) or spaced (PaCoReConfig.spaced_gc's thresholds around every client's runs)",
+    )
     emulator: EmulatorConfig = Field(
         default_factory=lambda: EmulatorConfig(ttft=0.5, token_delay=0.005, output_tokens=(150, 450))
     )
@@ -135,8 +157,11 @@ class Pair(BaseModel):
         ref = self.reference
         if ref is None:
             return None
-        return {"wall": self.operator.wall_s / ref.wall_s, "cpu": self.operator.cpu_s / ref.cpu_s,
-                "rss": self.operator.peak_rss_mb / ref.peak_rss_mb}
+        return {
+            "wall": self.operator.wall_s / ref.wall_s,
+            "cpu": self.operator.cpu_s / ref.cpu_s,
+            "rss": self.operator.peak_rss_mb / ref.peak_rss_mb,
+        }
 
     @property
     def wall_ratio(self) -> float:
@@ -189,7 +214,9 @@ def run_worker(spec: WorkerSpec, timeout: float = 1800) -> WorkerResult:
         return _run_reference_worker(spec, timeout)
     completed = subprocess.run(
         [sys.executable, "-m", "pacore_benchmarks.perf.overhead_worker", spec.model_dump_json()],
-        capture_output=True, text=True, timeout=timeout,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     return _worker_result(spec, completed)
 
@@ -205,8 +232,12 @@ def _run_reference_worker(spec: WorkerSpec, timeout: float) -> WorkerResult:
         data.write_text("".join(row + "\n" for row in rows))
         fields = {"base_url", "model", "rounds", "concurrency", "stream", "seed", "gc", "full_pass_threshold"}
         worker_spec = {**spec.model_dump(include=fields), "data": str(data)}
-        completed = subprocess.run([spec.reference_python, str(WORKER), json.dumps(worker_spec)],
-                                   capture_output=True, text=True, timeout=timeout)
+        completed = subprocess.run(
+            [spec.reference_python, str(WORKER), json.dumps(worker_spec)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     return _worker_result(spec, completed)
 
 
@@ -228,15 +259,22 @@ def _one_run(emu: Emulator, spec: WorkerSpec) -> tuple[WorkerResult, dict[str, A
 
 def _median_measurement(spec: WorkerSpec, runs: list[tuple[WorkerResult, dict[str, Any]]]) -> Measurement:
     """The median-wall run's numbers, with the median CPU over all runs."""
-    spreads = {"wall_runs": [run[0].wall_s for run in runs], "cpu_runs": [run[0].cpu_s for run in runs],
-               "rss_runs": [run[0].peak_rss_mb for run in runs]}
     runs = sorted(runs, key=lambda run: run[0].wall_s)
     result, stats = runs[len(runs) // 2]
     cost = result.model_dump(include=set(ClientCost.model_fields))
     return Measurement(
         **{**cost, "client": spec.client, "cpu_s": statistics.median(run[0].cpu_s for run in runs)},
-        gc=spec.gc, rounds=spec.rounds, problems=spec.problems, stream=spec.stream, requests=stats["requests"],
-        tokens_out=stats["tokens_out"], emulator_cpu_s=stats["cpu_s"], peak_active=stats["peak_active"], **spreads,
+        gc=spec.gc,
+        rounds=spec.rounds,
+        problems=spec.problems,
+        stream=spec.stream,
+        requests=stats["requests"],
+        tokens_out=stats["tokens_out"],
+        emulator_cpu_s=stats["cpu_s"],
+        peak_active=stats["peak_active"],
+        wall_runs=[run[0].wall_s for run in runs],
+        cpu_runs=[run[0].cpu_s for run in runs],
+        rss_runs=[run[0].peak_rss_mb for run in runs],
     )
 
 
@@ -245,27 +283,46 @@ def measure(emu: Emulator, spec: WorkerSpec, repeats: int = 1) -> Measurement:
     return _median_measurement(spec, [_one_run(emu, spec) for _ in range(repeats)])
 
 
-def compare(emu: Emulator, settings: OverheadSettings, rounds: list[int], problems: int, stream: bool,
-            label: str | None = None, clients: tuple[str, str] = ("floor", "operator"),
-            reference_python: str | None = None) -> Pair:
+def compare(
+    emu: Emulator,
+    settings: OverheadSettings,
+    rounds: list[int],
+    problems: int,
+    stream: bool,
+    label: str | None = None,
+    clients: tuple[ClientName, ClientName] = ("floor", "operator"),
+    reference_python: str | None = None,
+) -> Pair:
     """A baseline and a client (and, given its interpreter, the reference pipeline) on one workload,
     alternating run by run so a change in machine load hits each of them."""
 
-    def spec(client: str) -> WorkerSpec:
-        return WorkerSpec(client=client, base_url=emu.base_url, model=emu.config.model, rounds=rounds,
-                          problems=problems, concurrency=settings.concurrency, stream=stream,
-                          reference_python=reference_python if client == "reference" else None,
-                          **gc_fields(settings.gc))
+    def spec(client: ClientName) -> WorkerSpec:
+        return WorkerSpec(
+            client=client,
+            base_url=emu.base_url,
+            model=emu.config.model,
+            rounds=rounds,
+            problems=problems,
+            concurrency=settings.concurrency,
+            stream=stream,
+            reference_python=reference_python if client == "reference" else None,
+            **gc_fields(settings.gc),
+        )
 
     specs = [spec(clients[0])] + ([spec("reference")] if reference_python else []) + [spec(clients[1])]
     runs: list[list[tuple[WorkerResult, dict[str, Any]]]] = [[] for _ in specs]
     for _ in range(settings.repeats):
         for client_runs, client_spec in zip(runs, specs, strict=True):
             client_runs.append(_one_run(emu, client_spec))
-    measured = [_median_measurement(client_spec, client_runs) for client_spec, client_runs in zip(specs, runs,
-                                                                                                    strict=True)]
-    return Pair(label=label or schedule_label(rounds), floor=measured[0], operator=measured[-1],
-                reference=measured[1] if reference_python else None)
+    measured = [
+        _median_measurement(client_spec, client_runs) for client_spec, client_runs in zip(specs, runs, strict=True)
+    ]
+    return Pair(
+        label=label or schedule_label(rounds),
+        floor=measured[0],
+        operator=measured[-1],
+        reference=measured[1] if reference_python else None,
+    )
 
 
 def plan(settings: OverheadSettings) -> list[tuple[str, dict[str, Any]]]:
@@ -277,22 +334,35 @@ def plan(settings: OverheadSettings) -> list[tuple[str, dict[str, Any]]]:
         for rounds in settings.schedules:
             steps.append(("streaming", {"rounds": rounds, "problems": settings.problems, "stream": True}))
     elif settings.stream is None:
-        steps.append(("streaming", {"rounds": settings.stream_schedule, "problems": settings.problems,
-                                    "stream": True}))
+        steps.append(("streaming", {"rounds": settings.stream_schedule, "problems": settings.problems, "stream": True}))
     if settings.checkpoint:
         problems = settings.checkpoint_problems or min(settings.problems, 16)
         steps.append(("checkpoint", {"rounds": [32, 4], "problems": problems}))
     if settings.proxy:
-        steps.append(("proxy", {"rounds": settings.proxy_schedule, "problems": settings.problems, "stream": False,
-                                "label": f"{schedule_label(settings.proxy_schedule)} via endpoint",
-                                "clients": ("operator", "proxy")}))
+        steps.append(
+            (
+                "proxy",
+                {
+                    "rounds": settings.proxy_schedule,
+                    "problems": settings.problems,
+                    "stream": False,
+                    "label": f"{schedule_label(settings.proxy_schedule)} via endpoint",
+                    "clients": ("operator", "proxy"),
+                },
+            )
+        )
     if settings.scaling:
         for k in settings.scaling_ks:
-            steps.append(("scaling_k", {"rounds": [k], "problems": settings.scaling_k_problems, "stream": False,
-                                        "label": f"K={k}"}))
+            steps.append(
+                (
+                    "scaling_k",
+                    {"rounds": [k], "problems": settings.scaling_k_problems, "stream": False, "label": f"K={k}"},
+                )
+            )
         for problems in settings.scaling_problems:
-            steps.append(("scaling_problems", {"rounds": [4], "problems": problems, "stream": False,
-                                               "label": f"P={problems}"}))
+            steps.append(
+                ("scaling_problems", {"rounds": [4], "problems": problems, "stream": False, "label": f"P={problems}"})
+            )
     if settings.profile:
         steps.append(("profile", {"rounds": [32, 4], "problems": settings.problems}))
     return steps
@@ -321,16 +391,29 @@ def run_overhead(settings: OverheadSettings, console: Any = None) -> OverheadRep
             progress.advance("overhead", 0, note=f"{section} {schedule_label(args['rounds'])} P={args['problems']}")
             if section == "checkpoint":
                 with tempfile.TemporaryDirectory() as tmp:
-                    spec = WorkerSpec(client="operator", base_url=emu.base_url, model=emu.config.model,
-                                      rounds=args["rounds"], problems=args["problems"],
-                                      concurrency=settings.concurrency, checkpoint=str(Path(tmp) / "checkpoints.db"),
-                                      **gc_fields(settings.gc))
+                    spec = WorkerSpec(
+                        client="operator",
+                        base_url=emu.base_url,
+                        model=emu.config.model,
+                        rounds=args["rounds"],
+                        problems=args["problems"],
+                        concurrency=settings.concurrency,
+                        checkpoint=str(Path(tmp) / "checkpoints.db"),
+                        **gc_fields(settings.gc),
+                    )
                     report.checkpoint = measure(emu, spec)
             elif section == "profile":
                 path = out_dir / "operator_profile.prof"
-                spec = WorkerSpec(client="operator", base_url=emu.base_url, model=emu.config.model,
-                                  rounds=args["rounds"], problems=args["problems"],
-                                  concurrency=settings.concurrency, profile=str(path), **gc_fields(settings.gc))
+                spec = WorkerSpec(
+                    client="operator",
+                    base_url=emu.base_url,
+                    model=emu.config.model,
+                    rounds=args["rounds"],
+                    problems=args["problems"],
+                    concurrency=settings.concurrency,
+                    profile=str(path),
+                    **gc_fields(settings.gc),
+                )
                 measure(emu, spec)
                 report.profile_path = str(path)
                 report.profile_top = path.with_suffix(".txt").read_text()
@@ -379,7 +462,9 @@ def summarise(report: OverheadReport) -> dict[str, Any]:
             / max(sum(p.operator.cpu_s for p in report.streaming), 1e-9),
             "floor": sum(p.floor.tokens_out for p in report.streaming)
             / max(sum(p.floor.cpu_s for p in report.streaming), 1e-9),
-        } if report.streaming else None,
+        }
+        if report.streaming
+        else None,
         "peak_rss_mb": _worst([p.operator.peak_rss_mb for p in pairs]),
         "floor_peak_rss_mb": _worst([p.floor.peak_rss_mb for p in pairs]),
         "problems": report.settings.problems,
@@ -388,7 +473,8 @@ def summarise(report: OverheadReport) -> dict[str, Any]:
         "floor_trajectories": floor_traj,
         "failures": sum(p.operator.failures for p in pairs),
         "checkpoint_bytes_per_problem": (report.checkpoint.checkpoint or {}).get("file_bytes_per_problem")
-        if report.checkpoint else None,
+        if report.checkpoint
+        else None,
         "proxy_wall_ratio": proxy.wall_ratio if proxy else None,
         "proxy_added_cpu_ms_per_trajectory": proxy_added_cpu_ms(proxy) if proxy else None,
     }
@@ -399,9 +485,18 @@ def summarise(report: OverheadReport) -> dict[str, Any]:
     if model is not None:
         summary["operator_extra_ms_per_trajectory"] = round(model["extra_ms_per_trajectory"], 4)
         summary["operator_extra_ms_per_problem"] = round(model["extra_ms_per_problem"], 3)
-    for key in ("wall_ratio", "cpu_ratio", "cpu_ms_per_trajectory", "floor_cpu_ms_per_trajectory", "stream_ratio",
-                "peak_rss_mb", "floor_peak_rss_mb", "checkpoint_bytes_per_problem", "proxy_wall_ratio",
-                "proxy_added_cpu_ms_per_trajectory"):
+    for key in (
+        "wall_ratio",
+        "cpu_ratio",
+        "cpu_ms_per_trajectory",
+        "floor_cpu_ms_per_trajectory",
+        "stream_ratio",
+        "peak_rss_mb",
+        "floor_peak_rss_mb",
+        "checkpoint_bytes_per_problem",
+        "proxy_wall_ratio",
+        "proxy_added_cpu_ms_per_trajectory",
+    ):
         if isinstance(summary[key], float):
             summary[key] = round(summary[key], 4)
     targets = {}
@@ -427,8 +522,9 @@ def target_verdict(name: str, target: dict[str, Any]) -> str:
     """One target as a line: the figure, its value, and which side of the limit it is on,
     e.g. ``client CPU, operator / reference, worst schedule: 0.873x (target <= 0.8x: missed)``."""
     _figure_name, what, unit, side, limit = TARGET_FIGURES[name]
-    return (f"{what}: {target['value']:.3f}{unit} (target {side} {limit:g}{unit}: "
-            f"{'met' if target['met'] else 'missed'})")
+    return (
+        f"{what}: {target['value']:.3f}{unit} (target {side} {limit:g}{unit}: {'met' if target['met'] else 'missed'})"
+    )
 
 
 def gc_summary(report: OverheadReport) -> dict[str, Any]:
@@ -444,8 +540,11 @@ def gc_summary(report: OverheadReport) -> dict[str, Any]:
             seen.setdefault(side.client, []).append(tuple(side.gc_thresholds))
     thresholds = {client: list(statistics.mode(values)) for client, values in seen.items()}
     setting = report.settings.gc
-    return {"setting": setting, "full_pass_threshold": FULL_PASS_THRESHOLD if setting == "spaced" else None,
-            "thresholds": thresholds}
+    return {
+        "setting": setting,
+        "full_pass_threshold": FULL_PASS_THRESHOLD if setting == "spaced" else None,
+        "thresholds": thresholds,
+    }
 
 
 def reference_summary(pairs: list[Pair]) -> dict[str, Any]:
@@ -454,14 +553,25 @@ def reference_summary(pairs: list[Pair]) -> dict[str, Any]:
     if not versus:
         return {"reference": None}
     measured = [pair for pair in pairs if pair.reference is not None]
-    return {"reference": {
-        "per_schedule": {label: {name: round(value, 4) for name, value in ratios.items()}
-                         for label, ratios in versus.items() if ratios is not None},
-        "worst": {name: round(max(ratios[name] for ratios in versus.values() if ratios is not None), 4)
-                  for name in REFERENCE_TARGETS},
-        "cpu_ms_per_trajectory": round(1000 * sum(p.reference.cpu_s for p in measured if p.reference)
-                                       / max(sum(p.reference.trajectories for p in measured if p.reference), 1), 4),
-    }}
+    return {
+        "reference": {
+            "per_schedule": {
+                label: {name: round(value, 4) for name, value in ratios.items()}
+                for label, ratios in versus.items()
+                if ratios is not None
+            },
+            "worst": {
+                name: round(max(ratios[name] for ratios in versus.values() if ratios is not None), 4)
+                for name in REFERENCE_TARGETS
+            },
+            "cpu_ms_per_trajectory": round(
+                1000
+                * sum(p.reference.cpu_s for p in measured if p.reference)
+                / max(sum(p.reference.trajectories for p in measured if p.reference), 1),
+                4,
+            ),
+        }
+    }
 
 
 def write_outputs(report: OverheadReport, summary: dict[str, Any]) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from pacore_graph.extend import (
+from pacore_graph.command_kit import (
     add_alias,
     add_concurrency_argument,
     add_output_argument,
@@ -47,27 +47,50 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--quick", action="store_true", help="16 problems, ~1 s requests, no scaling (about 1 min)")
     parser.add_argument("--problems", type=int, help="problems per schedule (default 64; quick 16)")
-    add_concurrency_argument(parser, "requests in flight (client and emulator; default 1024)", default=1024,
-                             aliases=["--concurrency"])  # fmt: skip
+    add_concurrency_argument(
+        parser, "requests in flight (client and emulator; default 1024)", default=1024, aliases=["--concurrency"]
+    )
     add_schedule_arguments(parser, several=True, default="low,medium,high: [4], [16] and [32, 4]")
     add_alias(parser, "rounds", "--schedules", type=_schedules, action="extend")
-    parser.add_argument("--stream", action=argparse.BooleanOptionalAction, default=None,
-                        help="--stream: every schedule streamed too; default: one streamed probe ([16]); "
-                        "--no-stream: none")
+    parser.add_argument(
+        "--stream",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="--stream: every schedule streamed too; default: one streamed probe ([16]); --no-stream: none",
+    )
     parser.add_argument("--repeats", type=int, default=1, help="runs per client and workload; medians reported")
-    parser.add_argument("--scaling", action=argparse.BooleanOptionalAction, default=None,
-                        help="scaling with K (4..256) and problems (default: on, off with --quick)")
-    parser.add_argument("--checkpoint", action=argparse.BooleanOptionalAction, default=True,
-                        help="SQLite checkpoint bytes per problem for [32, 4]")
-    parser.add_argument("--proxy", action=argparse.BooleanOptionalAction, default=True,
-                        help="the [16] workload through the OpenAI-compatible endpoint vs the in-process operator")
-    parser.add_argument("--reference", metavar="PATH",
-                        help="a checkout of stepfun-ai/PaCoRe: its pipeline runs every schedule too, as a third "
-                        "client in the same rotation (installed once into a scratch venv under ~/.cache)")
-    parser.add_argument("--gc", choices=["default", "spaced"], default="default",
-                        help="every client's garbage collector: default, CPython's as a process finds it (what a "
-                        "PaCoReNode user gets; the default), or spaced, full passes rarer while runs are in flight "
-                        "(PaCoReConfig(spaced_gc=True) for the operator, the same thresholds for the others)")
+    parser.add_argument(
+        "--scaling",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="scaling with K (4..256) and problems (default: on, off with --quick)",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="SQLite checkpoint bytes per problem for [32, 4]",
+    )
+    parser.add_argument(
+        "--proxy",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the [16] workload through the OpenAI-compatible endpoint vs the in-process operator",
+    )
+    parser.add_argument(
+        "--reference",
+        metavar="PATH",
+        help="a checkout of stepfun-ai/PaCoRe: its pipeline runs every schedule too, as a third "
+        "client in the same rotation (installed once into a scratch venv under ~/.cache)",
+    )
+    parser.add_argument(
+        "--gc",
+        choices=["default", "spaced"],
+        default="default",
+        help="every client's garbage collector: default, CPython's as a process finds it (what a "
+        "PaCoReNode user gets; the default), or spaced, full passes rarer while runs are in flight "
+        "(PaCoReConfig(spaced_gc=True) for the operator, the same thresholds for the others)",
+    )
     parser.add_argument("--profile", action="store_true", help="also profile one operator run with cProfile")
     parser.add_argument("--ttft", type=float, help="emulator seconds to first token")
     parser.add_argument("--token-delay", type=float, help="emulator seconds per token")
@@ -82,12 +105,21 @@ def settings_from_args(args: argparse.Namespace) -> Any:
 
     given = bool(args.rounds or args.preset)
     return OverheadSettings.from_command_line(
-        args.quick, concurrency=args.max_concurrency, stream=args.stream, repeats=args.repeats,
-        checkpoint=args.checkpoint, proxy=args.proxy, profile=args.profile, output_dir=args.output,
-        reference=args.reference, gc=args.gc, problems=args.problems, scaling=args.scaling,
+        args.quick,
+        concurrency=args.max_concurrency,
+        stream=args.stream,
+        repeats=args.repeats,
+        checkpoint=args.checkpoint,
+        proxy=args.proxy,
+        profile=args.profile,
+        output_dir=args.output,
+        reference=args.reference,
+        gc=args.gc,
+        problems=args.problems,
+        scaling=args.scaling,
         schedules=schedules_from_args(args, []) if given else None,
         emulator={"ttft": args.ttft, "token_delay": args.token_delay, "output_tokens": args.output_tokens},
-    )  # fmt: skip
+    )
 
 
 @summarised(COMMAND)
@@ -112,11 +144,15 @@ def run(args: argparse.Namespace) -> int:
         out.print(table)
     if report.checkpoint is not None and report.checkpoint.checkpoint:
         c = report.checkpoint.checkpoint
-        out.print(f"checkpoints ([32, 4], SQLite): {c['file_bytes_per_problem']:,.0f} file bytes per problem, "
-                  f"{c['payload_bytes_per_problem']:,.0f} payload bytes per problem")
+        out.print(
+            f"checkpoints ([32, 4], SQLite): {c['file_bytes_per_problem']:,.0f} file bytes per problem, "
+            f"{c['payload_bytes_per_problem']:,.0f} payload bytes per problem"
+        )
     if summary["proxy_added_cpu_ms_per_trajectory"] is not None:
-        out.print(f"through the endpoint: {summary['proxy_added_cpu_ms_per_trajectory']:+.3f} ms CPU per trajectory, "
-                  f"{summary['proxy_wall_ratio']:.3f}x wall, against the in-process operator")
+        out.print(
+            f"through the endpoint: {summary['proxy_added_cpu_ms_per_trajectory']:+.3f} ms CPU per trajectory, "
+            f"{summary['proxy_wall_ratio']:.3f}x wall, against the in-process operator"
+        )
     for line in target_lines(report, summary):
         out.print(line, highlight=False)
     out.print(f"report: {markdown}")

@@ -88,8 +88,7 @@ def sides(pair: Pair) -> list[Measurement]:
     return [pair.floor, *([pair.reference] if pair.reference else []), pair.operator]
 
 
-def pair_rows(pair: Pair, columns: list[str], label: str | None = None, thresholds: bool = False
-              ) -> list[list[str]]:
+def pair_rows(pair: Pair, columns: list[str], label: str | None = None, thresholds: bool = False) -> list[list[str]]:
     """One row per client of the pair, the cells of ``columns``; ``thresholds``: the GC cell names the
     thresholds the run recorded too."""
     rows = []
@@ -133,15 +132,21 @@ def cost_model(pairs: list[Pair]) -> dict[str, float] | None:
     per_trajectory = (sty * spp - spy * stp) / det
     per_problem = (spy * stt - sty * stp) / det
     worst = max(abs(y - per_trajectory * t - per_problem * q) / max(abs(y), 1e-9) for t, q, y in points)
-    return {"extra_ms_per_trajectory": per_trajectory, "extra_ms_per_problem": per_problem,
-            "worst_relative_residual": worst}
+    return {
+        "extra_ms_per_trajectory": per_trajectory,
+        "extra_ms_per_problem": per_problem,
+        "worst_relative_residual": worst,
+    }
 
 
 def render_markdown(report: OverheadReport, summary: dict[str, Any], plot: Path | None) -> str:
     s = report.settings
     emu = s.emulator
-    verdict = "all targets met" if summary["targets_met"] else "targets missed: " + ", ".join(
-        name for name, target in summary["targets"].items() if not target["met"])
+    verdict = (
+        "all targets met"
+        if summary["targets_met"]
+        else "targets missed: " + ", ".join(name for name, target in summary["targets"].items() if not target["met"])
+    )
     parts = [
         "# PaCoRe operator overhead vs the bare aiohttp floor\n",
         f"{s.problems} problems, up to {s.concurrency} requests in flight (emulator slots {s.concurrency}); "
@@ -162,12 +167,32 @@ def render_markdown(report: OverheadReport, summary: dict[str, Any], plot: Path 
         parts.append(
             "## Checkpoints (SQLite, [32, 4])\n\n"
             + _markdown_table(
-                ["problems", "file bytes", "file bytes per problem", "checkpoints", "checkpoint payload bytes",
-                 "writes", "write payload bytes", "payload bytes per problem", "wall s", "CPU ms/traj"],
-                [[str(c["problems"]), f"{c['file_bytes']:,}", f"{c['file_bytes_per_problem']:,.0f}",
-                  str(c["checkpoints"]), f"{c['checkpoint_bytes']:,}", str(c["writes"]), f"{c['write_bytes']:,}",
-                  f"{c['payload_bytes_per_problem']:,.0f}", f"{report.checkpoint.wall_s:.2f}",
-                  f"{report.checkpoint.cpu_ms_per_trajectory:.3f}"]],
+                [
+                    "problems",
+                    "file bytes",
+                    "file bytes per problem",
+                    "checkpoints",
+                    "checkpoint payload bytes",
+                    "writes",
+                    "write payload bytes",
+                    "payload bytes per problem",
+                    "wall s",
+                    "CPU ms/traj",
+                ],
+                [
+                    [
+                        str(c["problems"]),
+                        f"{c['file_bytes']:,}",
+                        f"{c['file_bytes_per_problem']:,.0f}",
+                        str(c["checkpoints"]),
+                        f"{c['checkpoint_bytes']:,}",
+                        str(c["writes"]),
+                        f"{c['write_bytes']:,}",
+                        f"{c['payload_bytes_per_problem']:,.0f}",
+                        f"{report.checkpoint.wall_s:.2f}",
+                        f"{report.checkpoint.cpu_ms_per_trajectory:.3f}",
+                    ]
+                ],
             )
             + "\n"
         )
@@ -212,12 +237,23 @@ def render_markdown(report: OverheadReport, summary: dict[str, Any], plot: Path 
 
 def reference_paragraph(report: OverheadReport, summary: dict[str, Any]) -> str:
     """The operator as multiples of the reference pipeline, per schedule, each against its target."""
-    rows = [[label, *(versus_cell(name, ratios[name]) for name in REFERENCE_TARGETS)]
-            for label, ratios in summary["reference"]["per_schedule"].items()]
-    spreads = [[pair.label if side is pair.floor else "", side.client, side.gc, _span(side.wall_runs, "{:.2f}"),
-                _span(side.cpu_runs, "{:.3f}"), _span(side.rss_runs, "{:.0f}")]
-               for pair in report.schedules if pair.reference is not None
-               for side in (pair.floor, pair.reference, pair.operator)]  # fmt: skip
+    rows = [
+        [label, *(versus_cell(name, ratios[name]) for name in REFERENCE_TARGETS)]
+        for label, ratios in summary["reference"]["per_schedule"].items()
+    ]
+    spreads = [
+        [
+            pair.label if side is pair.floor else "",
+            side.client,
+            side.gc,
+            _span(side.wall_runs, "{:.2f}"),
+            _span(side.cpu_runs, "{:.3f}"),
+            _span(side.rss_runs, "{:.0f}"),
+        ]
+        for pair in report.schedules
+        if pair.reference is not None
+        for side in (pair.floor, pair.reference, pair.operator)
+    ]
     return (
         "## Operator vs the reference pipeline (stepfun-ai/PaCoRe `base_exp.Exp`)\n\n"
         f"Reference checkout: `{report.settings.reference}`, installed into a scratch venv with this project's "
@@ -232,8 +268,10 @@ def reference_paragraph(report: OverheadReport, summary: dict[str, Any]) -> str:
 
 def versus_headers(newline: str = " ") -> list[str]:
     """The operator / reference columns, each with its target."""
-    return [f"{what}{newline}(target <= {REFERENCE_TARGETS[name]:g}x)"
-            for name, what in (("wall", "wall"), ("cpu", "client CPU"), ("rss", "peak RSS"))]
+    return [
+        f"{what}{newline}(target <= {REFERENCE_TARGETS[name]:g}x)"
+        for name, what in (("wall", "wall"), ("cpu", "client CPU"), ("rss", "peak RSS"))
+    ]
 
 
 def versus_cell(name: str, ratio: float) -> str:
@@ -282,8 +320,11 @@ def rich_tables(report: OverheadReport) -> list[Any]:
         tables.append(table(f"{title}: {gc_line}", columns, rows, caption=RATIO_NOTE))
         counts += [row for pair in pairs for row in pair_rows(pair, COUNT_COLUMNS, label=pair.label + suffix)]
         if pairs is report.schedules and any(pair.reference is not None for pair in pairs):
-            versus = [[pair.label, *(versus_cell(name, ratio) for name, ratio in ratios.items())]
-                      for pair in pairs if (ratios := pair.versus_reference()) is not None]
+            versus = [
+                [pair.label, *(versus_cell(name, ratio) for name, ratio in ratios.items())]
+                for pair in pairs
+                if (ratios := pair.versus_reference()) is not None
+            ]
             made = Table(title=f"Operator / reference pipeline: {gc_line}")
             for header in ["workload", *versus_headers("\n")]:
                 made.add_column(header, justify="left" if header == "workload" else "right")
@@ -302,8 +343,9 @@ def short_label(pair: Pair) -> str:
 
 def plot_scaling(report: OverheadReport, path: Path) -> Path | None:
     """CPU per trajectory and wall time against K and problems, both clients; None without data or matplotlib."""
-    sections = [(name, pairs) for name, pairs in (("K", report.scaling_k), ("problems", report.scaling_problems))
-                if pairs]
+    sections = [
+        (name, pairs) for name, pairs in (("K", report.scaling_k), ("problems", report.scaling_problems)) if pairs
+    ]
     if not sections:
         return None
     try:

@@ -36,10 +36,13 @@ GcSetting = Literal["default", "spaced"]
 SYSTEM = "You are a careful competition mathematician. Reason step by step, then give the answer in \\boxed{}."
 
 
+# proxy: the operator behind `pacore serve`, called over HTTP; reference: stepfun-ai/PaCoRe's pipeline,
+# run by reference_worker.py under reference_python (a venv of its own)
+ClientName = Literal["floor", "operator", "proxy", "reference"]
+
+
 class WorkerSpec(BaseModel):
-    # proxy: the operator behind `pacore serve`, called over HTTP; reference: stepfun-ai/PaCoRe's pipeline,
-    # run by reference_worker.py under reference_python (a venv of its own)
-    client: Literal["floor", "operator", "proxy", "reference"]
+    client: ClientName
     base_url: str
     model: str
     rounds: list[int]
@@ -70,9 +73,11 @@ class ClientCost(BaseModel):
     gc_full_passes: int = 0
     gc_longest_pause_ms: float = 0.0
     gc_thresholds: list[int] | None = Field(
-        None, description="CPython's GC thresholds in force at most of the run's collections (None: none ran)")
+        None, description="CPython's GC thresholds in force at most of the run's collections (None: none ran)"
+    )
     gc_thresholds_seen: dict[str, int] = Field(
-        default_factory=dict, description="collections of the run per thresholds in force ('700,10,100': 412)")
+        default_factory=dict, description="collections of the run per thresholds in force ('700,10,100': 412)"
+    )
     checkpoint: dict[str, Any] | None = None
 
 
@@ -133,8 +138,16 @@ async def _run_floor(spec: WorkerSpec, problems: list[list[dict[str, str]]]) -> 
     from pacore_benchmarks.perf.floor import run_floor
 
     with spaced_full_passes(spec):
-        result = await run_floor(spec.base_url, spec.model, problems, spec.rounds, concurrency=spec.concurrency,
-                                 stream=spec.stream, seed=spec.seed, on_answered=_mark_answered)
+        result = await run_floor(
+            spec.base_url,
+            spec.model,
+            problems,
+            spec.rounds,
+            concurrency=spec.concurrency,
+            stream=spec.stream,
+            seed=spec.seed,
+            on_answered=_mark_answered,
+        )
     answered = sum(1 for answer in result.answers if answer.strip())
     return result.trajectories, result.failures, result.completion_tokens, answered
 
@@ -145,8 +158,13 @@ def _operator_graph(spec: WorkerSpec, checkpointer: Any = None) -> tuple[Any, An
     from pacore_graph import PaCoReConfig, PaCoReNode, chat_model
 
     llm = chat_model(base_url=spec.base_url, model=spec.model)
-    config = PaCoReConfig(rounds=spec.rounds, max_concurrency=spec.concurrency, seed=spec.seed, stream=spec.stream,
-                          spaced_gc=spec.gc == "spaced")
+    config = PaCoReConfig(
+        rounds=spec.rounds,
+        max_concurrency=spec.concurrency,
+        seed=spec.seed,
+        stream=spec.stream,
+        spaced_gc=spec.gc == "spaced",
+    )
     builder = StateGraph(MessagesState)
     builder.add_node("pacore", PaCoReNode(llm, config=config))
     builder.add_edge(START, "pacore")
@@ -154,8 +172,9 @@ def _operator_graph(spec: WorkerSpec, checkpointer: Any = None) -> tuple[Any, An
     return builder.compile(checkpointer=checkpointer), llm
 
 
-async def _run_operator(spec: WorkerSpec, problems: list[list[dict[str, str]]], checkpointer: Any = None
-                        ) -> tuple[int, int, int, int]:
+async def _run_operator(
+    spec: WorkerSpec, problems: list[list[dict[str, str]]], checkpointer: Any = None
+) -> tuple[int, int, int, int]:
     app, llm = _operator_graph(spec, checkpointer)
 
     async def one(number: int, messages: list[dict[str, str]]) -> dict[str, Any]:
@@ -183,19 +202,26 @@ async def _run_proxy(spec: WorkerSpec, problems: list[list[dict[str, str]]]) -> 
     import aiohttp
 
     from pacore_graph import PaCoReConfig, chat_model
-    from pacore_graph.extend import BackgroundServer, create_app
+    from pacore_graph.server import BackgroundServer, create_app
 
     llm = chat_model(base_url=spec.base_url, model=spec.model)
-    config = PaCoReConfig(rounds=spec.rounds, max_concurrency=spec.concurrency, seed=spec.seed, stream=spec.stream,
-                          spaced_gc=spec.gc == "spaced")
+    config = PaCoReConfig(
+        rounds=spec.rounds,
+        max_concurrency=spec.concurrency,
+        seed=spec.seed,
+        stream=spec.stream,
+        spaced_gc=spec.gc == "spaced",
+    )
     with BackgroundServer(create_app(llm, config)) as server:
         url = f"{server.base_url}/chat/completions"
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                         timeout=aiohttp.ClientTimeout(total=None)) as session:
+        async with aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=None)
+        ) as session:
 
             async def one(messages: list[dict[str, str]]) -> dict[str, Any]:
                 async with session.post(url, json={"model": spec.model, "messages": messages}) as response:
-                    return await response.json()
+                    reply: dict[str, Any] = await response.json()
+                    return reply
 
             replies = await asyncio.gather(*(one(m) for m in problems))
             _mark_answered()
@@ -207,8 +233,9 @@ async def _run_proxy(spec: WorkerSpec, problems: list[list[dict[str, str]]]) -> 
     return trajectories, failures, tokens, answered
 
 
-async def _run_operator_checkpointed(spec: WorkerSpec, problems: list[list[dict[str, str]]]
-                                     ) -> tuple[tuple[int, int, int, int], dict[str, Any]]:
+async def _run_operator_checkpointed(
+    spec: WorkerSpec, problems: list[list[dict[str, str]]]
+) -> tuple[tuple[int, int, int, int], dict[str, Any]]:
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
     assert spec.checkpoint is not None
@@ -303,10 +330,19 @@ async def measure(spec: WorkerSpec) -> WorkerResult:
         _write_profile(profiler, spec.profile)
     trajectories, failures, tokens, answered = counts
     return WorkerResult(
-        client=spec.client, wall_s=wall, cpu_s=cpu, trajectories=trajectories, failures=failures,
-        completion_tokens=tokens, answered=answered,
-        peak_rss_mb=peak_rss_mb(), gc_full_passes=clock.passes, gc_longest_pause_ms=1000 * clock.longest,
-        gc_thresholds=clock.usual_thresholds(), gc_thresholds_seen=clock.seen(), checkpoint=checkpoint,
+        client=spec.client,
+        wall_s=wall,
+        cpu_s=cpu,
+        trajectories=trajectories,
+        failures=failures,
+        completion_tokens=tokens,
+        answered=answered,
+        peak_rss_mb=peak_rss_mb(),
+        gc_full_passes=clock.passes,
+        gc_longest_pause_ms=1000 * clock.longest,
+        gc_thresholds=clock.usual_thresholds(),
+        gc_thresholds_seen=clock.seen(),
+        checkpoint=checkpoint,
     )
 
 

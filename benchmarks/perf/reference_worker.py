@@ -39,7 +39,7 @@ def reference_class(spec: dict[str, Any], data: str, output: str, rounds: list[i
     """
     answered_at: list[float] = []
 
-    class Measured(Exp):
+    class Measured(Exp):  # type: ignore[misc]  # the reference's Exp: its checkout ships no types
         model_name = spec["model"]
         api_base = spec["base_url"].rstrip("/") + "/chat/completions"
         data_path = data
@@ -50,12 +50,12 @@ def reference_class(spec: dict[str, Any], data: str, output: str, rounds: list[i
         max_concurrent = spec.get("concurrency", 1024)
         random_seed = spec.get("seed", 42)
 
-        async def process_single(self, messages: list[dict], request_id: str = "") -> dict:
-            result = await super().process_single(messages, request_id)
+        async def process_single(self, messages: list[dict[str, Any]], request_id: str = "") -> dict[str, Any]:
+            result: dict[str, Any] = await super().process_single(messages, request_id)
             answered_at.append(time.perf_counter())
             return result
 
-    Measured.answered_at = answered_at  # type: ignore[attr-defined]
+    Measured.answered_at = answered_at
     return Measured
 
 
@@ -129,16 +129,24 @@ async def measure(spec: dict[str, Any]) -> dict[str, Any]:
             rows = await exp.async_run()
         end, cpu = time.perf_counter(), time.process_time() - cpu0
         gc.callbacks.remove(clock)
-    answered_at = measured_class.answered_at  # type: ignore[attr-defined]
+    answered_at = measured_class.answered_at
     wall = (answered_at[-1] if answered_at else end) - wall0
     responses = [response for row in rows for round_ in row.get("round_responses", []) for response in round_]
     failures = sum(1 for response in responses if not response.get("content"))  # how it records a failed call
     answered = sum(1 for row in rows if str(row.get("final_response") or "").strip())
     return {
-        "client": "reference", "wall_s": wall, "cpu_s": cpu, "trajectories": len(responses), "failures": failures,
-        "answered": answered, "completion_tokens": 0, "peak_rss_mb": peak_rss_mb(),
-        "gc_full_passes": clock.passes, "gc_longest_pause_ms": 1000 * clock.longest,
-        "gc_thresholds": clock.usual_thresholds(), "gc_thresholds_seen": clock.seen(),
+        "client": "reference",
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "trajectories": len(responses),
+        "failures": failures,
+        "answered": answered,
+        "completion_tokens": 0,
+        "peak_rss_mb": peak_rss_mb(),
+        "gc_full_passes": clock.passes,
+        "gc_longest_pause_ms": 1000 * clock.longest,
+        "gc_thresholds": clock.usual_thresholds(),
+        "gc_thresholds_seen": clock.seen(),
     }
 
 

@@ -165,9 +165,12 @@ class ReplicaBench:
         self.settings = settings
         self.log_dir = log_dir
         self.request_logs = [request_dir / f"replica-{index}.jsonl" for index in range(settings.replicas)]
-        self.configs = [settings.emulator.model_copy(update={"replica": index, "port": free_port(),
-                                                             "request_log": str(self.request_logs[index])})
-                        for index in range(settings.replicas)]  # fmt: skip
+        self.configs = [
+            settings.emulator.model_copy(
+                update={"replica": index, "port": free_port(), "request_log": str(self.request_logs[index])}
+            )
+            for index in range(settings.replicas)
+        ]
         self.emulators: list[Emulator] = []
 
     def __enter__(self) -> ReplicaBench:
@@ -182,8 +185,9 @@ class ReplicaBench:
         for emulator in self.emulators:
             emulator.stop()
 
-    async def run(self, policy: str, workloads: dict[str, Workload], *, kill_after: float | None = None
-                  ) -> list[PolicyRun]:  # fmt: skip
+    async def run(
+        self, policy: str, workloads: dict[str, Workload], *, kill_after: float | None = None
+    ) -> list[PolicyRun]:
         """Each workload in turn routed by ``policy`` (``spread`` or a vllm-router policy), from empty caches;
         with ``kill_after``, a replica is killed that many seconds into the (single) workload."""
         from pacore_benchmarks.perf.replicas_spread import SpreadChatModel
@@ -208,8 +212,9 @@ class ReplicaBench:
                 router.stop()
         return runs
 
-    async def _run_one(self, policy: str, name: str, model: Any, workload: Workload, kill_after: float | None
-                       ) -> PolicyRun:  # fmt: skip
+    async def _run_one(
+        self, policy: str, name: str, model: Any, workload: Workload, kill_after: float | None
+    ) -> PolicyRun:
         for emulator in self.emulators:
             emulator.reset()
         offsets = [log.stat().st_size for log in self.request_logs]
@@ -218,8 +223,10 @@ class ReplicaBench:
         results = await (solve_one_by_one if name == ONE else solve_all)(model, workload)
         wall = time.monotonic() - started
         killed, snapshot, cut = await killer if killer is not None else (None, None, 0)
-        stats = [snapshot if index == killed else ReplicaStats(**emulator.stats())
-                 for index, emulator in enumerate(self.emulators)]  # fmt: skip
+        stats = [
+            snapshot if index == killed and snapshot is not None else ReplicaStats(**emulator.stats())
+            for index, emulator in enumerate(self.emulators)
+        ]
         if killed is not None:
             self.emulators[killed] = Emulator(self.configs[killed]).start()  # back on its port for the next run
         floor = prefill_floor(_logged_bodies(self.request_logs, offsets), self.settings.emulator.block_size)
@@ -231,6 +238,7 @@ class ReplicaBench:
 
         Returns its index, its counters as it died and how many requests it was serving."""
         await asyncio.sleep(after)
+        stats: list[dict[str, Any]] = []
         for _ in range(500):
             stats = await asyncio.gather(*(asyncio.to_thread(e.stats) for e in self.emulators))
             if any(stat["active"] for stat in stats):
@@ -256,9 +264,7 @@ async def solve_one_by_one(model: Any, items: Workload) -> list[Any]:
     return [(await solve_all(model, [item]))[0] for item in items]
 
 
-def summarise(
-    policy: str, results: list[Any], stats: list[ReplicaStats], wall: float, killed: int | None
-) -> PolicyRun:
+def summarise(policy: str, results: list[Any], stats: list[ReplicaStats], wall: float, killed: int | None) -> PolicyRun:
     answered = [r for r in results if not isinstance(r, BaseException) and r.answer.strip()]
     trajectories = [t for r in answered for record in r.rounds for t in record.trajectories]
     return PolicyRun(
@@ -319,8 +325,9 @@ class ReplicasReport(BaseModel):
         }
         if self.of(ONE):
             default, alone = next(run for run in self.of(ONE) if run.policy == best.policy), self.spread(ONE)
-            fastest = min((run for run in self.of(ONE) if run.policy != SPREAD and run.lost == 0),
-                          key=lambda run: run.wall_s)  # fmt: skip
+            fastest = min(
+                (run for run in self.of(ONE) if run.policy != SPREAD and run.lost == 0), key=lambda run: run.wall_s
+            )
             summary |= {
                 "one_at_a_time_wall_ratio_default_vs_spread": _ratio(default.wall_s, alone.wall_s),
                 "one_at_a_time_fastest_policy": fastest.policy,
@@ -376,8 +383,12 @@ async def run_benchmark(
     return report
 
 
-async def _run_all(report: ReplicasReport, bench: ReplicaBench, workloads: dict[str, Workload],
-                   on_run: Callable[[PolicyRun], None] | None) -> None:  # fmt: skip
+async def _run_all(
+    report: ReplicasReport,
+    bench: ReplicaBench,
+    workloads: dict[str, Workload],
+    on_run: Callable[[PolicyRun], None] | None,
+) -> None:
     """Every policy over every workload, then the kills, each run added to ``report`` as it ends."""
     settings = report.settings
     for policy in [SPREAD, *settings.policies]:

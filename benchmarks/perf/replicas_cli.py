@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 
-from pacore_graph.extend import print_summary, summarised
+from pacore_graph.command_kit import print_summary, summarised
 
 COMMAND = "bench replicas"
 TARGETS = {"prefill_ratio": 0.5, "wall_ratio": 1.0}
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "replicas", help="PaCoRe workloads over 4 emulated GPU replicas: client spreading vs vllm-router policies"
     )
@@ -45,21 +45,29 @@ def main(args: argparse.Namespace) -> int:
     from pacore_benchmarks.perf.replicas_workloads import AGENT_SCHEDULE, CHAT, CONVERSATION_SCHEDULE, ONE, PACORE
 
     settings = ReplicasSettings.from_command_line(
-        args.quick, problems=args.problems, one_at_a_time=args.one_at_a_time, chat_problems=args.chat_problems,
-        replicas=args.replicas, kill=False if args.no_kill else None,
-    )  # fmt: skip
+        args.quick,
+        problems=args.problems,
+        one_at_a_time=args.one_at_a_time,
+        chat_problems=args.chat_problems,
+        replicas=args.replicas,
+        kill=False if args.no_kill else None,
+    )
     console = Console(stderr=True)
 
     def progress(run: PolicyRun) -> None:
         killed = f", replica {run.killed} killed" if run.killed is not None else ""
-        console.print(f"{run.workload} workload, {run.policy}{killed}: {run.wall_s} s, "
-                      f"{run.prefill_tokens} prefill tokens, lost {run.lost}")  # fmt: skip
+        console.print(
+            f"{run.workload} workload, {run.policy}{killed}: {run.wall_s} s, "
+            f"{run.prefill_tokens} prefill tokens, lost {run.lost}"
+        )
 
     schedules = " and ".join(str(s) for s in settings.schedules)
-    titles = {PACORE: f"PaCoRe workload: {settings.problems} problems each of {schedules}",
-              ONE: f"one at a time: {settings.one_at_a_time} problems [32, 4], each alone",
-              CHAT: f"chat workload: {settings.chat_problems} conversations {CONVERSATION_SCHEDULE} and "
-                    f"{settings.chat_problems} agent steps {AGENT_SCHEDULE}"}  # fmt: skip
+    titles = {
+        PACORE: f"PaCoRe workload: {settings.problems} problems each of {schedules}",
+        ONE: f"one at a time: {settings.one_at_a_time} problems [32, 4], each alone",
+        CHAT: f"chat workload: {settings.chat_problems} conversations {CONVERSATION_SCHEDULE} and "
+        f"{settings.chat_problems} agent steps {AGENT_SCHEDULE}",
+    }
     workloads = list(settings.workloads())
     console.print(f"{' / '.join(titles[name] for name in workloads)}; {settings.replicas} emulated replicas")
     report = asyncio.run(run_benchmark(settings, args.log_dir, on_run=progress))
@@ -67,24 +75,48 @@ def main(args: argparse.Namespace) -> int:
     for name in workloads:
         table = Table(title=titles[name])
         # 100 columns: prompt tokens and requests per replica are in the JSON summary line
-        for column in ("routing", "wall s", "prefill tokens", "prefill/prompt", "prefill/floor", "busy max/mean",
-                       "decode max/mean", "lost", "retries"):  # fmt: skip
+        for column in (
+            "routing",
+            "wall s",
+            "prefill tokens",
+            "prefill/prompt",
+            "prefill/floor",
+            "busy max/mean",
+            "decode max/mean",
+            "lost",
+            "retries",
+        ):
             table.add_column(column, justify="left" if column == "routing" else "right")
         for run in [*report.of(name), *(report.kills if name == PACORE else [])]:
             routing = run.policy + (f" (replica {run.killed} killed)" if run.killed is not None else "")
-            table.add_row(routing, f"{run.wall_s:.1f}", str(run.prefill_tokens), f"{run.prefill_ratio:.2f}",
-                          f"{run.over_floor:.2f}", f"{run.balance:.2f}", f"{run.decode_balance:.2f}",
-                          str(run.lost), str(run.retries))  # fmt: skip
+            table.add_row(
+                routing,
+                f"{run.wall_s:.1f}",
+                str(run.prefill_tokens),
+                f"{run.prefill_ratio:.2f}",
+                f"{run.over_floor:.2f}",
+                f"{run.balance:.2f}",
+                f"{run.decode_balance:.2f}",
+                str(run.lost),
+                str(run.retries),
+            )
         Console(width=100).print(table)
     summary = report.summary()
     ratio = summary["prefill_ratio_best_vs_spread"]
     met = "met" if ratio <= TARGETS["prefill_ratio"] else "missed"
-    console.print(f"{summary['default_policy']} computes {ratio} of the spreading's prefill (target at most "
-                  f"{TARGETS['prefill_ratio']}: {met}); the least any routing could compute is "
-                  f"{summary['prefill_floor_ratio_vs_spread']} of it (each distinct prefix once)")  # fmt: skip
-    missed = [f"{name} {summary[key]} > {TARGETS[name]}" for name, key in
-              (("prefill_ratio", "prefill_ratio_best_vs_spread"), ("wall_ratio", "wall_ratio_best_vs_spread"))
-              if summary[key] > TARGETS[name]] + ([f"lost {summary['lost']}"] if summary["lost"] else [])  # fmt: skip
+    console.print(
+        f"{summary['default_policy']} computes {ratio} of the spreading's prefill (target at most "
+        f"{TARGETS['prefill_ratio']}: {met}); the least any routing could compute is "
+        f"{summary['prefill_floor_ratio_vs_spread']} of it (each distinct prefix once)"
+    )
+    missed = [
+        f"{name} {summary[key]} > {TARGETS[name]}"
+        for name, key in (
+            ("prefill_ratio", "prefill_ratio_best_vs_spread"),
+            ("wall_ratio", "wall_ratio_best_vs_spread"),
+        )
+        if summary[key] > TARGETS[name]
+    ] + ([f"lost {summary['lost']}"] if summary["lost"] else [])
     error = f"missed target(s): {', '.join(missed)}" if missed else None
     counts = {"replicas": settings.replicas, "runs": len(report.runs) + len(report.kills)}
     return print_summary(COMMAND, 1 if missed else 0, output=args.log_dir, counts=counts, error=error, **summary)

@@ -17,7 +17,8 @@ from langchain_core.outputs import ChatResult
 from pydantic import Field, PrivateAttr
 
 from pacore_graph import chat_model
-from pacore_graph.extend import OpenAICompatibleChatModel, run_sync
+from pacore_graph.extend import run_sync
+from pacore_graph.models import OpenAICompatibleChatModel
 
 
 class SpreadChatModel(BaseChatModel):

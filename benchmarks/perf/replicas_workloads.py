@@ -49,11 +49,16 @@ def filler(seed: str, tokens: int) -> str:
 def pacore_workload(problems: int, schedules: list[list[int]]) -> Workload:
     """The batch workload: short distinct problems (the emulator derives every reply from the prompt)."""
     return [
-        (schedule, Problem(id=f"{'-'.join(map(str, schedule))}:{n}",
-                           messages=f"Problem {n} for {schedule}: how many pairs (a, b) with a + b = {n + 7}?"))
+        (
+            schedule,
+            Problem(
+                id=f"{'-'.join(map(str, schedule))}:{n}",
+                messages=f"Problem {n} for {schedule}: how many pairs (a, b) with a + b = {n + 7}?",
+            ),
+        )
         for schedule in schedules
         for n in range(problems)
-    ]  # fmt: skip
+    ]
 
 
 def conversation(n: int) -> list[BaseMessage]:
@@ -80,6 +85,7 @@ def agent_step(n: int) -> list[BaseMessage]:
 
 def chat_workload(problems: int) -> Workload:
     """P conversations and P agent steps."""
-    conversations = [(CONVERSATION_SCHEDULE, Problem(id=f"conversation:{n}", messages=conversation(n)))
-                     for n in range(problems)]  # fmt: skip
+    conversations = [
+        (CONVERSATION_SCHEDULE, Problem(id=f"conversation:{n}", messages=conversation(n))) for n in range(problems)
+    ]
     return conversations + [(AGENT_SCHEDULE, Problem(id=f"agent:{n}", messages=agent_step(n))) for n in range(problems)]

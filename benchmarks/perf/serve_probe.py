@@ -60,7 +60,7 @@ def check(name: str, ok: bool, **figures: Any) -> bool:
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        return int(probe.getsockname()[1])
 
 
 def rss_mb(pid: int) -> float:
@@ -71,7 +71,9 @@ def rss_mb(pid: int) -> float:
 
 
 @contextmanager
-def pacore_serve(emu: Emulator, *flags: str, file_limit: int | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
+def pacore_serve(
+    emu: Emulator, *flags: str, file_limit: int | None = None
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """A ``pacore serve`` process in front of ``emu``; (base URL, process). Stopped with Ctrl-C (killed if it
     does not stop)."""
     port = free_port()
@@ -82,8 +84,11 @@ def pacore_serve(emu: Emulator, *flags: str, file_limit: int | None = None) -> I
 
     process = subprocess.Popen(
         [sys.executable, "-m", "pacore_graph.cli", "serve", "--base-url", emu.base_url, "--port", str(port), *flags],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=limit_files,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=limit_files,
+    )
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -113,8 +118,9 @@ def send_large_body(port: int, size: int, chunked: bool) -> int:
     (0: none). With Content-Length the head alone is sent first: the answer must not need the body."""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         framing = b"Transfer-Encoding: chunked" if chunked else b"Content-Length: %d" % size
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%s\r\n\r\n"
-                     % framing)  # fmt: skip
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%s\r\n\r\n" % framing
+        )
         if chunked:
             piece = b"x" * (1 << 20)
             try:
@@ -136,20 +142,30 @@ def problem(number: int) -> list[dict[str, str]]:
 # --------------------------------------------------------------------------------------------- refusals
 
 TOOL = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
-BAD_JSON = {
-    "tool_choice names no offered tool": {"tools": [TOOL], "tool_choice": {"type": "function",
-                                                                            "function": {"name": "rm"}}},
+BAD_JSON: dict[str, dict[str, Any]] = {
+    "tool_choice names no offered tool": {
+        "tools": [TOOL],
+        "tool_choice": {"type": "function", "function": {"name": "rm"}},
+    },
     "tool_choice required without tools": {"tool_choice": "required"},
     "tool parameters not a schema": {"tools": [{"type": "function", "function": {"name": "b", "parameters": 5}}]},
     "empty user content": {"messages": [{"role": "user", "content": ""}]},
     "null user content": {"messages": [{"role": "user", "content": None}]},
-    "image-only user content": {"messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]}]},
+    "image-only user content": {
+        "messages": [
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]}
+        ]
+    },
     "rounds ['2']": {"pacore": {"rounds": ["2"]}},
     "rounds [true]": {"pacore": {"rounds": [True]}},
     "rounds [100000]": {"pacore": {"rounds": [100000]}},
-    "assistant tool_calls of the wrong type": {"messages": [
-        {"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": "x"}, {"role": "user", "content": "x"}]},
+    "assistant tool_calls of the wrong type": {
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "tool_calls": "x"},
+            {"role": "user", "content": "x"},
+        ]
+    },
     "messages an object": {"messages": {"role": "user", "content": "hi"}},
     "temperature a string": {"temperature": "0.5"},
 }
@@ -166,45 +182,69 @@ def probe_refusals(emu: Emulator) -> None:
     emu.reset()
     with pacore_serve(emu, "--rounds", str(K)) as (base, _):
         model = emu.config.model
-        bodies = {name: json.dumps({"model": model, "messages": problem(0), **fields}).encode()
-                  for name, fields in BAD_JSON.items()}  # fmt: skip
+        bodies = {
+            name: json.dumps({"model": model, "messages": problem(0), **fields}).encode()
+            for name, fields in BAD_JSON.items()
+        }
         bodies.update({name: raw.replace(b'"M"', json.dumps(model).encode()) for name, raw in BAD_BYTES.items()})
         for name, body in bodies.items():
-            response = httpx.post(f"{base}/chat/completions", content=body, timeout=30,
-                                  headers={"Content-Type": "application/json"})  # fmt: skip
+            response = httpx.post(
+                f"{base}/chat/completions", content=body, timeout=30, headers={"Content-Type": "application/json"}
+            )
             try:
                 error = response.json()["error"]
                 shaped = set(error) == {"message", "type", "param", "code"}
             except (ValueError, KeyError, TypeError):
                 error, shaped = {"message": response.text[:80]}, False
             message = error.get("message") or ""
-            check(f"refused: {name}", 400 <= response.status_code < 500 and shaped and "\n" not in message
-                  and len(message) < 400 and not re.search(r"https?://", message),
-                  status=response.status_code, message=message[:90])  # fmt: skip
+            check(
+                f"refused: {name}",
+                400 <= response.status_code < 500
+                and shaped
+                and "\n" not in message
+                and len(message) < 400
+                and not re.search(r"https?://", message),
+                status=response.status_code,
+                message=message[:90],
+            )
         status = send_large_body(port_of(base), 40 << 20, chunked=False)
         check("refused: a 40 MB body, on its Content-Length alone", status == 413, status=status)
-    check("nothing sent upstream for any refused request", emu.stats()["requests"] == 0,
-          upstream_requests=emu.stats()["requests"])  # fmt: skip
+    check(
+        "nothing sent upstream for any refused request",
+        emu.stats()["requests"] == 0,
+        upstream_requests=emu.stats()["requests"],
+    )
 
 
 def probe_upstream_errors() -> None:
     with Emulator(EmulatorConfig(ttft=0.01, faults=FaultRates(http_503=1.0))) as emu:
         with pacore_serve(emu, "--rounds", "2") as (base, _):
-            response = httpx.post(f"{base}/chat/completions", timeout=120,
-                                  json={"model": emu.config.model, "messages": problem(0)})  # fmt: skip
+            response = httpx.post(
+                f"{base}/chat/completions", timeout=120, json={"model": emu.config.model, "messages": problem(0)}
+            )
     error = response.json().get("error", {})
     message = error.get("message", "")
-    check("an upstream failing every trajectory: a short 502 without URLs", response.status_code == 502 and
-          len(message) < 400 and "127.0.0.1" not in message and "emulated" not in message,
-          status=response.status_code, message=message[:100])  # fmt: skip
+    check(
+        "an upstream failing every trajectory: a short 502 without URLs",
+        response.status_code == 502 and len(message) < 400 and "127.0.0.1" not in message and "emulated" not in message,
+        status=response.status_code,
+        message=message[:100],
+    )
 
 
 def probe_password(emu: Emulator) -> None:
     url = emu.base_url.replace("http://", "http://alice:s3cr3t@")
-    run = subprocess.run([sys.executable, "-m", "pacore_graph.cli", "serve", "--base-url", url, "--port",
-                          str(free_port())], capture_output=True, text=True, timeout=120)  # fmt: skip
-    check("a --base-url password is never printed", "s3cr3t" not in run.stderr + run.stdout and "alice" in run.stderr,
-          stderr=run.stderr.strip()[-90:])  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "pacore_graph.cli", "serve", "--base-url", url, "--port", str(free_port())],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    check(
+        "a --base-url password is never printed",
+        "s3cr3t" not in run.stderr + run.stdout and "alice" in run.stderr,
+        stderr=run.stderr.strip()[-90:],
+    )
 
 
 # ------------------------------------------------------------------------------------------ connections
@@ -237,9 +277,12 @@ def probe_connections(emu: Emulator) -> None:
         trickle = stack.enter_context(socket.create_connection(("127.0.0.1", port)))
         trickle.sendall(b"POST /v1/chat/completions HTTP/1.1\r\n")
         started = time.monotonic()
-        served = [httpx.post(f"{base}/chat/completions", timeout=60,
-                             json={"model": emu.config.model, "messages": problem(n)}).status_code
-                  for n in range(5)]  # fmt: skip
+        served = [
+            httpx.post(
+                f"{base}/chat/completions", timeout=60, json={"model": emu.config.model, "messages": problem(n)}
+            ).status_code
+            for n in range(5)
+        ]
         for _ in range(10):  # a header line every 0.3 s would keep a plain keep-alive timer going
             try:
                 trickle.sendall(b"X-Slow: 1\r\n")
@@ -247,16 +290,28 @@ def probe_connections(emu: Emulator) -> None:
                 break
             time.sleep(0.3)
         closed = wait_closed([*idle, trickle], 10)
-        check("300 idle sockets and a trickling one closed while 5 others were served",
-              closed == 301 and served == [200] * 5, closed=closed, served=served,
-              seconds=round(time.monotonic() - started, 1))  # fmt: skip
+        check(
+            "300 idle sockets and a trickling one closed while 5 others were served",
+            closed == 301 and served == [200] * 5,
+            closed=closed,
+            served=served,
+            seconds=round(time.monotonic() - started, 1),
+        )
         before = rss_mb(process.pid)
         statuses = [send_large_body(port, 40 << 20, chunked=True) for _ in range(5)]
         after = rss_mb(process.pid)
-        check("five chunked 40 MB bodies: 413s, the server's memory stays", statuses == [413] * 5
-              and after - before < 20, statuses=statuses, rss_mb_before=round(before), rss_mb_after=round(after))
-    check("each answer cost K+1 upstream requests", emu.stats()["requests"] == 5 * (K + 1),
-          upstream_requests=emu.stats()["requests"])  # fmt: skip
+        check(
+            "five chunked 40 MB bodies: 413s, the server's memory stays",
+            statuses == [413] * 5 and after - before < 20,
+            statuses=statuses,
+            rss_mb_before=round(before),
+            rss_mb_after=round(after),
+        )
+    check(
+        "each answer cost K+1 upstream requests",
+        emu.stats()["requests"] == 5 * (K + 1),
+        upstream_requests=emu.stats()["requests"],
+    )
 
     with pacore_serve(emu, "--rounds", str(K), "--header-timeout", "3", file_limit=1024) as (base, process):
         port = port_of(base)
@@ -274,13 +329,19 @@ def probe_connections(emu: Emulator) -> None:
             status = 0
             while time.monotonic() < deadline and status != 200:
                 try:
-                    status = httpx.post(f"{base}/chat/completions", timeout=60,
-                                        json={"model": emu.config.model, "messages": problem(9)}).status_code
+                    status = httpx.post(
+                        f"{base}/chat/completions", timeout=60, json={"model": emu.config.model, "messages": problem(9)}
+                    ).status_code
                 except httpx.TransportError:
                     time.sleep(0.2)
-        check("open-file limit 1024: 1,050 idle sockets, the excess refused 503, all closed, then served",
-              process.poll() is None and status == 200 and closed == len(flood) and refused > 0,
-              opened=len(flood), refused_503=refused, closed=closed, status=status)  # fmt: skip
+        check(
+            "open-file limit 1024: 1,050 idle sockets, the excess refused 503, all closed, then served",
+            process.poll() is None and status == 200 and closed == len(flood) and refused > 0,
+            opened=len(flood),
+            refused_503=refused,
+            closed=closed,
+            status=status,
+        )
 
 
 def _answered_503(sock: socket.socket) -> bool:
@@ -295,17 +356,24 @@ def probe_deadline() -> None:
     with Emulator(EmulatorConfig(ttft=3600)) as emu:  # an upstream that never answers
         with pacore_serve(emu, "--rounds", str(K), "--request-timeout", "2") as (base, _):
             started = time.monotonic()
-            response = httpx.post(f"{base}/chat/completions", timeout=60,
-                                  json={"model": emu.config.model, "messages": problem(0)})  # fmt: skip
+            response = httpx.post(
+                f"{base}/chat/completions", timeout=60, json={"model": emu.config.model, "messages": problem(0)}
+            )
             waited = time.monotonic() - started
             deadline = time.monotonic() + 5
             while emu.stats()["active"] and time.monotonic() < deadline:
                 time.sleep(0.02)
             stats = emu.stats()
-    check("a hung upstream: 504 after --request-timeout 2, every upstream request closed",
-          response.status_code == 504 and response.json()["error"]["code"] == "request_timeout" and
-          stats["active"] == 0 and stats["cancelled"] == K, status=response.status_code,
-          seconds=round(waited, 2), cancelled=stats["cancelled"])  # fmt: skip
+    check(
+        "a hung upstream: 504 after --request-timeout 2, every upstream request closed",
+        response.status_code == 504
+        and response.json()["error"]["code"] == "request_timeout"
+        and stats["active"] == 0
+        and stats["cancelled"] == K,
+        status=response.status_code,
+        seconds=round(waited, 2),
+        cancelled=stats["cancelled"],
+    )
 
 
 # ------------------------------------------------------------------------------------------------ the CLI
@@ -313,8 +381,13 @@ def probe_deadline() -> None:
 
 def pacore(*argv: str, env: dict[str, str] | None = None) -> tuple[int, list[str], float]:
     started = time.monotonic()
-    run = subprocess.run([sys.executable, "-m", "pacore_graph.cli", *argv], capture_output=True, text=True,
-                         timeout=300, env={**os.environ, **(env or {})})  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "pacore_graph.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
     lines = [line for line in run.stderr.splitlines() if line.strip()]
     return run.returncode, lines, time.monotonic() - started
 
@@ -336,9 +409,11 @@ def probe_cli(emu: Emulator, scratch: Path) -> None:
     (foreign / "results.jsonl").write_text('{"id": "problem", "answer": "not mine", "ttc": 1}\n')
     before = snapshot(foreign)
     code, lines, _ = pacore("solve", "What is 2+2?", *base, "--output", str(foreign))
-    check("solve --output into a foreign folder: refused, untouched",
-          refused_in_one_line(code, lines) and snapshot(foreign) == before,
-          line=lines[-1][:100] if lines else "")  # fmt: skip
+    check(
+        "solve --output into a foreign folder: refused, untouched",
+        refused_in_one_line(code, lines) and snapshot(foreign) == before,
+        line=lines[-1][:100] if lines else "",
+    )
 
     ours = scratch / "ours"
     code, _, _ = pacore("solve", "What is 2+2?", *base, "--rounds", "2", "--output", str(ours))
@@ -348,9 +423,12 @@ def probe_cli(emu: Emulator, scratch: Path) -> None:
     code2, lines, _ = pacore("solve", "What is 2+2?", *base, "--rounds", "2", "--output", str(ours))
     after = snapshot(ours)
     changed = sorted(name for name in {*before, *after} if before.get(name) != after.get(name))
-    check("a results file with an unreadable line: refused, every file but the lock's holder pid untouched",
-          code == 0 and code2 == 1 and len(lines) == 1 and changed in ([], [".lock"]), changed=changed,
-          line=lines[-1][:100] if lines else "")  # fmt: skip
+    check(
+        "a results file with an unreadable line: refused, every file but the lock's holder pid untouched",
+        code == 0 and code2 == 1 and len(lines) == 1 and changed in ([], [".lock"]),
+        changed=changed,
+        line=lines[-1][:100] if lines else "",
+    )
     sent = emu.stats()["requests"]
 
     messages = scratch / "object.json"
@@ -365,10 +443,17 @@ def probe_cli(emu: Emulator, scratch: Path) -> None:
         ("PACORE_API_KEY=''", ["serve", "--base-url", emu.base_url], {"PACORE_API_KEY": ""}),
     ]:
         code, lines, seconds = pacore(*argv, env=env)
-        check(f"CLI refuses {name} in one line", refused_in_one_line(code, lines), seconds=round(seconds, 1),
-              line=lines[-1][:90] if lines else "")  # fmt: skip
-    check("nothing sent upstream for bad CLI input", emu.stats()["requests"] == sent,
-          upstream_requests=emu.stats()["requests"] - sent)  # fmt: skip
+        check(
+            f"CLI refuses {name} in one line",
+            refused_in_one_line(code, lines),
+            seconds=round(seconds, 1),
+            line=lines[-1][:90] if lines else "",
+        )
+    check(
+        "nothing sent upstream for bad CLI input",
+        emu.stats()["requests"] == sent,
+        upstream_requests=emu.stats()["requests"] - sent,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- load
@@ -393,8 +478,10 @@ async def crowd(base: str, model: str, clients: int, first: int = 0) -> list[boo
 def raw_request(port: int, model: str, number: int, stream: bool) -> socket.socket:
     payload = json.dumps({"model": model, "messages": problem(number), "stream": stream}).encode()
     sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload))  # fmt: skip
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload)
+    )
     return sock
 
 
@@ -407,17 +494,24 @@ def probe_load() -> None:
             answered = asyncio.run(crowd(base, model, 200))
             seconds = time.monotonic() - started
             stats = emu.stats()
-        check("200 concurrent clients (100 plain, 100 streamed) all answered with K+1 upstream requests each",
-              all(answered) and stats["requests"] == 200 * (K + 1), answered=sum(answered),
-              upstream_requests=stats["requests"], seconds=round(seconds, 1))  # fmt: skip
+        check(
+            "200 concurrent clients (100 plain, 100 streamed) all answered with K+1 upstream requests each",
+            all(answered) and stats["requests"] == 200 * (K + 1),
+            answered=sum(answered),
+            upstream_requests=stats["requests"],
+            seconds=round(seconds, 1),
+        )
 
         emu.reset()
         with pacore_serve(emu, "--rounds", str(K), "--max-concurrency", "16") as (base, _):
             answered = asyncio.run(crowd(base, model, 200, first=500))
             stats = emu.stats()
-        check("--max-concurrency 16 holds the upstream at 16 in flight under 200 clients",
-              all(answered) and stats["peak_active"] == 16 and stats["requests"] == 200 * (K + 1),
-              peak_in_flight=stats["peak_active"], upstream_requests=stats["requests"])  # fmt: skip
+        check(
+            "--max-concurrency 16 holds the upstream at 16 in flight under 200 clients",
+            all(answered) and stats["peak_active"] == 16 and stats["requests"] == 200 * (K + 1),
+            peak_in_flight=stats["peak_active"],
+            upstream_requests=stats["requests"],
+        )
 
     with Emulator(EmulatorConfig(ttft=3600)) as hung:  # round 1 stays in flight until its clients leave
         with pacore_serve(hung, "--rounds", str(K), "--max-concurrency", "1024") as (base, process):
@@ -435,13 +529,21 @@ def probe_load() -> None:
                 while hung.stats()["active"] and time.monotonic() - gone < 30:
                     time.sleep(0.002)
                 seconds = time.monotonic() - gone
-                check(f"disconnect wave {wave + 1}: 100 plain + 100 streamed clients leave in round 1, every upstream "
-                      "request closed", in_flight == 200 * K and hung.stats()["active"] == 0 and
-                      hung.stats()["cancelled"] - cancelled == 200 * K, in_flight=in_flight,
-                      all_closed_within_s=round(seconds, 3))  # fmt: skip
+                check(
+                    f"disconnect wave {wave + 1}: 100 plain + 100 streamed clients leave in round 1, every upstream "
+                    "request closed",
+                    in_flight == 200 * K
+                    and hung.stats()["active"] == 0
+                    and hung.stats()["cancelled"] - cancelled == 200 * K,
+                    in_flight=in_flight,
+                    all_closed_within_s=round(seconds, 3),
+                )
             memory.append(rss_mb(process.pid))
-        check("server memory flat over the disconnect waves (once the memo is full)", memory[-1] - memory[3] < 10,
-              rss_mb=[round(value) for value in memory])  # fmt: skip
+        check(
+            "server memory flat over the disconnect waves (once the memo is full)",
+            memory[-1] - memory[3] < 10,
+            rss_mb=[round(value) for value in memory],
+        )
 
 
 def main() -> int:
