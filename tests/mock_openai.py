@@ -56,6 +56,17 @@ class MockOpenAIServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
+    def open_connections(self) -> int:
+        """Client connections the server still holds. A connection counts until the client closed it and the
+        handler of its last request has finished, so zero means every request written to the server has been
+        recorded and nothing is in flight: the settled state "nothing more is sent" checks wait for."""
+
+        async def count() -> int:
+            assert self._runner is not None and self._runner.server is not None
+            return len(self._runner.server.connections)
+
+        return asyncio.run_coroutine_threadsafe(count(), self._loop).result(timeout=10)
+
     async def _chat(self, request: web.Request) -> web.Response:
         body = await request.json()
         with self._lock:
@@ -105,8 +116,13 @@ class MockOpenAIServer:
         await response.prepare(request)
 
         async def send(delta: dict, finish: str | None = None, **extra) -> None:
-            chunk = {"id": "c", "object": "chat.completion.chunk", "model": model,
-                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}  # fmt: skip
+            chunk = {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                **extra,
+            }
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
 
         await send({"role": "assistant"})

@@ -36,8 +36,11 @@ def scripted_reply(body: dict[str, Any], attempt: int = 1) -> dict[str, Any]:
                 prompt = next(text_of(m.get("content")) for m in reversed(messages) if m["role"] == "user")
             tool = next((t for t in tools if t["name"] == named), None) or pick_tool(tools, prompt)
             arguments = json.dumps(fill(tool.get("parameters") or {}, prompt), ensure_ascii=False)
-            call = {"id": f"call_{abs(hash((prompt, tool['name']))) % 10**8}", "type": "function",
-                    "function": {"name": tool["name"], "arguments": arguments}}  # fmt: skip
+            call = {
+                "id": f"call_{abs(hash((prompt, tool['name']))) % 10**8}",
+                "type": "function",
+                "function": {"name": tool["name"], "arguments": arguments},
+            }
             return {"content": "", "tool_calls": [call], "finish_reason": "tool_calls", "usage": usage}
     if fmt.get("type") == "json_schema":
         return {"content": json.dumps(fill(fmt["json_schema"].get("schema") or {}, prompt)), "usage": usage}

@@ -24,7 +24,8 @@ from pacore_agents.swe.repair_episode import RepairEpisode
 from pacore_agents.swe.repair_settings import RepairSettings
 from pacore_agents.swe.sandbox import CommandResult
 from pacore_agents.swe.tasks import load_tasks
-from pacore_graph.extend import OpenAICompatibleChatModel, cut_middle
+from pacore_graph.extend import cut_middle
+from pacore_graph.models import OpenAICompatibleChatModel
 from pacore_graph.synthesis.prompt import message_text
 
 ROW = {"instance_id": "fake__task-1", "repo": "fake/task", "problem_statement": "add() subtracts", "base_commit": "0"}
@@ -47,8 +48,9 @@ class FakeSandbox:
         if command == "flood":
             return CommandResult(exit_code=0, output="H" * 5000 + "M" * 50000 + "T" * 5000, timed_out=False)
         if command == "torrent":  # what a sandbox hands back of 9 MB of output: its head and tail, and the size
-            return CommandResult(exit_code=0, output="H" * 5000 + "[... cut ...]" + "T" * 5000, timed_out=False,
-                                 output_bytes=9_000_000)
+            return CommandResult(
+                exit_code=0, output="H" * 5000 + "[... cut ...]" + "T" * 5000, timed_out=False, output_bytes=9_000_000
+            )
         if command == "fix":
             self.fixed = True
             return CommandResult(exit_code=0, output="", timed_out=False)

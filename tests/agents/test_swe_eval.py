@@ -13,10 +13,10 @@ from pacore_agents.swe.evaluation import PredictionError, evaluate, load_predict
 from pacore_agents.swe.images import ensure_images
 from pacore_agents.swe.sandbox import open_sandbox
 from pacore_agents.swe.tasks import listed_tests, load_tasks
-from pacore_graph.extend import CommandParser, run_parsed
+from pacore_graph.command_kit import CommandParser, run_parsed
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("own_sandboxes_removed")]
-VERIFIED_ROWS = Path(__file__).parent / "fixtures" / "swe" / "verified_rows.jsonl"
+VERIFIED_ROWS = Path(__file__).parents[1] / "fixtures" / "swe" / "verified_rows.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +45,10 @@ def test_gold_patches_resolve_every_local_task(rows, tmp_path):
 
 def test_empty_patches_are_only_empty_and_never_run(rows, tmp_path):
     """As swebench: an empty patch is counted as empty_patch, not run, neither completed nor an error."""
-    predictions = {row["instance_id"]: {"instance_id": row["instance_id"], "model_name_or_path": "empty",
-                                        "model_patch": ""} for row in rows}
+    predictions = {
+        row["instance_id"]: {"instance_id": row["instance_id"], "model_name_or_path": "empty", "model_patch": ""}
+        for row in rows
+    }
     summary = evaluate(rows, predictions, run_id="empty", output_dir=tmp_path, progress=False)
     assert summary.resolved_ids == [] and summary.error_ids == [] and summary.completed_ids == []
     assert summary.empty_patch_ids == sorted(row["instance_id"] for row in rows)
@@ -58,8 +60,9 @@ def test_empty_patches_are_only_empty_and_never_run(rows, tmp_path):
 def test_an_empty_predictions_file_resolves_none(rows, tmp_path):
     empty_file = tmp_path / "predictions.jsonl"
     empty_file.write_text("")
-    summary = evaluate(rows, load_predictions(str(empty_file), rows), run_id="nothing", output_dir=tmp_path,
-                       progress=False)
+    summary = evaluate(
+        rows, load_predictions(str(empty_file), rows), run_id="nothing", output_dir=tmp_path, progress=False
+    )
     assert summary.resolved_instances == 0 and summary.submitted_instances == 0
     assert summary.total_instances == len(rows)
 
@@ -68,29 +71,44 @@ def test_a_patch_made_in_an_episode_sandbox_grades_as_resolved(rows, tmp_path):
     """The sandbox's diff() is a valid prediction: edit like an agent would, then grade it."""
     row = next(r for r in rows if r["instance_id"] == "pacore__durations-1")
     with open_sandbox(row) as box:
-        edit = ("python3 - <<'EOF'\nimport pathlib\np = pathlib.Path('durations/parse.py')\ns = p.read_text()\n"
-                "s = s.replace('    match = _PART.match(text)\\n    return int(match.group(1)) * "
-                "UNITS[match.group(2)]', '    return sum(int(a) * UNITS[u] for a, u in _PART.findall(text))')\n"
-                "p.write_text(s)\nEOF")
+        edit = (
+            "python3 - <<'EOF'\nimport pathlib\np = pathlib.Path('durations/parse.py')\ns = p.read_text()\n"
+            "s = s.replace('    match = _PART.match(text)\\n    return int(match.group(1)) * "
+            "UNITS[match.group(2)]', '    return sum(int(a) * UNITS[u] for a, u in _PART.findall(text))')\n"
+            "p.write_text(s)\nEOF"
+        )
         assert box.run(edit).exit_code == 0
         patch = box.diff()
     assert "findall" in patch
-    prediction = {row["instance_id"]: {"instance_id": row["instance_id"], "model_name_or_path": "episode",
-                                       "model_patch": patch}}
+    prediction = {
+        row["instance_id"]: {"instance_id": row["instance_id"], "model_name_or_path": "episode", "model_patch": patch}
+    }
     summary = evaluate([row], prediction, run_id="episode", output_dir=tmp_path, progress=False)
     assert summary.resolved_ids == [row["instance_id"]]
 
 
 def test_a_wrong_patch_is_unresolved_and_a_broken_one_an_error(rows, tmp_path):
     row = next(r for r in rows if r["instance_id"] == "pacore__semver-1")
-    broken = "diff --git a/semver/core.py b/semver/core.py\n--- a/semver/core.py\n+++ b/semver/core.py\n" \
-             "@@ -1,3 +1,3 @@\n-this line is not there\n+nor this\n"
+    broken = (
+        "diff --git a/semver/core.py b/semver/core.py\n--- a/semver/core.py\n+++ b/semver/core.py\n"
+        "@@ -1,3 +1,3 @@\n-this line is not there\n+nor this\n"
+    )
     wrong = row["patch"].replace("int(p) for p in parts", "p for p in parts")
     summaries = {}
     for model, patch in {"broken": broken, "wrong": wrong}.items():
-        summaries[model] = evaluate([row], {row["instance_id"]: {"instance_id": row["instance_id"],
-                                                                  "model_name_or_path": model, "model_patch": patch}},
-                                    run_id=f"bad-{model}", output_dir=tmp_path, progress=False)
+        summaries[model] = evaluate(
+            [row],
+            {
+                row["instance_id"]: {
+                    "instance_id": row["instance_id"],
+                    "model_name_or_path": model,
+                    "model_patch": patch,
+                }
+            },
+            run_id=f"bad-{model}",
+            output_dir=tmp_path,
+            progress=False,
+        )
     assert summaries["wrong"].unresolved_ids == [row["instance_id"]]
     assert summaries["broken"].error_ids == [row["instance_id"]]  # swebench: a patch that does not apply
     assert "Patch Apply Failed" in summaries["broken"].errors[row["instance_id"]]
@@ -137,17 +155,48 @@ def _cli(*argv: str) -> int:
 
 def test_cli_eval_gold_and_instances(rows, tmp_path, capsys):
     ids = f"{rows[0]['instance_id']},{rows[1]['instance_id']}"
-    code = _cli("eval", "--dataset", "local", "--predictions", "gold", "--run-id", "cli", "--output",
-                str(tmp_path), "--instances", ids)
+    code = _cli(
+        "eval",
+        "--dataset",
+        "local",
+        "--predictions",
+        "gold",
+        "--run-id",
+        "cli",
+        "--output",
+        str(tmp_path),
+        "--instances",
+        ids,
+    )
     assert code == 0
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert printed["resolved_ids"] == ids.split(",")
     assert printed["command"] == "swe eval" and printed["exit_code"] == 0 and printed["output"] == str(tmp_path / "cli")
-    assert printed["counts"] == {"total": 2, "done": 2, "failed": 0, "dataset": 2, "completed": 2, "resolved": 2,
-                                 "unresolved": 0, "empty_patch": 0}  # fmt: skip
+    assert printed["counts"] == {
+        "total": 2,
+        "done": 2,
+        "failed": 0,
+        "dataset": 2,
+        "completed": 2,
+        "resolved": 2,
+        "unresolved": 0,
+        "empty_patch": 0,
+    }
     assert json.loads((tmp_path / "cli" / "summary.json").read_text())["resolved_instances"] == 2
-    assert _cli("eval", "--dataset", "local", "--predictions", str(tmp_path / "missing.jsonl"), "--run-id",
-                "x", "--output", str(tmp_path)) == 2
+    assert (
+        _cli(
+            "eval",
+            "--dataset",
+            "local",
+            "--predictions",
+            str(tmp_path / "missing.jsonl"),
+            "--run-id",
+            "x",
+            "--output",
+            str(tmp_path),
+        )
+        == 2
+    )
 
 
 def test_swebench_own_harness_resolves_a_local_task(rows, client, tmp_path, monkeypatch):
@@ -160,4 +209,3 @@ def test_swebench_own_harness_resolves_a_local_task(rows, client, tmp_path, monk
     assert report["resolved_ids"] == [row["instance_id"]]
     names = [c.name for c in client.containers.list(all=True, filters={"name": run_id})]
     assert not [name for name in names if name.startswith("sweb.eval.") and name.endswith(f".{run_id}")]
-

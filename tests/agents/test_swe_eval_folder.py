@@ -17,15 +17,19 @@ from pacore_agents.swe.images import ensure_images
 from pacore_agents.swe.tasks import load_tasks
 
 pytestmark = pytest.mark.docker
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ROMAN = "pacore__roman-1"
 # A patch that fixes nothing (the README only): it applies, and the tests that must pass still fail.
-NO_FIX = ("diff --git a/README.md b/README.md\n--- a/README.md\n+++ b/README.md\n@@ -1,3 +1,4 @@\n # roman\n \n"
-          " Convert integers to Roman numerals.\n+No fix here.\n")
+NO_FIX = (
+    "diff --git a/README.md b/README.md\n--- a/README.md\n+++ b/README.md\n@@ -1,3 +1,4 @@\n # roman\n \n"
+    " Convert integers to Roman numerals.\n+No fix here.\n"
+)
 # A patch whose tests wait until the test lets them go: an evaluation that holds its folder for as long as
 # the test needs, whatever the machine's speed.
-WAIT = ("diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n--- /dev/null\n+++ b/conftest.py\n"
-        "@@ -0,0 +1,4 @@\n+import os, time\n+\n+while not os.path.exists('/tmp/go-on'):\n+    time.sleep(0.1)\n")
+WAIT = (
+    "diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n--- /dev/null\n+++ b/conftest.py\n"
+    "@@ -0,0 +1,4 @@\n+import os, time\n+\n+while not os.path.exists('/tmp/go-on'):\n+    time.sleep(0.1)\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +46,23 @@ def predictions(tmp_path: Path, name: str, patch: str) -> Path:
 
 
 def eval_args(source: Path | str, output: Path) -> list[str]:
-    return [sys.executable, "-m", "pacore_graph.cli", "swe", "eval", "--dataset", "local", "--instances", ROMAN,
-            "--predictions", str(source), "--run-id", "run", "--output", str(output)]
+    return [
+        sys.executable,
+        "-m",
+        "pacore_graph.cli",
+        "swe",
+        "eval",
+        "--dataset",
+        "local",
+        "--instances",
+        ROMAN,
+        "--predictions",
+        str(source),
+        "--run-id",
+        "run",
+        "--output",
+        str(output),
+    ]
 
 
 def containers_of(pid: int) -> list[str]:
@@ -53,8 +72,13 @@ def containers_of(pid: int) -> list[str]:
 
 def test_a_second_eval_into_a_folder_in_use_is_refused_in_one_line(row, tmp_path):
     output = tmp_path / "eval"
-    first = subprocess.Popen(eval_args(predictions(tmp_path, "wait", WAIT), output), cwd=ROOT, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = subprocess.Popen(
+        eval_args(predictions(tmp_path, "wait", WAIT), output),
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 300
         while not containers_of(first.pid):  # grading has begun: the folder is locked and work is under way
@@ -71,8 +95,13 @@ def test_a_second_eval_into_a_folder_in_use_is_refused_in_one_line(row, tmp_path
             first.wait()
     in_use = f"{output} is in use by another run (pid {first.pid}): wait for it to end or choose another output folder"
     assert second.returncode == 1 and second.stderr.strip().splitlines() == [f"pacore: error: {in_use}"]
-    assert json.loads(second.stdout) == {"command": "swe eval", "exit_code": 1, "output": str(output), "counts": {},
-                                         "error": in_use}  # fmt: skip
+    assert json.loads(second.stdout) == {
+        "command": "swe eval",
+        "exit_code": 1,
+        "output": str(output),
+        "counts": {},
+        "error": in_use,
+    }
     assert first.returncode == 0, stderr[-3000:]
     assert json.loads(stdout.splitlines()[-1])["unresolved_ids"] == [ROMAN]
     assert not (output / "run" / "gold").exists(), "the refused evaluation wrote nothing"
@@ -92,8 +121,9 @@ def test_a_stored_report_is_reused_only_for_the_same_patch_and_regraded_otherwis
     assert regraded.returncode == 0, regraded.stderr[-3000:]
     summary = json.loads(regraded.stdout.splitlines()[-1])
     assert summary["resolved_ids"] == [ROMAN] and summary["regraded_ids"] == [ROMAN] and summary["reused_ids"] == []
-    assert "of them 1 graded again over a stored report of another patch, test spec or harness" in \
-        " ".join(regraded.stderr.split())
+    assert "of them 1 graded again over a stored report of another patch, test spec or harness" in " ".join(
+        regraded.stderr.split()
+    )
     folder = output / "run" / "model" / ROMAN
     assert (folder / "patch.diff").read_text() == row["patch"]
     assert json.loads((folder / "report.json").read_text())[ROMAN]["resolved"] is True

@@ -20,14 +20,23 @@ from pacore_agents.swe.images import ensure_images
 from pacore_agents.swe.output_paths import folder_name, inside
 from pacore_agents.swe.run import trajectory_path
 from pacore_agents.swe.tasks import load_tasks
-from pacore_graph.extend import CommandParser, run_parsed
+from pacore_graph.command_kit import CommandParser, run_parsed
 
 pytestmark = pytest.mark.docker
-COUNTS = ("total_instances", "submitted_instances", "completed_instances", "resolved_instances",
-          "unresolved_instances", "empty_patch_instances", "error_instances")
+COUNTS = (
+    "total_instances",
+    "submitted_instances",
+    "completed_instances",
+    "resolved_instances",
+    "unresolved_instances",
+    "empty_patch_instances",
+    "error_instances",
+)
 ID_LISTS = ("completed_ids", "resolved_ids", "unresolved_ids", "empty_patch_ids", "error_ids")
-NOT_APPLYING = ("diff --git a/README.md b/README.md\n--- a/README.md\n+++ b/README.md\n"
-                "@@ -1,2 +1,2 @@\n-this line is not in the file\n+nor is this one\n the end\n")
+NOT_APPLYING = (
+    "diff --git a/README.md b/README.md\n--- a/README.md\n+++ b/README.md\n"
+    "@@ -1,2 +1,2 @@\n-this line is not in the file\n+nor is this one\n the end\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +55,7 @@ def _cli(*argv: str) -> int:
 def _wrong(row: dict) -> str:
     """A patch that applies but fixes nothing: a comment appended to the gold patch's first file."""
     path = row["patch"].split(" b/", 1)[1].split("\n", 1)[0]
-    return (f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1,0 +1,1 @@\n+# not a fix\n")
+    return f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1,0 +1,1 @@\n+# not a fix\n"
 
 
 def _predictions(kind: str, rows: list[dict]) -> list[dict]:
@@ -87,8 +96,9 @@ def test_summary_counts_equal_swebench_make_run_report(kind, rows, tmp_path, mon
 
 def test_no_patch_runs_the_tests_on_the_unchanged_repository(rows, tmp_path):
     """`--predictions no-patch` (swebench's skip_patch): every FAIL_TO_PASS test fails, PASS_TO_PASS pass."""
-    summary = evaluate(rows, load_predictions("no-patch", rows), run_id="nop", output_dir=tmp_path,
-                       skip_patch=True, progress=False)
+    summary = evaluate(
+        rows, load_predictions("no-patch", rows), run_id="nop", output_dir=tmp_path, skip_patch=True, progress=False
+    )
     assert summary.unresolved_ids == sorted(row["instance_id"] for row in rows)
     assert summary.empty_patch_ids == [] and summary.error_ids == []
     for row in rows:
@@ -122,13 +132,26 @@ def test_adversarial_ids_and_model_names_stay_inside_output(rows, tmp_path, caps
     dataset = tmp_path / "rows.jsonl"
     dataset.write_text("".join(json.dumps({**roman, "instance_id": i}) + "\n" for i in ids))
     predictions = tmp_path / "predictions.jsonl"
-    predictions.write_text("".join(
-        json.dumps({"instance_id": i, "model_name_or_path": m, "model_patch": roman["patch"]}) + "\n"
-        for i, m in zip(ids, models, strict=True)
-    ))
+    predictions.write_text(
+        "".join(
+            json.dumps({"instance_id": i, "model_name_or_path": m, "model_patch": roman["patch"]}) + "\n"
+            for i, m in zip(ids, models, strict=True)
+        )
+    )
     output = tmp_path / "out" / "logs"
-    code = _cli("eval", "--dataset", str(dataset), "--predictions", str(predictions), "--run-id", "../run",
-                "--output", str(output), "--workers", "2")
+    code = _cli(
+        "eval",
+        "--dataset",
+        str(dataset),
+        "--predictions",
+        str(predictions),
+        "--run-id",
+        "../run",
+        "--output",
+        str(output),
+        "--workers",
+        "2",
+    )
     assert code == 0, capsys.readouterr().err[-3000:]
     assert not Path(outside).exists() and not Path(f"{outside}-model").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "predictions.jsonl", "rows.jsonl"]
@@ -143,13 +166,27 @@ def test_adversarial_ids_and_model_names_stay_inside_output(rows, tmp_path, caps
 def test_duplicate_prediction_ids_are_refused_with_a_message(rows, tmp_path, capsys):
     row = rows[0]
     source = tmp_path / "predictions.jsonl"
-    lines = [{"instance_id": row["instance_id"], "model_name_or_path": "m", "model_patch": patch}
-             for patch in ("", row["patch"])]
+    lines = [
+        {"instance_id": row["instance_id"], "model_name_or_path": "m", "model_patch": patch}
+        for patch in ("", row["patch"])
+    ]
     source.write_text("".join(json.dumps(p) + "\n" for p in lines))
     with pytest.raises(PredictionError, match=r"predictions 1 and 2 are both for 'pacore__"):
         load_predictions(str(source), rows)
-    assert _cli("eval", "--dataset", "local", "--predictions", str(source), "--run-id", "dup", "--output",
-                str(tmp_path / "out")) == 2
+    assert (
+        _cli(
+            "eval",
+            "--dataset",
+            "local",
+            "--predictions",
+            str(source),
+            "--run-id",
+            "dup",
+            "--output",
+            str(tmp_path / "out"),
+        )
+        == 2
+    )
     assert "both for" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()  # refused before anything ran
     for bad, message in ((123, "model_patch must be a string or null"), ({"x": 1}, "model_patch must be")):

@@ -22,7 +22,7 @@ from pacore_agents.swe.prompts import task_messages
 from pacore_agents.swe.sandbox import open_sandbox
 from pacore_agents.swe.tasks import load_tasks
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ROMAN = "pacore__roman-1"
 
 
@@ -65,13 +65,31 @@ def test_every_process_of_an_episode_ends_when_pacore_is_killed_and_the_next_run
     def handler(body: dict, attempt: int) -> dict:
         if not any(m["role"] == "tool" for m in body["messages"]) and not served["long"]:
             served["long"] += 1  # the first episode starts detached work and waits; the rerun's submits at once
-            command = f"setsid sleep {mark} >/dev/null 2>&1 < /dev/null & nohup sleep {mark} >/dev/null 2>&1 & " \
-                      f"sleep {mark}"
+            command = (
+                f"setsid sleep {mark} >/dev/null 2>&1 < /dev/null & nohup sleep {mark} >/dev/null 2>&1 & sleep {mark}"
+            )
             return {"content": "", "tool_calls": [tool_call("bash", {"command": command}, "c0")]}
         return {"content": "", "tool_calls": [tool_call("submit", {"note": "nothing to do"}, "c1")]}
 
-    args = [sys.executable, "-m", "pacore_graph.cli", "swe", "run", "--dataset", "local", "--instances", ROMAN,
-            "--rounds", "0", "--runtime", "local", "--model", "scripted", "--output", str(tmp_path / "run")]
+    args = [
+        sys.executable,
+        "-m",
+        "pacore_graph.cli",
+        "swe",
+        "run",
+        "--dataset",
+        "local",
+        "--instances",
+        ROMAN,
+        "--rounds",
+        "0",
+        "--runtime",
+        "local",
+        "--model",
+        "scripted",
+        "--output",
+        str(tmp_path / "run"),
+    ]
     with MockOpenAIServer(handler) as server:
         args += ["--base-url", server.base_url]
         killed = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -134,8 +152,15 @@ def test_the_prompt_names_the_folder_and_shell_the_commands_really_get(runtime, 
 def test_the_local_flag_says_its_commands_can_read_pacores_environment():
     """The choice made for issue 24: a command running as the user can read pacore's environment through /proc
     (and the files the keys came from): said beside the flag, in the warning and in the module."""
-    shown = subprocess.run([sys.executable, "-m", "pacore_graph.cli", "swe", "run", "--help"], cwd=ROOT,
-                           capture_output=True, text=True, timeout=120)
+    shown = subprocess.run(
+        [sys.executable, "-m", "pacore_graph.cli", "swe", "run", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     help_text = " ".join(shown.stdout.split())
-    assert "local (UNSAFE: commands run on this host as you, and can read your files and pacore's environment, " \
-           "API keys included, through /proc)" in help_text
+    assert (
+        "local (UNSAFE: commands run on this host as you, and can read your files and pacore's environment, "
+        "API keys included, through /proc)" in help_text
+    )

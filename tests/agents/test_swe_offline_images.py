@@ -29,16 +29,17 @@ from pacore_agents.swe.wheelhouse import (
     stand_in_wheel,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures" / "swe"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "swe"
 ROWS = FIXTURES / "verified_rows.jsonl"
 REPOS = FIXTURES / "repos"
 IDS = ["psf__requests-1142", "pytest-dev__pytest-5262"]
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def pacore(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pacore_graph.cli", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=1800)
+    return subprocess.run(
+        [sys.executable, "-m", "pacore_graph.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=1800
+    )
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +62,10 @@ def test_images_hold_the_repository_at_the_base_commit_with_the_recipes_python(b
         with DockerSandbox(row) as box:
             assert box.image == offline_image_name(row)  # the row names swebench's image; ours is found instead
             base = row["base_commit"]
-            checks = box.run(f"git cat-file -t {base}; git diff {base} --stat | wc -l; git status --porcelain | wc -l;"
-                             " python --version; command -v python")
+            checks = box.run(
+                f"git cat-file -t {base}; git diff {base} --stat | wc -l; git status --porcelain | wc -l;"
+                " python --version; command -v python"
+            )
             assert checks.output.split("\n")[:5] == ["commit", "0", "0", "Python 3.9.2", "/opt/pacore/venv/bin/python"]
             assert box.run("python -m pip download -q --no-deps -d /tmp/w setuptools").exit_code == 0
             absent = box.run("python -m pip download --no-deps -d /tmp/w numpy 2>&1")
@@ -75,8 +78,20 @@ def test_images_hold_the_repository_at_the_base_commit_with_the_recipes_python(b
 @pytest.mark.docker
 def test_gold_resolves_and_no_patch_leaves_fail_to_pass_failing(built, tmp_path):
     for kind in ("gold", "no-patch"):
-        done = pacore("swe", "eval", "--dataset", str(ROWS), "--predictions", kind, "--run-id", kind,
-                      "--output", str(tmp_path), "--instances", *IDS)
+        done = pacore(
+            "swe",
+            "eval",
+            "--dataset",
+            str(ROWS),
+            "--predictions",
+            kind,
+            "--run-id",
+            kind,
+            "--output",
+            str(tmp_path),
+            "--instances",
+            *IDS,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
     gold = json.loads((tmp_path / "gold" / "summary.json").read_text())
     assert gold["resolved_ids"] == IDS
@@ -93,10 +108,24 @@ def test_gold_resolves_and_no_patch_leaves_fail_to_pass_failing(built, tmp_path)
 def test_rows_without_a_recipe_or_a_snapshot_get_one_clear_line(tmp_path, client):
     [row] = load_tasks(str(ROWS), instances=["psf__requests-1142"])
     rows = tmp_path / "rows.jsonl"
-    rows.write_text(json.dumps({**row, "instance_id": "astropy__astropy-1", "repo": "astropy/astropy"}) + "\n"
-                    + json.dumps({**row, "instance_id": "psf__requests-99999"}) + "\n")
-    done = pacore("swe", "images", "build", "--dataset", str(rows), "--instances", "astropy__astropy-1",
-                  "psf__requests-99999", "--repos", str(REPOS))
+    rows.write_text(
+        json.dumps({**row, "instance_id": "astropy__astropy-1", "repo": "astropy/astropy"})
+        + "\n"
+        + json.dumps({**row, "instance_id": "psf__requests-99999"})
+        + "\n"
+    )
+    done = pacore(
+        "swe",
+        "images",
+        "build",
+        "--dataset",
+        str(rows),
+        "--instances",
+        "astropy__astropy-1",
+        "psf__requests-99999",
+        "--repos",
+        str(REPOS),
+    )
     assert done.returncode == 1
     assert "astropy__astropy-1: FAILED: astropy__astropy-1: no offline recipe for astropy/astropy" in done.stderr
     assert "psf__requests-99999: FAILED: psf__requests-99999: no snapshot in" in done.stderr
@@ -146,7 +175,12 @@ def test_recipes_pick_the_python_and_refuse_what_they_do_not_cover():
     assert spec_for(requests).release == "bullseye" and spec_for(requests).install == "python -m pip install ."
     assert "pluggy==0.11.0" in spec_for(pytest_row).packages
     assert [debian_release(v) for v in ("3.6", "3.9", "3.10", "3.11", "3.12")] == [
-        "bullseye", "bullseye", "bookworm", "bookworm", "trixie"]
+        "bullseye",
+        "bullseye",
+        "bookworm",
+        "bookworm",
+        "trixie",
+    ]
     with pytest.raises(UnsupportedRowError, match="no offline recipe for django/django"):
         spec_for({**requests, "repo": "django/django"})
     with pytest.raises(UnsupportedRowError, match="version 9.9"):
@@ -174,14 +208,20 @@ def test_wheels_are_chosen_for_the_images_python_markers_included(tmp_path):
 @pytest.mark.network  # pip downloads from PyPI
 def test_a_stand_in_lets_pip_resolve_a_project_it_cannot_build_here(tmp_path):
     """The repository is resolved from its metadata alone: its requirements, its extras, its own version."""
-    metadata = {"name": "demo-project", "version": "1.0.dev3", "provides_extra": ["test"],
-                "requires_dist": ["six==1.16.0", 'tomli==2.0.1; extra == "test"']}
+    metadata = {
+        "name": "demo-project",
+        "version": "1.0.dev3",
+        "provides_extra": ["test"],
+        "requires_dist": ["six==1.16.0", 'tomli==2.0.1; extra == "test"'],
+    }
     stand_in = stand_in_wheel(tmp_path / "stand-in", metadata)
     assert stand_in.name == "demo_project-1.0.dev3-py3-none-any.whl"
-    plain = download_wheels([str(stand_in)], dest=tmp_path / "plain", python="3.9.2", release="bullseye",
-                            machine="x86_64")
-    tested = download_wheels([f"{stand_in}[test]"], dest=tmp_path / "tested", python="3.9.2", release="bullseye",
-                             machine="x86_64")
+    plain = download_wheels(
+        [str(stand_in)], dest=tmp_path / "plain", python="3.9.2", release="bullseye", machine="x86_64"
+    )
+    tested = download_wheels(
+        [f"{stand_in}[test]"], dest=tmp_path / "tested", python="3.9.2", release="bullseye", machine="x86_64"
+    )
     assert {p.name for p in plain} == {stand_in.name, "six-1.16.0-py2.py3-none-any.whl"}
     assert {p.name for p in tested} == {p.name for p in plain} | {"tomli-2.0.1-py3-none-any.whl"}
 
@@ -211,8 +251,21 @@ def test_pypi_before_checks_pip_first_and_says_in_one_line_what_to_do(tmp_path, 
     check_pip_date_filter()  # the pip this project installs (constraints.txt) knows it
 
     monkeypatch.setattr(sys, "executable", old_python)  # the CLI downloads wheels with sys.executable's pip
-    code = main(["swe", "images", "build", "--dataset", str(ROWS), "--instances", IDS[0], "--repos", str(REPOS),
-                 "--pypi-before", "2024-08-01"])
+    code = main(
+        [
+            "swe",
+            "images",
+            "build",
+            "--dataset",
+            str(ROWS),
+            "--instances",
+            IDS[0],
+            "--repos",
+            str(REPOS),
+            "--pypi-before",
+            "2024-08-01",
+        ]
+    )
     [line] = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and line.startswith("pacore: error: --pypi-before needs a pip that knows --uploaded-prior-to")
     assert f"run `{old_python} -m pip install -U 'pip>=26'`, or pass --pypi-before now" in line

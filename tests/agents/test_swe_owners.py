@@ -55,8 +55,13 @@ def test_sweep_removes_dead_owners_containers_and_nothing_else(client):
         "legacy": {SANDBOX_LABEL: "episode", PID_LABEL: dead[PID_LABEL]},
     }
     containers = {
-        kind: client.containers.create(BASE_IMAGE, ["true"], name=f"pacore-test-sweep-{kind}-{run}",
-                                       labels={**labels, "pacore.test": run}, network_mode="none")
+        kind: client.containers.create(
+            BASE_IMAGE,
+            ["true"],
+            name=f"pacore-test-sweep-{kind}-{run}",
+            labels={**labels, "pacore.test": run},
+            network_mode="none",
+        )
         for kind, labels in kinds.items()
     }
     try:

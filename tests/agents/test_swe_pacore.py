@@ -28,7 +28,7 @@ from pacore_graph import PaCoReConfig
 from pacore_graph.extend import SettingsMismatch
 from pacore_graph.synthesis.prompt import message_text
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ROW = {"instance_id": "fake__task-1", "repo": "fake/task", "problem_statement": "add() subtracts", "base_commit": "0"}
 
 

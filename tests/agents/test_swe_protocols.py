@@ -32,7 +32,7 @@ from pacore_graph import PaCoReConfig, chat_model
 
 ROMAN = "pacore__roman-1"
 REAL_ROW = "pytest-dev__pytest-5262"
-ROWS = Path(__file__).parent / "fixtures" / "swe" / "verified_rows.jsonl"
+ROWS = Path(__file__).parents[1] / "fixtures" / "swe" / "verified_rows.jsonl"
 PROPOSAL_TOKENS, SYNTHESIS_TOKENS = 7, 13
 
 
@@ -50,8 +50,9 @@ def scripted(gold_patch: str):
         synthesis = "Reference Responses" in messages[1]["content"]
         step = sum(1 for m in messages if m["role"] == "tool")
         if step == 0 and synthesis:
-            call = tool_call("bash", {"command": "echo synthesised " + " ".join(proposals_in(messages[1]["content"]))},
-                             "c0")  # fmt: skip
+            call = tool_call(
+                "bash", {"command": "echo synthesised " + " ".join(proposals_in(messages[1]["content"]))}, "c0"
+            )
         elif step == 0:
             call = tool_call("bash", {"command": f"echo step0-p{attempt}"}, "c0")
         elif step == 1:
@@ -60,8 +61,11 @@ def scripted(gold_patch: str):
             call = tool_call("submit", {"note": "fixed"}, "c2")
         completion = SYNTHESIS_TOKENS if synthesis else PROPOSAL_TOKENS
         prompt_tokens = len(json.dumps(messages)) // 10
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
-                 "total_tokens": prompt_tokens + completion}  # fmt: skip
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": prompt_tokens + completion,
+        }
         return {"content": f"step {step}", "tool_calls": [call], "usage": usage}
 
     return handler
@@ -78,9 +82,26 @@ def usage_of(requests: list[dict]) -> tuple[int, int]:
 
 def run_protocol(mock_server, row: dict, dataset: str, protocol: str, out: Path, runtime: str):
     with mock_server(scripted(row["patch"])) as server:
-        done = pacore("swe", "run", "--dataset", dataset, "--instances", row["instance_id"], "--base-url",
-                      server.base_url, "--model", "scripted", "--rounds", "2", "--runtime", runtime,
-                      "--protocol", protocol, "--output", str(out))  # fmt: skip
+        done = pacore(
+            "swe",
+            "run",
+            "--dataset",
+            dataset,
+            "--instances",
+            row["instance_id"],
+            "--base-url",
+            server.base_url,
+            "--model",
+            "scripted",
+            "--rounds",
+            "2",
+            "--runtime",
+            runtime,
+            "--protocol",
+            protocol,
+            "--output",
+            str(out),
+        )
     assert done.returncode == 0, done.stderr[-3000:]
     (prediction,) = [json.loads(line) for line in (out / PREDICTIONS_FILE).read_text().splitlines()]
     trajectory = json.loads(trajectory_path(out, row["instance_id"]).read_text())
@@ -162,8 +183,12 @@ def resolves(row: dict, patch: str, tmp_path: Path) -> bool:
     for diff in (patch, row["test_patch"]):
         subprocess.run(["git", "apply", "-"], cwd=repo, input=diff, text=True, check=True)
     tests = listed_tests(row, "FAIL_TO_PASS")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests], cwd=repo,
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
     return done.returncode == 0
 
 
@@ -183,8 +208,9 @@ def test_both_protocols_on_a_local_task_write_the_same_outputs(mock_server, tmp_
 
 @pytest.mark.docker
 def test_both_protocols_on_a_real_row_in_docker_resolve(mock_server, tmp_path, client):
-    built = pacore("swe", "images", "build", "--dataset", str(ROWS), "--instances", REAL_ROW, "--repos",
-                   str(ROWS.parent / "repos"))  # fmt: skip
+    built = pacore(
+        "swe", "images", "build", "--dataset", str(ROWS), "--instances", REAL_ROW, "--repos", str(ROWS.parent / "repos")
+    )
     assert built.returncode == 0, built.stderr[-3000:]
     [row] = load_tasks(str(ROWS), instances=[REAL_ROW])
     runs = {p: run_protocol(mock_server, row, str(ROWS), p, tmp_path / p, "docker") for p in ("episodes", "per-call")}
@@ -197,9 +223,20 @@ def test_both_protocols_on_a_real_row_in_docker_resolve(mock_server, tmp_path, c
     assert episode["sandbox"]["runtime"] == "docker" and episode["sandbox"]["id"]
     assert not {episode["sandbox"]["id"]} & set(sandbox_containers(full=True)), "the container was left behind"
     for protocol in ("episodes", "per-call"):
-        graded = pacore("swe", "eval", "--dataset", str(ROWS), "--instances", REAL_ROW, "--predictions",
-                        str(tmp_path / protocol / PREDICTIONS_FILE), "--run-id", protocol, "--output",
-                        str(tmp_path / "eval"))  # fmt: skip
+        graded = pacore(
+            "swe",
+            "eval",
+            "--dataset",
+            str(ROWS),
+            "--instances",
+            REAL_ROW,
+            "--predictions",
+            str(tmp_path / protocol / PREDICTIONS_FILE),
+            "--run-id",
+            protocol,
+            "--output",
+            str(tmp_path / "eval"),
+        )
         assert graded.returncode == 0, graded.stderr[-3000:]
         summary = json.loads((tmp_path / "eval" / protocol / "summary.json").read_text())
         assert summary["resolved_ids"] == [REAL_ROW]
@@ -219,8 +256,7 @@ class ChatRuns(BaseCallbackHandler):
     def on_chain_start(self, serialized, inputs, *, run_id, parent_run_id=None, name=None, **kwargs) -> None:
         self.parents[run_id], self.names[run_id] = parent_run_id, name
 
-    def on_chat_model_start(self, serialized, messages, *, run_id, parent_run_id=None, metadata=None,
-                            **kwargs) -> None:  # fmt: skip
+    def on_chat_model_start(self, serialized, messages, *, run_id, parent_run_id=None, metadata=None, **kwargs) -> None:
         self.rounds.append((metadata or {}).get("pacore_round"))
         self.parents[run_id] = parent_run_id
         self.chat_runs.append(run_id)
@@ -244,8 +280,9 @@ def test_every_proposal_of_every_step_is_a_chat_model_run_the_callers_callbacks_
 
         async def go():
             try:
-                return await solver.episode.ainvoke({"messages": solver.episode.messages_for(row), "task": row},
-                                                    {"callbacks": [seen]})  # fmt: skip
+                return await solver.episode.ainvoke(
+                    {"messages": solver.episode.messages_for(row), "task": row}, {"callbacks": [seen]}
+                )
             finally:
                 await model.aclose()
 
@@ -265,9 +302,26 @@ def test_an_instance_without_a_patch_says_how_its_episodes_ended(mock_server, tm
 
     for protocol, endings in (("per-call", "1 by submitted"), ("episodes", "2 by submitted")):
         with mock_server(gives_up) as server:
-            done = pacore("swe", "run", "--dataset", "local", "--instances", ROMAN, "--base-url", server.base_url,
-                          "--model", "scripted", "--rounds", "2", "--runtime", "local", "--protocol", protocol,
-                          "--output", str(tmp_path / protocol))  # fmt: skip
+            done = pacore(
+                "swe",
+                "run",
+                "--dataset",
+                "local",
+                "--instances",
+                ROMAN,
+                "--base-url",
+                server.base_url,
+                "--model",
+                "scripted",
+                "--rounds",
+                "2",
+                "--runtime",
+                "local",
+                "--protocol",
+                protocol,
+                "--output",
+                str(tmp_path / protocol),
+            )
         assert done.returncode == 0, done.stderr[-3000:]
         assert f"{ROMAN}: no patch (episodes ended: {endings})" in done.stderr
         (prediction,) = [json.loads(line) for line in (tmp_path / protocol / PREDICTIONS_FILE).read_text().splitlines()]
@@ -315,10 +369,30 @@ def test_per_call_max_concurrency_bounds_the_whole_run_and_a_step_may_use_all_of
 
     instances = [ROMAN, "pacore__intervals-1"]
     with InFlightServer(submits, expected=4 * len(instances)) as server:
-        done = pacore("swe", "run", "--dataset", "local", "--instances", ",".join(instances), "--base-url",
-                      server.base_url, "--model", "scripted", "--rounds", "4", "--max-concurrency", "4",
-                      "--workers", "2", "--runtime", "local", "--protocol", "per-call",
-                      "--output", str(tmp_path / "run"))  # fmt: skip
+        done = pacore(
+            "swe",
+            "run",
+            "--dataset",
+            "local",
+            "--instances",
+            ",".join(instances),
+            "--base-url",
+            server.base_url,
+            "--model",
+            "scripted",
+            "--rounds",
+            "4",
+            "--max-concurrency",
+            "4",
+            "--workers",
+            "2",
+            "--runtime",
+            "local",
+            "--protocol",
+            "per-call",
+            "--output",
+            str(tmp_path / "run"),
+        )
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(server.requests) == 2 * (4 + 1)  # per instance: one step of 4 proposals and its synthesis
     assert server.peak == 4, f"{server.peak} model calls were in flight at once under --max-concurrency 4"
@@ -340,9 +414,23 @@ def test_swe_run_without_model_discovers_it_with_the_key_from_the_environment(tm
         return {"content": "", "tool_calls": [tool_call("submit", {"note": "cannot fix"}, "c0")]}
 
     with KeyedServer(submits) as server:
-        done = pacore("swe", "run", "--dataset", "local", "--instances", ROMAN, "--base-url", server.base_url,
-                      "--rounds", "0", "--runtime", "local", "--output", str(tmp_path / "run"),
-                      env={"OPENAI_API_KEY": KeyedServer.KEY})  # fmt: skip
+        done = pacore(
+            "swe",
+            "run",
+            "--dataset",
+            "local",
+            "--instances",
+            ROMAN,
+            "--base-url",
+            server.base_url,
+            "--rounds",
+            "0",
+            "--runtime",
+            "local",
+            "--output",
+            str(tmp_path / "run"),
+            env={"OPENAI_API_KEY": KeyedServer.KEY},
+        )
     assert done.returncode == 0, done.stderr[-3000:]
     assert server.requests and {body["model"] for body in server.requests} == {server.model}
     assert set(server.keys) == {KeyedServer.KEY}

@@ -41,16 +41,30 @@ def misbehaving_fixer(gold_patch: str):
     return handler
 
 
-def test_a_scripted_agent_on_a_real_row_leaves_orphans_and_a_big_file_and_still_resolves(mock_server, tmp_path,
-                                                                                          client):
-    built = pacore("swe", "images", "build", "--dataset", str(ROWS), "--instances", ROW,
-                   "--repos", str(FIXTURES / "repos"))
+def test_a_scripted_agent_on_a_real_row_leaves_orphans_and_a_big_file_and_still_resolves(mock_server, tmp_path, client):
+    built = pacore(
+        "swe", "images", "build", "--dataset", str(ROWS), "--instances", ROW, "--repos", str(FIXTURES / "repos")
+    )
     assert built.returncode == 0, built.stderr[-3000:]
     [row] = load_tasks(str(ROWS), instances=[ROW])
     out = tmp_path / "run"
     with mock_server(misbehaving_fixer(row["patch"])) as server:
-        done = pacore("swe", "run", "--dataset", str(ROWS), "--instances", ROW, "--base-url", server.base_url,
-                      "--model", "scripted", "--rounds", "2", "--output", str(out))
+        done = pacore(
+            "swe",
+            "run",
+            "--dataset",
+            str(ROWS),
+            "--instances",
+            ROW,
+            "--base-url",
+            server.base_url,
+            "--model",
+            "scripted",
+            "--rounds",
+            "2",
+            "--output",
+            str(out),
+        )
         assert done.returncode == 0, done.stderr[-3000:]
     (prediction,) = [json.loads(line) for line in (out / PREDICTIONS_FILE).read_text().splitlines()]
     patch = prediction["model_patch"]
@@ -63,8 +77,20 @@ def test_a_scripted_agent_on_a_real_row_leaves_orphans_and_a_big_file_and_still_
     containers = {e["sandbox"]["id"] for e in trajectory["episodes"]}
     assert len(containers) == 3 and not containers & set(sandbox_containers(full=True)), "containers left behind"
 
-    graded = pacore("swe", "eval", "--dataset", str(ROWS), "--instances", ROW, "--predictions",
-                    str(out / PREDICTIONS_FILE), "--run-id", "real", "--output", str(tmp_path / "eval"))
+    graded = pacore(
+        "swe",
+        "eval",
+        "--dataset",
+        str(ROWS),
+        "--instances",
+        ROW,
+        "--predictions",
+        str(out / PREDICTIONS_FILE),
+        "--run-id",
+        "real",
+        "--output",
+        str(tmp_path / "eval"),
+    )
     assert graded.returncode == 0, graded.stderr[-3000:]
     summary = json.loads((tmp_path / "eval" / "real" / "summary.json").read_text())
     assert summary["resolved_ids"] == [ROW]

@@ -27,7 +27,7 @@ from test_swe_pacore import ROMAN, pacore, pacore_script, sandbox_containers
 
 from pacore_agents.swe.run import PREDICTIONS_FILE, trajectory_path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class HoldingServer(MockOpenAIServer):
@@ -64,9 +64,7 @@ def first_request_of_second_episode():
 
     def hold(body: dict) -> bool:
         messages = body["messages"]
-        opening = "Reference Responses" not in messages[1]["content"] and not any(
-            m["role"] == "tool" for m in messages
-        )
+        opening = "Reference Responses" not in messages[1]["content"] and not any(m["role"] == "tool" for m in messages)
         if opening:
             seen["openings"] += 1
         return opening and seen["openings"] == 2
@@ -94,9 +92,23 @@ def episode_logs(folder: Path) -> list[Path]:
 
 def run_args(server: MockOpenAIServer, out: Path, runtime: str) -> list[str]:
     return [
-        "swe", "run", "--dataset", "local", "--instances", ROMAN, "--base-url", server.base_url,
-        "--model", "scripted", "--rounds", "2", "--runtime", runtime, "--output", str(out),
-    ]  # fmt: skip
+        "swe",
+        "run",
+        "--dataset",
+        "local",
+        "--instances",
+        ROMAN,
+        "--base-url",
+        server.base_url,
+        "--model",
+        "scripted",
+        "--rounds",
+        "2",
+        "--runtime",
+        runtime,
+        "--output",
+        str(out),
+    ]
 
 
 def requests_after(requests: list[dict], tool_output: str) -> int:

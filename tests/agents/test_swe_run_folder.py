@@ -27,9 +27,23 @@ def test_a_second_run_into_a_folder_in_use_refuses_in_one_line(tmp_path):
     server = HoldingServer(pacore_script(row["patch"]), hold=lambda body: True)
     with server, release_at_exit(server):
         args = [
-            "swe", "run", "--dataset", "local", "--instances", ROMAN, "--base-url", server.base_url,
-            "--model", "scripted", "--rounds", "1", "--runtime", "local", "--output", str(out),
-        ]  # fmt: skip
+            "swe",
+            "run",
+            "--dataset",
+            "local",
+            "--instances",
+            ROMAN,
+            "--base-url",
+            server.base_url,
+            "--model",
+            "scripted",
+            "--rounds",
+            "1",
+            "--runtime",
+            "local",
+            "--output",
+            str(out),
+        ]
         first = subprocess.Popen(
             [sys.executable, "-m", "pacore_graph.cli", *args], cwd=ROOT, stderr=subprocess.PIPE, text=True
         )

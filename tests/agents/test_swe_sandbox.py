@@ -73,8 +73,10 @@ def test_long_output_is_bounded(row):
         result = box.run("head -c 9000000 /dev/zero | tr '\\0' 'x'; echo; echo THE-END")
         assert result.exit_code == 0
         assert len(result.output) < 4_200_000
-        assert "bytes cut here: the command printed 9000009 bytes; a command's output is capped at 4000000 bytes" \
+        assert (
+            "bytes cut here: the command printed 9000009 bytes; a command's output is capped at 4000000 bytes"
             in result.output
+        )
         assert result.output.rstrip().endswith("THE-END") and result.output_bytes == 9_000_009
 
 
@@ -95,8 +97,11 @@ def test_disk_is_capped_per_file_and_per_container_with_a_clear_message(row, cli
         one_file = box.run("dd if=/dev/zero of=/tmp/one bs=1M count=400 2>&1; echo next")
         assert "File size limit exceeded" in one_file.output and one_file.output.endswith("next\n")
         assert box.run("stat -c %s /tmp/one").output.strip() == str(300 * 1024 * 1024)
-        many = box.run("sleep 600 & for i in 1 2 3 4 5 6; do dd if=/dev/zero of=/tmp/f$i bs=1M count=200 2>/dev/null;"
-                       " done; echo all-written", timeout=120)
+        many = box.run(
+            "sleep 600 & for i in 1 2 3 4 5 6; do dd if=/dev/zero of=/tmp/f$i bs=1M count=200 2>/dev/null;"
+            " done; echo all-written",
+            timeout=120,
+        )
         assert "the command was stopped at this sandbox's disk cap" in many.output
         # Stopped while it wrote (the watcher polls every 0.5 s) or, when the writes beat the poll, undone by the
         # check after the command: either way its files are gone and the earlier command's file is kept.
@@ -118,8 +123,10 @@ def test_a_patch_bigger_than_the_output_cap_is_read_whole_and_checked(row):
         assert len(patch) > 4_600_000 and "+last-line\n" in patch and "# touched" in patch
         assert "bytes cut" not in patch
         with pytest.raises(SandboxError, match="does not apply to the base commit"):
-            box.check_applies("diff --git a/lrucache/cache.py b/lrucache/cache.py\n--- a/lrucache/cache.py\n"
-                              "+++ b/lrucache/cache.py\n@@ -1,1 +1,1 @@\n-no such line\n+x\n")
+            box.check_applies(
+                "diff --git a/lrucache/cache.py b/lrucache/cache.py\n--- a/lrucache/cache.py\n"
+                "+++ b/lrucache/cache.py\n@@ -1,1 +1,1 @@\n-no such line\n+x\n"
+            )
     with open_sandbox(row) as fresh:
         fresh.write_file("/tmp/p.diff", patch)
         assert fresh.run("git apply --check /tmp/p.diff").exit_code == 0
@@ -158,8 +165,9 @@ def test_hidden_tests_never_reach_the_episode_container(row):
     visible = listed_tests(row, "PASS_TO_PASS")[0].split("::")[1]  # in the repository: the search finds it
     with open_sandbox(row) as box:
         for name, present in [(visible, True), *((name, False) for name in hidden)]:
-            found = box.run(f"grep -rlsF --include='*.py' --exclude-dir=proc --exclude-dir=sys -e {name} /",
-                            timeout=120)  # fmt: skip
+            found = box.run(
+                f"grep -rlsF --include='*.py' --exclude-dir=proc --exclude-dir=sys -e {name} /", timeout=120
+            )
             assert not found.timed_out, f"the search for {name} did not finish"
             assert found.exit_code == (0 if present else 1) and bool(found.output) == present, (name, found)
 
@@ -233,8 +241,10 @@ def test_local_runtime_hides_secrets_and_ends_every_process_a_command_started(ro
     marker = f"{700_000 + os.getpid()}"  # `sleep <marker>`: a duration no other process on this host uses
     with box:
         assert box.run("echo key=[$OPENAI_API_KEY]").output == "key=[]\n"
-        started = box.run(f"setsid sleep {marker} & nohup sleep {marker} >/dev/null 2>&1 &"
-                          f" (setsid bash -c 'sleep {marker}' &); echo started")
+        started = box.run(
+            f"setsid sleep {marker} & nohup sleep {marker} >/dev/null 2>&1 &"
+            f" (setsid bash -c 'sleep {marker}' &); echo started"
+        )
         assert started.output == "started\n"
         time.sleep(0.5)
         survivors = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True).stdout.split()

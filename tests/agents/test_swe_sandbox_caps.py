@@ -22,7 +22,7 @@ from pacore_agents.swe.run import PREDICTIONS_FILE, trajectory_path
 from pacore_agents.swe.tasks import load_tasks
 
 pytestmark = pytest.mark.docker
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ROMAN = "pacore__roman-1"
 EDIT = "echo '# edited by the episode' >> roman/__init__.py"
 DETACHED = "for i in $(seq 300); do setsid sleep 1000 >/dev/null 2>&1 </dev/null & done; echo started"
@@ -98,8 +98,11 @@ def test_a_fast_write_past_the_disk_cap_is_removed_and_the_edit_kept(row):
 
 def test_a_slow_write_past_the_cap_is_stopped_while_it_runs(row):
     with DockerSandbox(row, disk="300m") as box:
-        slow = box.run("for i in $(seq 40); do dd if=/dev/zero of=/tmp/slow$i bs=1M count=20 2>/dev/null; "
-                       "sleep 0.2; done; echo finished", timeout=120)
+        slow = box.run(
+            "for i in $(seq 40); do dd if=/dev/zero of=/tmp/slow$i bs=1M count=20 2>/dev/null; "
+            "sleep 0.2; done; echo finished",
+            timeout=120,
+        )
         assert "finished" not in slow.output
         assert any("was stopped at this sandbox's disk cap" in note for note in slow.notes)
         assert box.disk_used() <= box.disk_cap
@@ -110,8 +113,9 @@ def test_the_diff_does_not_need_the_models_shell_or_scratch_space(row):
     """A broken login profile fails every later `bash -lc`, and a full /run/pacore leaves no room: the diff
     runs in its own `bash -c` after emptying pacore's scratch tmpfs, and writes nothing into the repository."""
     with DockerSandbox(row) as box:
-        box.run(f"{EDIT}; head -c 70000000 /dev/zero > /run/pacore/filler 2>/dev/null; "
-                "echo 'exit 7' >> /root/.bash_profile")
+        box.run(
+            f"{EDIT}; head -c 70000000 /dev/zero > /run/pacore/filler 2>/dev/null; echo 'exit 7' >> /root/.bash_profile"
+        )
         assert box.run("echo hi").exit_code == 7
         before = box.disk_used()
         assert "+# edited by the episode" in box.diff()
@@ -149,8 +153,13 @@ def edit_then(command: str):
 
 def run_pacore(*args: str) -> tuple[subprocess.CompletedProcess, int]:
     """`pacore ARGS` in a child process; its result and its pid (its sandboxes carry it as a label)."""
-    process = subprocess.Popen([sys.executable, "-m", "pacore_graph.cli", *args], cwd=ROOT, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pacore_graph.cli", *args],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         stdout, stderr = process.communicate(timeout=600)
     finally:
@@ -165,15 +174,33 @@ def containers_of(pid: int) -> list[str]:
     return subprocess.run(command, capture_output=True, text=True).stdout.split()
 
 
-@pytest.mark.parametrize(("command", "note"), [
-    (DETACHED, "process(es) the command left running were stopped"),
-    (EIGHT_GIB, "went past this sandbox's disk cap"),
-], ids=["300-detached-processes", "8-GiB-in-one-fast-command"])
+@pytest.mark.parametrize(
+    ("command", "note"),
+    [
+        (DETACHED, "process(es) the command left running were stopped"),
+        (EIGHT_GIB, "went past this sandbox's disk cap"),
+    ],
+    ids=["300-detached-processes", "8-GiB-in-one-fast-command"],
+)
 def test_an_episode_whose_last_command_broke_a_cap_still_yields_its_patch(row, tmp_path, command, note):
     out = tmp_path / "run"
     with MockOpenAIServer(edit_then(command)) as server:
-        done, pid = run_pacore("swe", "run", "--dataset", "local", "--instances", ROMAN, "--rounds", "0",
-                               "--base-url", server.base_url, "--model", "scripted", "--output", str(out))
+        done, pid = run_pacore(
+            "swe",
+            "run",
+            "--dataset",
+            "local",
+            "--instances",
+            ROMAN,
+            "--rounds",
+            "0",
+            "--base-url",
+            server.base_url,
+            "--model",
+            "scripted",
+            "--output",
+            str(out),
+        )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = (out / PREDICTIONS_FILE).read_text().splitlines()
     assert len(lines) == 1 and len(lines[0]) < 10_000_000

@@ -22,10 +22,23 @@ from pacore_agents.swe.tasks import (
     public_view,
 )
 
-VERIFIED_ROWS = Path(__file__).parent / "fixtures" / "swe" / "verified_rows.jsonl"
-V5_KEYS = {"instance_id", "repo", "base_commit", "patch", "test_patch", "problem_statement", "FAIL_TO_PASS",
-           "PASS_TO_PASS", "version", "environment_setup_commit", "eval_script", "log_parser", "eval_type",
-           "image"}
+VERIFIED_ROWS = Path(__file__).parents[1] / "fixtures" / "swe" / "verified_rows.jsonl"
+V5_KEYS = {
+    "instance_id",
+    "repo",
+    "base_commit",
+    "patch",
+    "test_patch",
+    "problem_statement",
+    "FAIL_TO_PASS",
+    "PASS_TO_PASS",
+    "version",
+    "environment_setup_commit",
+    "eval_script",
+    "log_parser",
+    "eval_type",
+    "image",
+}
 
 
 @pytest.fixture(scope="module")
@@ -142,8 +155,10 @@ def test_a_task_folder_of_your_own_gets_its_derived_fields(tmp_path, local_rows)
     task = tmp_path / "mine"
     shutil.copytree(source / "repo", task / "repo")
     stored = json.loads((source / "task.json").read_text())
-    minimal = {k: stored[k] for k in ("instance_id", "problem_statement", "patch", "test_patch",
-                                      "FAIL_TO_PASS", "PASS_TO_PASS")}
+    minimal = {
+        k: stored[k]
+        for k in ("instance_id", "problem_statement", "patch", "test_patch", "FAIL_TO_PASS", "PASS_TO_PASS")
+    }
     minimal["instance_id"] = "mine__task-1"
     (task / "task.json").write_text(json.dumps(minimal))
     [row] = load_tasks(str(tmp_path))

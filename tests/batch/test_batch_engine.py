@@ -24,7 +24,7 @@ from pacore_graph.batch.results_file import ResultsFileError
 from pacore_graph.cli import main as pacore_main
 from pacore_graph.extend import FolderInUse, ResultsFile, RetryPolicy, RunProgress, SettingsMismatch, Trajectory
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QUICK = RetryPolicy(max_attempts=1)
 
 
@@ -319,9 +319,15 @@ def test_solve_output_resumes_reads_back_and_refuses_another_problem(capsys, tmp
         answer, last = printed.splitlines()
         assert code == 0 and answer == "final 391" and len(server.requests) == 3
         summary = json.loads(last)
-        assert summary == {"command": "solve", "exit_code": 0, "output": out,
-                           "counts": {"total": 1, "done": 1, "failed": 0, "trajectories": 3, "failed_trajectories": 0},
-                           "answer": "final 391", "ttc": summary["ttc"], "ttc_approximate": False}  # fmt: skip
+        assert summary == {
+            "command": "solve",
+            "exit_code": 0,
+            "output": out,
+            "counts": {"total": 1, "done": 1, "failed": 0, "trajectories": 3, "failed_trajectories": 0},
+            "answer": "final 391",
+            "ttc": summary["ttc"],
+            "ttc_approximate": False,
+        }
         (row,) = [json.loads(line) for line in Path(out, "results.jsonl").read_text().splitlines()]
         assert row["answer"] == "final 391" and [r["k"] for r in row["rounds"]] == [2, 1]
 
@@ -337,8 +343,11 @@ def test_solve_output_resumes_reads_back_and_refuses_another_problem(capsys, tmp
 
 @pytest.mark.parametrize(
     ("output", "named"),
-    [("a-file", "is a file: the output must be a folder"), ("a-file/below", "cannot create the output folder"),
-     ("run.json", "--output names a folder now")],
+    [
+        ("a-file", "is a file: the output must be a folder"),
+        ("a-file/below", "cannot create the output folder"),
+        ("run.json", "--output names a folder now"),
+    ],
 )
 def test_solve_output_path_is_checked_before_any_server_or_call(capsys, tmp_path, output, named):
     (tmp_path / "a-file").write_text("x")
@@ -350,8 +359,9 @@ def test_solve_output_path_is_checked_before_any_server_or_call(capsys, tmp_path
 def test_solve_into_a_folder_in_use_is_refused(capsys, tmp_path):
     held = folder(tmp_path / "out").claim()
     try:
-        code, lines, printed = _cli(capsys, "solve", "q", "--base-url", "http://127.0.0.1:9/v1", "--output",
-                                    str(tmp_path / "out"))  # fmt: skip
+        code, lines, printed = _cli(
+            capsys, "solve", "q", "--base-url", "http://127.0.0.1:9/v1", "--output", str(tmp_path / "out")
+        )
     finally:
         held.release()
     assert code == 1 and len(lines) == 1 and f"in use by another run (pid {os.getpid()})" in lines[0]

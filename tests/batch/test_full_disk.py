@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONCLUSION = "The answer is 4, since 2 + 2 = 4. " * 30
 
 
@@ -20,8 +20,9 @@ def small_disk(tmp_path):
     """A 1 MiB tmpfs, unmounted after the test."""
     disk = tmp_path / "disk"
     disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True,
-                             text=True)  # fmt: skip
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True, text=True
+    )
     assert mounted.returncode == 0, f"cannot mount a tmpfs (root needed, as for make test): {mounted.stderr}"
     try:
         yield disk
@@ -41,8 +42,21 @@ def fill(disk: Path, leave: int) -> Path:
 def test_a_full_disk_is_one_line_and_the_same_command_goes_on_after(mock_server, small_disk, leave):
     out = small_disk / "run"
     with mock_server(lambda body, attempt: {"content": CONCLUSION, "reasoning_content": "thinking " * 100}) as server:
-        command = [sys.executable, "-m", "pacore_graph.cli", "solve", "What is 2+2?", "--base-url", server.base_url,
-                   "--model", "mock-model", "--rounds", "8,2", "--output", str(out)]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "pacore_graph.cli",
+            "solve",
+            "What is 2+2?",
+            "--base-url",
+            server.base_url,
+            "--model",
+            "mock-model",
+            "--rounds",
+            "8,2",
+            "--output",
+            str(out),
+        ]
         filler = fill(small_disk, leave)
         full = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
         filler.unlink()

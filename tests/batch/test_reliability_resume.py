@@ -29,7 +29,7 @@ from pacore_graph.batch.resume import solve_resumable
 from pacore_graph.extend import ResultsFile, RetryPolicy, Trajectory, open_checkpointer, thread_id
 from pacore_graph.graph.runner import PaCoReRunner, to_messages
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_benchmark_run_killed_mid_problem_resumes_without_redoing_work(tmp_path):
@@ -100,8 +100,9 @@ async def test_a_first_round_that_failed_entirely_is_tried_again(tmp_path):
     thread = thread_id("p1", messages, config)
     async with open_checkpointer(tmp_path) as saver:
         with pytest.raises(RoundFailedError, match="none of its 2 trajectories"):
-            await solve_resumable(PaCoReRunner(CountingExplorer(down_rounds={0}), config, checkpointer=saver),
-                                  messages, thread)
+            await solve_resumable(
+                PaCoReRunner(CountingExplorer(down_rounds={0}), config, checkpointer=saver), messages, thread
+            )
         healthy = CountingExplorer()
         result, status = await solve_resumable(PaCoReRunner(healthy, config, checkpointer=saver), messages, thread)
     assert status == "retried"
@@ -145,7 +146,10 @@ async def test_failed_problems_are_not_written_and_a_rerun_completes_them(tmp_pa
         second = await folder.run(DownFor("nothing"), config, problems, row)
     assert second.skipped == 2 and second.retried == 1 and not second.failed
     assert sorted(json.loads(x)["id"] for x in (tmp_path / "results.jsonl").read_text().splitlines()) == [
-        "p0", "p1", "p2"]  # fmt: skip
+        "p0",
+        "p1",
+        "p2",
+    ]
 
 
 NODE_SCRIPT = textwrap.dedent(
@@ -203,8 +207,14 @@ def test_pacore_node_in_a_checkpointed_user_graph_resumes_after_sigkill(tmp_path
     finished = {tuple(json.loads(line)) for line in first_log.read_text().splitlines()}
     assert 3 <= len(finished) < 6
 
-    done = subprocess.run([sys.executable, str(script), str(tmp_path), str(second_log)], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), str(second_log)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     again = [tuple(json.loads(line)) for line in second_log.read_text().splitlines()]
     assert not finished & set(again), "finished trajectories were run again"
@@ -265,9 +275,27 @@ def _lines(path: Path) -> int:
 def test_embedded_model_run_killed_mid_problem_resumes_without_redoing_work(embedded_server, tmp_path):
     """The same kill-and-resume on the real embedded model; calls are counted by the worker itself."""
     out, calls = tmp_path / "run", tmp_path / "calls.jsonl"
-    command = [sys.executable, "-m", "pacore_benchmarks.perf.faults_worker", "--base-url", embedded_server.base_url,
-               "--model", embedded_server.model, "--output", str(out), "--problems", "2", "--rounds", "3",
-               "--max-tokens", "24", "--request-timeout", "120", "--call-log", str(calls)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "pacore_benchmarks.perf.faults_worker",
+        "--base-url",
+        embedded_server.base_url,
+        "--model",
+        embedded_server.model,
+        "--output",
+        str(out),
+        "--problems",
+        "2",
+        "--rounds",
+        "3",
+        "--max-tokens",
+        "24",
+        "--request-timeout",
+        "120",
+        "--call-log",
+        str(calls),
+    ]
     per_problem = 3 + 1
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 300

@@ -9,7 +9,7 @@ import pytest
 
 from pacore_graph.cli import main
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 BENCHMARKS = [("math", "math/aime_2025.jsonl"), ("multichallenge", "multichallenge/benchmark_questions.jsonl")]
 
 

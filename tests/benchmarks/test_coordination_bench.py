@@ -16,9 +16,14 @@ FAST = {"ttft": 0.01, "token_delay": 0.0005, "output_tokens": (40, 400)}
 
 async def test_every_method_runs_the_same_problems_side_by_side():
     settings = CoordinationSettings(
-        problems=6, schedule=[8, 2], lead=2, subset=3, concurrency=6, spacing=0.0,
+        problems=6,
+        schedule=[8, 2],
+        lead=2,
+        subset=3,
+        concurrency=6,
+        spacing=0.0,
         emulator=bench_emulator().model_copy(update=FAST),
-    )  # fmt: skip
+    )
     report = await run_benchmark(settings)
     runs = {run.method: run for run in report.runs}
     assert list(runs) == ["paper", "budget", "early_stop", "subset", "dedup", "vote"]
@@ -44,8 +49,24 @@ def test_the_command_prints_a_table_then_one_json_line_and_exits_1_when_a_target
     # Three problems may meet the real targets or not: targets every run meets, or none can, decide here.
     targets = dict.fromkeys(coordination_cli.TARGETS, 0.0 if met else 1.01)
     monkeypatch.setattr(coordination_cli, "TARGETS", targets)
-    code = pacore(["bench", "coordination", "--problems", "3", "--rounds", "4", "--methods", "paper,early_stop",
-                   "--token-delay", "0.0005", "--output-tokens", "40-300", "--lead", "2"])  # fmt: skip
+    code = pacore(
+        [
+            "bench",
+            "coordination",
+            "--problems",
+            "3",
+            "--rounds",
+            "4",
+            "--methods",
+            "paper,early_stop",
+            "--token-delay",
+            "0.0005",
+            "--output-tokens",
+            "40-300",
+            "--lead",
+            "2",
+        ]
+    )
     captured = capsys.readouterr()
     out = captured.out.strip().splitlines()
     summary = json.loads(out[-1])

@@ -12,7 +12,7 @@ import pytest
 
 from pacore_graph.cli import main
 
-DATA = Path(__file__).resolve().parent / "fixtures" / "math"
+DATA = Path(__file__).resolve().parents[1] / "fixtures" / "math"
 
 
 def _rows(competition: str) -> list[dict]:
@@ -156,9 +156,24 @@ def test_two_identical_runs_into_one_folder_one_runs_the_other_refuses_with_one_
 
     out = tmp_path / "out"
     with Emulator(EmulatorConfig(ttft=3.0, output_tokens=8)) as emulator:
-        command = [sys.executable, "-m", "pacore_graph.cli", "bench", "math", "--data", str(DATA / "aime_2025.jsonl"),
-                   "--limit", "2", "--rounds", "2", "--base-url", emulator.base_url, "--no-progress",
-                   "--output", str(out)]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "pacore_graph.cli",
+            "bench",
+            "math",
+            "--data",
+            str(DATA / "aime_2025.jsonl"),
+            "--limit",
+            "2",
+            "--rounds",
+            "2",
+            "--base-url",
+            emulator.base_url,
+            "--no-progress",
+            "--output",
+            str(out),
+        ]
         first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
         while not ((out / ".lock").exists() and (out / ".lock").read_text().strip() == str(first.pid)):

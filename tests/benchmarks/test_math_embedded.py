@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 AIME = ROOT / "tests" / "fixtures" / "math" / "aime_2025.jsonl"
 COMMAND = [sys.executable, "-m", "pacore_graph.cli", "bench", "math", "--data", str(AIME), "--limit", "2"]
 COMMAND += ["--rounds", "2", "--max-tokens", "48", "--no-progress"]

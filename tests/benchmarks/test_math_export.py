@@ -20,7 +20,7 @@ from pacore_graph import PaCoReConfig
 from pacore_graph.cli import main
 from pacore_graph.extend import Trajectory, passed_on
 
-DATA = Path(__file__).resolve().parent / "fixtures" / "math" / "aime_2025.jsonl"
+DATA = Path(__file__).resolve().parents[1] / "fixtures" / "math" / "aime_2025.jsonl"
 POOL = 8
 CORRECT = {"aime_2025_I_1": 3, "aime_2025_I_2": 0, "aime_2025_I_3": 6}  # of POOL trajectories
 SYNTHESIS_CORRECT = {"aime_2025_I_1": 2, "aime_2025_I_3": 4}  # of 4 synthesis samples
@@ -59,8 +59,23 @@ class ScriptedMath:
 
 
 def _export(server: MockOpenAIServer, out: Path, *extra: str, data: Path = DATA) -> int:
-    return main(["bench", "math", "export-train", "--data", str(data), "--pool", str(POOL), "--base-url",
-                 server.base_url, "--output", str(out), "--no-progress", *extra])  # fmt: skip
+    return main(
+        [
+            "bench",
+            "math",
+            "export-train",
+            "--data",
+            str(data),
+            "--pool",
+            str(POOL),
+            "--base-url",
+            server.base_url,
+            "--output",
+            str(out),
+            "--no-progress",
+            *extra,
+        ]
+    )
 
 
 def _rows(path: Path) -> list[dict]:
@@ -122,8 +137,18 @@ def test_message_accuracy_filter_is_strict_and_refilters_without_calls(tmp_path:
 
 def test_stage_two_filters_by_synthesis_accuracy_over_seeded_recorded_draws(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    args = ("--min-message-accuracy", "0", "--max-message-accuracy", "1", "--synthesis-samples", "4",
-            "--min-synthesis-accuracy", "0", "--max-synthesis-accuracy", "1")  # fmt: skip
+    args = (
+        "--min-message-accuracy",
+        "0",
+        "--max-message-accuracy",
+        "1",
+        "--synthesis-samples",
+        "4",
+        "--min-synthesis-accuracy",
+        "0",
+        "--max-synthesis-accuracy",
+        "1",
+    )
     with MockOpenAIServer(ScriptedMath()) as server:
         assert _export(server, out, *args) == 0
         synthesis_requests = [body for body in server.requests if is_synthesis(body)]
@@ -160,8 +185,21 @@ def test_the_export_loads_back_as_data(tmp_path: Path) -> None:
         problems = load_problems(exported)
         assert [p.id for p in problems] == list(CORRECT)
         assert [p.prompt() for p in problems] == [p.prompt() for p in load_problems(DATA)]
-        bench = ["bench", "math", "--data", str(exported), "--methods", "single", "--pool", "2", "--base-url",
-                 server.base_url, "--output", str(tmp_path / "bench"), "--no-progress"]  # fmt: skip
+        bench = [
+            "bench",
+            "math",
+            "--data",
+            str(exported),
+            "--methods",
+            "single",
+            "--pool",
+            "2",
+            "--base-url",
+            server.base_url,
+            "--output",
+            str(tmp_path / "bench"),
+            "--no-progress",
+        ]
         assert main(bench) == 0
         again = tmp_path / "again"
         assert _export(server, again, data=exported) == 0
@@ -177,9 +215,12 @@ def test_released_format_loads_a_json_list_with_conversations(tmp_path: Path) ->
     the reference pipeline's own input rows write ``{"answer": ...}``); a system message stays in place."""
     rows = [
         {"conversation": [{"role": "user", "content": "What is 2+3?"}], "responses": ["5", "6"], "ground_truth": "5"},
-        {"conversation": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1/2 + 1/4?"}],
-         "responses": [], "ground_truth": {"answer": "\\frac{3}{4}"}},
-    ]  # fmt: skip
+        {
+            "conversation": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1/2 + 1/4?"}],
+            "responses": [],
+            "ground_truth": {"answer": "\\frac{3}{4}"},
+        },
+    ]
     path = tmp_path / "released.json"
     path.write_text(json.dumps(rows))
     first, second = load_problems(path)
@@ -196,14 +237,16 @@ def test_released_format_loads_a_json_list_with_conversations(tmp_path: Path) ->
         ({"conversation": [{"role": "user", "content": "q"}], "ground_truth": ["1", "2"]}, "not a gradable math"),
         ({"conversation": [{"role": "user", "content": "q"}], "ground_truth": None}, "not a gradable math"),
         ({"conversation": [{"role": "user", "content": "q"}], "ground_truth": " "}, "ground_truth is empty"),
-        ({"conversation": [{"role": "user", "content": "q"}], "ground_truth": '[{"input": "1", "output": "2"}]'},
-         "is JSON data (test cases?)"),
+        (
+            {"conversation": [{"role": "user", "content": "q"}], "ground_truth": '[{"input": "1", "output": "2"}]'},
+            "is JSON data (test cases?)",
+        ),
         ({"conversation": [{"role": "user", "content": "q"}], "ground_truth": {"tests": []}}, "not a gradable"),
         ({"conversation": [{"role": "assistant", "content": "a"}], "ground_truth": "1"}, "must end with the user"),
         ({"conversation": "q", "ground_truth": "1"}, "non-empty list of {role, content}"),
         ({"conversation": [{"role": "robot", "content": "q"}], "ground_truth": "1"}, "conversation message 1"),
     ],
-)  # fmt: skip
+)
 def test_bad_rows_are_refused_in_one_line_before_a_model_starts(tmp_path: Path, capsys, row: dict, message: str):
     good = {"conversation": [{"role": "user", "content": "What is 2+3?"}], "ground_truth": "5"}
     path = tmp_path / "bad.jsonl"
@@ -216,12 +259,43 @@ def test_bad_rows_are_refused_in_one_line_before_a_model_starts(tmp_path: Path, 
 
 
 def test_export_without_a_pool_says_what_to_pass(tmp_path: Path, capsys) -> None:
-    assert main(["bench", "math", "export-train", "--data", str(DATA), "--output", str(tmp_path / "o"),
-                 "--model", "m", "--no-progress"]) == 2  # fmt: skip
+    assert (
+        main(
+            [
+                "bench",
+                "math",
+                "export-train",
+                "--data",
+                str(DATA),
+                "--output",
+                str(tmp_path / "o"),
+                "--model",
+                "m",
+                "--no-progress",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "holds no pooled trajectories of these problems: pass --pool N" in err and err.count("\n") == 1
-    assert main(["bench", "math", "export-train", "--data", str(DATA), "--output", str(tmp_path / "p"),
-                 "--min-message-accuracy", "0.5", "--max-message-accuracy", "0.2"]) == 2  # fmt: skip
+    assert (
+        main(
+            [
+                "bench",
+                "math",
+                "export-train",
+                "--data",
+                str(DATA),
+                "--output",
+                str(tmp_path / "p"),
+                "--min-message-accuracy",
+                "0.5",
+                "--max-message-accuracy",
+                "0.2",
+            ]
+        )
+        == 2
+    )
     assert "must be below --max-message-accuracy" in capsys.readouterr().err
 
 
@@ -251,16 +325,45 @@ def test_a_math_runs_pool_exports_without_a_server(tmp_path: Path, capsys) -> No
     """The pool.jsonl of `pacore bench math` is an export's pool as it is: its model and token cap are taken,
     and with nothing left to generate no server is needed (no --base-url, and none is started)."""
     with MockOpenAIServer(ScriptedMath()) as server:
-        bench = ["bench", "math", "--data", str(DATA), "--methods", "single", "--pool", str(POOL),
-                 "--max-tokens", "300", "--base-url", server.base_url, "--output", str(tmp_path / "bench"),
-                 "--no-progress"]  # fmt: skip
+        bench = [
+            "bench",
+            "math",
+            "--data",
+            str(DATA),
+            "--methods",
+            "single",
+            "--pool",
+            str(POOL),
+            "--max-tokens",
+            "300",
+            "--base-url",
+            server.base_url,
+            "--output",
+            str(tmp_path / "bench"),
+            "--no-progress",
+        ]
         assert main(bench) == 0
         made = len(server.requests)
     capsys.readouterr()
     out = tmp_path / "export"
     pool = tmp_path / "bench" / "pool.jsonl"
-    assert main(["bench", "math", "export-train", "--data", str(DATA), "--pool-file", str(pool), "--output", str(out),
-                 "--no-progress"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "bench",
+                "math",
+                "export-train",
+                "--data",
+                str(DATA),
+                "--pool-file",
+                str(pool),
+                "--output",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert made == 3 * POOL
     assert "nothing to generate" in capsys.readouterr().err
     assert {row["id"]: row["message_accuracy"] for row in _rows(out / "train.jsonl")} == {

@@ -17,7 +17,7 @@ from pacore_benchmarks.math.data import DataError, load_problems
 from pacore_benchmarks.math.grading import MathGrader, as_integer
 from pacore_graph.coordination.answers import extract_answer, last_boxed, last_number
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "math"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "math"
 GOLD_ANSWERS = json.loads((FIXTURES / "gold_answers.json").read_text())
 HMMT_9 = "0,i\\sqrt{6},-i\\sqrt{6}"  # HMMT Feb 2024 #9
 
@@ -206,8 +206,9 @@ def test_gold_answers_grade_correct_and_altered_ones_wrong(grader: MathGrader, c
 
 def test_prompt_is_matharenas_current_one_per_competition(tmp_path: Path) -> None:
     """MathArena's configs since 2026-02: the newer sentence for AIME 2025 and HMMT Feb 2025, the older one for 2024."""
-    current, older = "Put your final answer within \\boxed{}.", (
-        "Please reason step by step, and put your final answer within \\boxed{}."
+    current, older = (
+        "Put your final answer within \\boxed{}.",
+        ("Please reason step by step, and put your final answer within \\boxed{}."),
     )
     aime_range = "The answer is an integer between 0 and 999 inclusive."
     aime = load_problems(FIXTURES / "aime_2025.jsonl", limit=1)[0]

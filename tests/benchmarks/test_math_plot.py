@@ -12,8 +12,15 @@ from pacore_benchmarks.math.summary import per_problem, setting_title, summarize
 
 
 def _row(label: str, method: str, problem: str, sample: int, correct: bool, ttc: int, flag=None) -> dict:
-    return {"label": label, "method": method, "problem_id": problem, "sample": sample, "correct": correct,
-            "ttc": ttc, "flag": flag}  # fmt: skip
+    return {
+        "label": label,
+        "method": method,
+        "problem_id": problem,
+        "sample": sample,
+        "correct": correct,
+        "ttc": ttc,
+        "flag": flag,
+    }
 
 
 ROWS = [

@@ -12,7 +12,8 @@ import pytest
 
 from pacore_benchmarks.math.pool import FirstRound, PoolError, PoolReplayExplorer, PoolStore, as_trajectory, draw
 from pacore_graph import EpisodeContext
-from pacore_graph.extend import Trajectory, majority_vote
+from pacore_graph.coordination import majority_vote
+from pacore_graph.extend import Trajectory
 
 
 def majority_probability(pool_size: int, correct: int, k: int) -> float:

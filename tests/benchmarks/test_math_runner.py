@@ -23,7 +23,7 @@ from pacore_benchmarks.math.runner import MathBenchmark, MathRunSettings
 from pacore_benchmarks.perf.faults import saved_trajectories
 from pacore_graph.extend import ModelRequestError, SettingsMismatch, Trajectory, message_text
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 AIME = ROOT / "tests" / "fixtures" / "math" / "aime_2025.jsonl"
 POOL_TOKENS = 50
 SYNTH_TOKENS = 20

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_multichallenge_resume import MockServer, write_data
+from multichallenge_mock import MockServer, write_data
 
 from pacore_benchmarks.multichallenge import cli as mc_cli
 from pacore_benchmarks.multichallenge.cli import cli
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "multichallenge" / "benchmark_questions.jsonl"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "multichallenge" / "benchmark_questions.jsonl"
 
 
 def run(capsys, *args: str) -> tuple[int, str]:
@@ -102,7 +102,7 @@ def test_resuming_into_a_folder_of_another_run_is_refused_and_keeps_its_rows(cap
 @pytest.mark.parametrize("failure", ["the judge's model is unknown", "the run raises"])
 def test_the_clients_are_closed_however_the_run_ends(capsys, tmp_path, monkeypatch, failure):
     from pacore_benchmarks.multichallenge.runner import MultiChallengeRunner
-    from pacore_graph.extend import OpenAICompatibleChatModel
+    from pacore_graph.models import OpenAICompatibleChatModel
 
     closed: list[str] = []
     close = OpenAICompatibleChatModel.aclose

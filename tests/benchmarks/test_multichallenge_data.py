@@ -19,7 +19,7 @@ from pacore_benchmarks.multichallenge.data import (
     select,
 )
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "multichallenge" / "benchmark_questions.jsonl"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "multichallenge" / "benchmark_questions.jsonl"
 
 
 def _row(qid: str, **overrides) -> dict:

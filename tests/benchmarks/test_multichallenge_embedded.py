@@ -12,16 +12,28 @@ import pytest
 
 import pacore_graph.extend
 from pacore_benchmarks.multichallenge.cli import cli
-from pacore_graph.extend import EmbeddedServer
+from pacore_graph.models import EmbeddedServer
 
-DATA = Path(__file__).resolve().parent / "fixtures" / "multichallenge" / "benchmark_questions.jsonl"
+DATA = Path(__file__).resolve().parents[1] / "fixtures" / "multichallenge" / "benchmark_questions.jsonl"
 pytestmark = [pytest.mark.embedded, pytest.mark.timeout(600)]
 
 
 def test_embedded_run_writes_rows_table_report_then_resumes_without_model(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(Path(__file__).resolve().parents[1])
-    args = ["--data", str(DATA), "--limit", "2", "--rounds", "2", "--max-tokens", "48", "--judge-max-tokens", "128",
-            "--output", str(tmp_path)]  # fmt: skip
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    args = [
+        "--data",
+        str(DATA),
+        "--limit",
+        "2",
+        "--rounds",
+        "2",
+        "--max-tokens",
+        "48",
+        "--judge-max-tokens",
+        "128",
+        "--output",
+        str(tmp_path),
+    ]
     assert cli(args) == 0
     printed = capsys.readouterr()
     first = printed.out

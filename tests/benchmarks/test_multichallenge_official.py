@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from pacore_benchmarks.multichallenge.cli import cli
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "multichallenge"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "multichallenge"
 DATA = FIXTURES / "benchmark_questions.jsonl"
 OFFICIAL_PROMPT = (FIXTURES / "official_judge_prompt.txt").read_text(encoding="utf-8")
 OFFICIAL_MODEL = "gpt-4o-2024-08-06"
@@ -103,8 +103,10 @@ def test_a_judge_that_is_the_responder_is_warned_about_loudly(mock_server, tmp_p
 
     output = tmp_path / "out"
     with mock_server(both, model="one-model") as server:
-        code = cli(["--data", str(DATA), "--limit", "2", "--rounds", "0", "--base-url", server.base_url]
-                   + ["--output", str(output)])  # fmt: skip
+        code = cli(
+            ["--data", str(DATA), "--limit", "2", "--rounds", "0", "--base-url", server.base_url]
+            + ["--output", str(output)]
+        )
     printed = capsys.readouterr()
     assert code == 0, printed.out + printed.err
     assert "pacore: warning: the judge is the responder itself" in " ".join(printed.err.split())

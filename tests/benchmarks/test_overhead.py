@@ -18,7 +18,7 @@ from pacore_benchmarks.perf.floor import render_synthesis, run_floor
 from pacore_benchmarks.perf.overhead import Measurement, OverheadReport, OverheadSettings, Pair, expected_trajectories
 from pacore_benchmarks.perf.overhead_worker import WorkerSpec, make_problems, measure
 from pacore_emulator import Emulator, EmulatorConfig
-from pacore_graph.extend import run_parsed
+from pacore_graph.command_kit import run_parsed
 from pacore_graph.graph.gc_policy import FULL_PASS_THRESHOLD
 from pacore_graph.synthesis.prompt import render_synthesis_prompt
 
@@ -86,8 +86,9 @@ async def test_floor_sends_the_same_requests_as_the_operator(tmp_path):
 @pytest.mark.parametrize("client", ["floor", "operator", "proxy"])
 async def test_worker_counts_every_trajectory_of_the_schedule(client):
     with Emulator(EmulatorConfig(**TINY_EMULATOR)) as emu:
-        spec = WorkerSpec(client=client, base_url=emu.base_url, model=emu.config.model, rounds=[4, 2], problems=3,
-                          stream=True)
+        spec = WorkerSpec(
+            client=client, base_url=emu.base_url, model=emu.config.model, rounds=[4, 2], problems=3, stream=True
+        )
         result = await measure(spec)
         stats = emu.stats()
     assert result.trajectories == expected_trajectories([4, 2], 3) == 3 * 7
@@ -105,8 +106,15 @@ async def test_every_client_runs_under_the_gc_setting_it_is_given(client, settin
     gc.set_threshold(50, 10, 10)  # collections every 50 allocations, so even a tiny run records some
     try:
         with Emulator(EmulatorConfig(**TINY_EMULATOR)) as emu:
-            spec = WorkerSpec(client=client, base_url=emu.base_url, model=emu.config.model, rounds=[3], problems=2,
-                              gc=setting, full_pass_threshold=FULL_PASS_THRESHOLD)
+            spec = WorkerSpec(
+                client=client,
+                base_url=emu.base_url,
+                model=emu.config.model,
+                rounds=[3],
+                problems=2,
+                gc=setting,
+                full_pass_threshold=FULL_PASS_THRESHOLD,
+            )
             result = await measure(spec)
         after = gc.get_threshold()
     finally:
@@ -133,10 +141,28 @@ def test_gc_is_a_setting_of_the_command_default_unless_asked():
 def test_tiny_overhead_run_prints_the_json_verdict_last(tmp_path, capsys):
     parser = argparse.ArgumentParser()
     overhead_cli.register(parser.add_subparsers())
-    args = parser.parse_args([
-        "overhead", "--problems", "2", "--rounds", "2", "--rounds", "2,2", "--ttft", "0.01", "--token-delay", "0.0005",
-        "--output-tokens", "20-60", "--no-scaling", "--gc", "spaced", "--output", str(tmp_path),
-    ])
+    args = parser.parse_args(
+        [
+            "overhead",
+            "--problems",
+            "2",
+            "--rounds",
+            "2",
+            "--rounds",
+            "2,2",
+            "--ttft",
+            "0.01",
+            "--token-delay",
+            "0.0005",
+            "--output-tokens",
+            "20-60",
+            "--no-scaling",
+            "--gc",
+            "spaced",
+            "--output",
+            str(tmp_path),
+        ]
+    )
     assert args.func(args) == 0
     printed = capsys.readouterr().out.strip().splitlines()
     last = printed[-1]
@@ -162,8 +188,12 @@ def test_tiny_overhead_run_prints_the_json_verdict_last(tmp_path, capsys):
     assert "GC spaced on every client" in markdown and "| floor | spaced (" in markdown
     assert "[16] via endpoint" in markdown and "The endpoint adds" in markdown
     saved = json.loads((tmp_path / "overhead.json").read_text())
-    kit = {"command": "bench overhead", "exit_code": 0, "output": str(tmp_path),
-           "counts": {"problems": 2, "schedules": 2, "repeats": 1}}  # the command kit's envelope
+    kit = {
+        "command": "bench overhead",
+        "exit_code": 0,
+        "output": str(tmp_path),
+        "counts": {"problems": 2, "schedules": 2, "repeats": 1},
+    }  # the command kit's envelope
     assert summary == {**kit, **saved["summary"]}
 
 
@@ -241,10 +271,17 @@ def test_the_reference_pipeline_runs_as_a_third_client_in_the_rotation(tmp_path,
     checkout = stand_in_reference(tmp_path / "reference")
     monkeypatch.setenv("PYTHONPATH", str(checkout))
     settings = overhead.OverheadSettings(
-        problems=2, schedules=[[3, 2]], stream=False, checkpoint=False, proxy=False, scaling=False,
-        output_dir=str(tmp_path / "out"), reference=str(checkout), gc="spaced",
+        problems=2,
+        schedules=[[3, 2]],
+        stream=False,
+        checkpoint=False,
+        proxy=False,
+        scaling=False,
+        output_dir=str(tmp_path / "out"),
+        reference=str(checkout),
+        gc="spaced",
         emulator=EmulatorConfig(**TINY_EMULATOR),
-    )  # fmt: skip
+    )
     monkeypatch.setattr("pacore_benchmarks.perf.reference.reference_python", lambda checkout: sys.executable)
     report = overhead.run_overhead(settings)
     pair = report.schedules[0]
@@ -282,22 +319,48 @@ def test_a_wrong_reference_path_fails_at_once_with_one_line(tmp_path, capsys):
     assert not (tmp_path / "overhead.md").exists()  # nothing ran
 
 
-def _measurement(client: str, rounds: list[int], wall: float, cpu: float, rss: float, problems: int = 256,
-                 stream: bool = False) -> Measurement:
+def _measurement(
+    client: str, rounds: list[int], wall: float, cpu: float, rss: float, problems: int = 256, stream: bool = False
+) -> Measurement:
     trajectories = expected_trajectories(rounds, problems)
-    return Measurement(client=client, wall_s=wall, cpu_s=cpu, trajectories=trajectories, failures=0,
-                       answered=problems, peak_rss_mb=rss, gc_full_passes=123, gc_longest_pause_ms=1234.5,
-                       gc_thresholds=[700, 10, 100], gc_thresholds_seen={"700,10,100": 51234, "700,10,10": 12},
-                       gc="spaced", rounds=rounds, problems=problems, stream=stream, requests=trajectories,
-                       tokens_out=1_234_567, emulator_cpu_s=123.45, peak_active=1024)
+    return Measurement(
+        client=client,
+        wall_s=wall,
+        cpu_s=cpu,
+        trajectories=trajectories,
+        failures=0,
+        answered=problems,
+        peak_rss_mb=rss,
+        gc_full_passes=123,
+        gc_longest_pause_ms=1234.5,
+        gc_thresholds=[700, 10, 100],
+        gc_thresholds_seen={"700,10,100": 51234, "700,10,10": 12},
+        gc="spaced",
+        rounds=rounds,
+        problems=problems,
+        stream=stream,
+        requests=trajectories,
+        tokens_out=1_234_567,
+        emulator_cpu_s=123.45,
+        peak_active=1024,
+    )
 
 
-def _pair(label: str, rounds: list[int], clients: tuple[str, str] = ("floor", "operator"), reference: bool = False,
-          stream: bool = False) -> Pair:
+def _pair(
+    label: str,
+    rounds: list[int],
+    clients: tuple[str, str] = ("floor", "operator"),
+    reference: bool = False,
+    stream: bool = False,
+) -> Pair:
     floor = _measurement(clients[0], rounds, 108.9, 10.2, 62, stream=stream)
     ref = _measurement("reference", rounds, 110.0, 21.0, 64, stream=stream) if reference else None
-    return Pair(label=label, floor=floor, operator=_measurement(clients[1], rounds, 109.3, 15.5, 1119, stream=stream),
-                reference=ref)
+    return Pair(
+        label=label,
+        floor=floor,
+        operator=_measurement(clients[1], rounds, 109.3, 15.5, 1119, stream=stream),
+        reference=ref,
+    )
 
 
 def test_every_printed_table_fits_in_100_columns_and_every_ratio_says_its_target():
@@ -326,8 +389,15 @@ def test_every_printed_table_fits_in_100_columns_and_every_ratio_says_its_target
     lines = out.getvalue().splitlines()
     assert max(len(line) for line in lines) <= 100
     text = out.getvalue()
-    for title in ("Schedules", "Streaming", "Through the endpoint", "Scaling with K", "Scaling with problems",
-                  "Operator / reference pipeline", "What each run got done"):
+    for title in (
+        "Schedules",
+        "Streaming",
+        "Through the endpoint",
+        "Scaling with K",
+        "Scaling with problems",
+        "Operator / reference pipeline",
+        "What each run got done",
+    ):
         assert f"{title}" in text
     assert "GC spaced on every client" in text and "spaced" in lines[5]
     assert "0.994x missed" in text and "0.738x met" in text and "17.484x missed" in text  # wall, CPU, RSS vs reference

@@ -29,8 +29,13 @@ from pacore_graph.models.routing import SHORT_PROMPT_CHARS, prefix_key, session_
 from pacore_graph.models.vllm_server import ROUTER_POLICY, Cluster, ServerProcess, router_command
 
 # Small and quick replies; prompts long enough (over a thousand tokens) to be kept on one replica.
-SMALL_REPLICA = {"ttft": 0.01, "token_delay": 0.0005, "output_tokens": (60, 120), "answer_tokens": (20, 40),
-                 "prefill_token_time": 1e-6}  # fmt: skip
+SMALL_REPLICA = {
+    "ttft": 0.01,
+    "token_delay": 0.0005,
+    "output_tokens": (60, 120),
+    "answer_tokens": (20, 40),
+    "prefill_token_time": 1e-6,
+}
 PROBLEM = "Problem {n}: count the pairs (a, b) of positive integers with a + b = {m}. " + "Think it through. " * 240
 
 
@@ -68,8 +73,9 @@ def test_session_key_names_the_prefix_a_request_shares():
     assert session_key([*history, last_turns[0]]) != session_key([system, history[1], last_turns[0]])
     long = "x" * 50_000  # a long message counts by its length and both ends
     ends = ([long + "a", long + "b"], ["a" + long, "b" + long], [long, long + "x"])
-    assert all(session_key([{"role": "user", "content": a}]) != session_key([{"role": "user", "content": b}])
-               for a, b in ends)  # fmt: skip
+    assert all(
+        session_key([{"role": "user", "content": a}]) != session_key([{"role": "user", "content": b}]) for a, b in ends
+    )
 
 
 def test_a_short_prompt_gets_a_fresh_key_per_request_so_its_round_spreads_over_replicas():
@@ -86,8 +92,10 @@ def test_the_prefill_floor_counts_each_distinct_prefix_block_once():
     shared = {"messages": [system, {"role": "user", "content": "Task 1: fix the parser. " * 50}]}
     other = {"messages": [system, {"role": "user", "content": "Task 2: fix the lexer. " * 50}]}
     alone = {"messages": [{"role": "user", "content": "Problem 3: how many pairs? " * 300}]}
-    tokens = {name: estimate_prompt_tokens(body["messages"]) for name, body in
-              (("shared", shared), ("other", other), ("alone", alone))}  # fmt: skip
+    tokens = {
+        name: estimate_prompt_tokens(body["messages"])
+        for name, body in (("shared", shared), ("other", other), ("alone", alone))
+    }
     system_tokens = estimate_prompt_tokens([system])
     once = prefill_floor([shared], block_size=16)
     assert once == tokens["shared"]  # nothing cached yet: every token computed
@@ -100,8 +108,10 @@ def test_the_prefill_floor_counts_each_distinct_prefix_block_once():
 
 @pytest.fixture
 def replicas(tmp_path):
-    configs = [EmulatorConfig.gpu_replica(index, request_log=str(tmp_path / f"replica-{index}.jsonl"),
-                                          **SMALL_REPLICA) for index in range(3)]  # fmt: skip
+    configs = [
+        EmulatorConfig.gpu_replica(index, request_log=str(tmp_path / f"replica-{index}.jsonl"), **SMALL_REPLICA)
+        for index in range(3)
+    ]
     emulators = []
     try:
         for config in configs:
@@ -154,8 +164,9 @@ async def test_router_keeps_each_prompt_on_one_replica_where_its_prefix_is_cache
 
 
 @pytest.mark.parametrize("router", KEYLESS, indirect=True)
-async def test_a_keyless_policy_spreads_a_long_prompts_round_over_replicas_each_prefilling_it(replicas, router,
-                                                                                             tmp_path):  # fmt: skip
+async def test_a_keyless_policy_spreads_a_long_prompts_round_over_replicas_each_prefilling_it(
+    replicas, router, tmp_path
+):
     """What the README says of cache_aware and round_robin: they see no text, so a round's K copies of one long
     prompt land on several replicas (its decoding spread, for one problem at a time) and each prefills it."""
     model = chat_model(router.url + "/v1", replicas[0].config.model)
@@ -164,8 +175,12 @@ async def test_a_keyless_policy_spreads_a_long_prompts_round_over_replicas_each_
     finally:
         await model.aclose()
     assert result.answer.strip() and not result.failures
-    served = [sum("Reference Responses" not in line for line in (tmp_path / f"replica-{index}.jsonl").read_text()
-                  .splitlines()) for index in range(len(replicas))]  # round 1's requests per replica  # fmt: skip
+    served = [
+        sum(
+            "Reference Responses" not in line for line in (tmp_path / f"replica-{index}.jsonl").read_text().splitlines()
+        )
+        for index in range(len(replicas))
+    ]  # round 1's requests per replica
     assert sum(served) == 6 and sum(1 for n in served if n) >= 2, served
     stats = [replica.stats() for replica in replicas]
     prompt = result.rounds[0].trajectories[0].prompt_tokens
@@ -176,8 +191,9 @@ async def test_router_spreads_a_short_problems_round_over_every_replica(replicas
     """One problem in flight with a short prompt: its trajectories decode on every replica, not on one."""
     model = chat_model(router.url + "/v1", replicas[0].config.model)
     try:
-        result = await asolve(model, "How many pairs (a, b) of positive integers have a + b = 10?",
-                              PaCoReConfig(rounds=[9]))  # fmt: skip
+        result = await asolve(
+            model, "How many pairs (a, b) of positive integers have a + b = 10?", PaCoReConfig(rounds=[9])
+        )
     finally:
         await model.aclose()
     assert result.answer.strip() and not result.failures
@@ -187,8 +203,16 @@ async def test_router_spreads_a_short_problems_round_over_every_replica(replicas
 
 async def test_a_replica_killed_mid_run_loses_nothing_through_the_router(tmp_path):
     emulator = EmulatorConfig.gpu_replica(**{**SMALL_REPLICA, "token_delay": 0.002, "output_tokens": (150, 300)})
-    settings = ReplicasSettings(replicas=2, problems=3, schedules=[[8]], chat_problems=0, one_at_a_time=0,
-                                policies=[ROUTER_POLICY], kill_spread=False, emulator=emulator)  # fmt: skip
+    settings = ReplicasSettings(
+        replicas=2,
+        problems=3,
+        schedules=[[8]],
+        chat_problems=0,
+        one_at_a_time=0,
+        policies=[ROUTER_POLICY],
+        kill_spread=False,
+        emulator=emulator,
+    )
     report = await run_benchmark(settings, str(tmp_path))
     clean, killed = report.runs[-1], report.kills[0]
     assert clean.policy == killed.policy == ROUTER_POLICY and clean.lost == 0
@@ -203,14 +227,22 @@ async def test_the_readmes_routing_advice_holds_for_each_policy_on_every_workloa
     a keyed policy prefills each shared prompt about once (near the floor) and is the one the benchmark picks
     for chat runs; a keyless one prefills it again on each replica a round's copies reach. (The batch workload
     at this size, one [2] problem, computes the same under every routing: its choice is left to the bench.)"""
-    settings = ReplicasSettings(replicas=2, problems=1, schedules=[[2]], chat_problems=2, one_at_a_time=1,
-                                policies=[*KEYED, *KEYLESS], kill=False,
-                                emulator=EmulatorConfig.gpu_replica(**SMALL_REPLICA))  # fmt: skip
+    settings = ReplicasSettings(
+        replicas=2,
+        problems=1,
+        schedules=[[2]],
+        chat_problems=2,
+        one_at_a_time=1,
+        policies=[*KEYED, *KEYLESS],
+        kill=False,
+        emulator=EmulatorConfig.gpu_replica(**SMALL_REPLICA),
+    )
     report = await run_benchmark(settings, str(tmp_path))
     runs = {(run.workload, run.policy): run for run in report.runs}
     assert len(runs) == 3 * 5 and all(run.lost == 0 and run.answered == run.problems for run in report.runs)
     assert [sum(r.requests for r in runs["one", policy].replicas) for policy in ["spread", *KEYED, *KEYLESS]] == [
-        37] * 5  # [32, 4] alone: 32 + 4 + 1 requests, whatever the routing
+        37
+    ] * 5  # [32, 4] alone: 32 + 4 + 1 requests, whatever the routing
     for run in report.runs:  # no routing computes less than the floor (each distinct prefix once)
         assert 0 < run.floor_tokens <= run.prefill_tokens, run
     # One problem alone: a keyless routing must send its 32 copies to both replicas (about 1.85x the floor).
@@ -221,7 +253,8 @@ async def test_the_readmes_routing_advice_holds_for_each_policy_on_every_workloa
         keyed = [runs[workload, policy] for policy in KEYED]
         keyless = [runs[workload, policy] for policy in [*KEYLESS, "spread"]]
         assert all(run.over_floor < 1.15 <= keyless_above < other.over_floor for run in keyed for other in keyless), [
-            (workload, run.policy, round(run.over_floor, 3)) for run in keyed + keyless]  # fmt: skip
+            (workload, run.policy, round(run.over_floor, 3)) for run in keyed + keyless
+        ]
     summary = report.summary()
     assert summary["chat_best_policy"] in KEYED  # chosen by prefill among all four
     assert summary["chat_problems"] == 4
@@ -246,17 +279,22 @@ def _refused(port: int) -> bool:
 
 def test_serve_vllm_emulate_runs_a_cluster_that_pacore_solve_uses_and_stops_on_ctrl_c(tmp_path):
     port = free_port_block(3)
-    serve = subprocess.Popen(pacore("serve-vllm", "--emulate", "--replicas", "2", "--port", str(port),
-                                    "--log-dir", str(tmp_path)),
-                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    serve = subprocess.Popen(
+        pacore("serve-vllm", "--emulate", "--replicas", "2", "--port", str(port), "--log-dir", str(tmp_path)),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         banner = serve.stderr.readline()
         assert f"http://127.0.0.1:{port}/v1 over 2 emulated replicas" in banner, banner
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as response:
             assert json.load(response)["data"][0]["id"] == "emulated-model"
-        solved = subprocess.run(pacore("solve", "What is 17*23?", "--rounds", "3",
-                                       "--base-url", f"http://127.0.0.1:{port}/v1"),
-                                capture_output=True, text=True, timeout=120)  # fmt: skip
+        solved = subprocess.run(
+            pacore("solve", "What is 17*23?", "--rounds", "3", "--base-url", f"http://127.0.0.1:{port}/v1"),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert solved.returncode == 0, solved.stderr
         assert "\\boxed{" in solved.stdout and "failed trajectories: 0" in solved.stderr
         serve.send_signal(signal.SIGINT)
@@ -279,9 +317,10 @@ def test_an_emulated_cluster_removes_the_temporary_log_folder_it_made():
 
 
 def test_serve_vllm_says_what_is_missing_without_vllm_or_gpus():
-    done = subprocess.run(pacore("serve-vllm", "stepfun-ai/PaCoRe-8B", "--replicas", "999"),
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        pacore("serve-vllm", "stepfun-ai/PaCoRe-8B", "--replicas", "999"), capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 1
     message = done.stderr.strip()
     assert message.startswith("pacore: error: ") and "\n" not in message
-    assert ("vLLM is not installed" in message or "no NVIDIA GPU" in message or "999 GPUs" in message), message
+    assert "vLLM is not installed" in message or "no NVIDIA GPU" in message or "999 GPUs" in message, message

@@ -18,14 +18,14 @@ from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import pytest
-from test_multichallenge_resume import MockServer, write_data
+from multichallenge_mock import MockServer, write_data
 
 from pacore_emulator import Emulator, EmulatorConfig
 from pacore_graph.cli import build_parser, main
 from pacore_graph.extend import FolderLock, free_port
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 MATH = str(FIXTURES / "math" / "aime_2025.jsonl")
 CHATS = str(FIXTURES / "multichallenge" / "benchmark_questions.jsonl")
 ROMAN = "pacore__roman-1"  # a local SWE task
@@ -53,22 +53,53 @@ REFUSED = [  # every command, each given one bad value; what its one line names
     (["serve-vllm", "--replicas", "0", "m"], "--replicas must be at least 1, got 0"),
     (["bench", "math", "--data", "{tmp}/nope.jsonl", "--output", "{tmp}/out"], "{tmp}/nope.jsonl does not exist"),
     (["bench", "math", "grade", "--data", MATH], "grade needs --predictions FILE"),
-    (["bench", "math", "export-train", "--data", MATH, "--min-message-accuracy", "0.5", "--max-message-accuracy",
-      "0.2", "--output", "{tmp}/out"], "--min-message-accuracy 0.5 must be below --max-message-accuracy 0.2"),
-    (["bench", "multichallenge", "--data", CHATS, "--samples", "0", "--output", "{tmp}/out"],
-     "--samples must be at least 1"),
+    (
+        [
+            "bench",
+            "math",
+            "export-train",
+            "--data",
+            MATH,
+            "--min-message-accuracy",
+            "0.5",
+            "--max-message-accuracy",
+            "0.2",
+            "--output",
+            "{tmp}/out",
+        ],
+        "--min-message-accuracy 0.5 must be below --max-message-accuracy 0.2",
+    ),
+    (
+        ["bench", "multichallenge", "--data", CHATS, "--samples", "0", "--output", "{tmp}/out"],
+        "--samples must be at least 1",
+    ),
     (["bench", "overhead", "--problems", "0", "--output", "{tmp}/out"], "invalid problems"),
     (["bench", "faults", "--problems", "0"], "invalid problems"),
     (["bench", "replicas", "--replicas", "1"], "invalid replicas"),
     (["bench", "coordination", "--methods", "nope"], "unknown methods ['nope']"),
     (["bench", "nosuch"], "argument BENCHMARK: invalid choice: 'nosuch'"),
     (["swe", "run", "--dataset", "{tmp}/nope.jsonl", "--output", "{tmp}/out"], "{tmp}/nope.jsonl does not exist"),
-    (["swe", "eval", "--dataset", "local", "--predictions", "{tmp}/nope.jsonl", "--run-id", "r", "--output",
-      "{tmp}/out"], "{tmp}/nope.jsonl"),
-    (["swe", "images", "build", "--dataset", "local", "--instances", ROMAN, "--repos", "{tmp}/nope"],
-     "--repos {tmp}/nope: not a folder"),
+    (
+        [
+            "swe",
+            "eval",
+            "--dataset",
+            "local",
+            "--predictions",
+            "{tmp}/nope.jsonl",
+            "--run-id",
+            "r",
+            "--output",
+            "{tmp}/out",
+        ],
+        "{tmp}/nope.jsonl",
+    ),
+    (
+        ["swe", "images", "build", "--dataset", "local", "--instances", ROMAN, "--repos", "{tmp}/nope"],
+        "--repos {tmp}/nope: not a folder",
+    ),
     (["nosuch"], "argument COMMAND: invalid choice: 'nosuch'"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("argv", "named"), REFUSED, ids=[" ".join(argv[:3]) for argv, _ in REFUSED])
@@ -82,8 +113,9 @@ def test_a_refused_input_is_one_line_exit_2_and_nothing_else(capsys, tmp_path, a
 
 @pytest.mark.parametrize("argv", [["bench", "nosuch"], ["serve", "--port", "0"], ["swe", "run", "--output", "x"]])
 def test_the_process_exits_2_with_the_same_one_line(argv):
-    done = subprocess.run([sys.executable, "-m", "pacore_graph.cli", *argv], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "pacore_graph.cli", *argv], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("pacore: error: ") and done.stderr.count("\n") == 1, done.stderr
 
@@ -122,17 +154,54 @@ def _closed() -> str:
 
 
 FAILED = [  # a run that cannot go on, each of its own kind; what its error says
-    (["bench", "math", "--data", MATH, "--limit", "1", "--base-url", "{closed}", "--output", "{tmp}/out"],
-     "cannot reach the model server"),
-    (["bench", "math", "export-train", "--data", MATH, "--limit", "1", "--pool", "2", "--base-url", "{closed}",
-      "--output", "{tmp}/out"], "cannot reach the model server"),
-    (["bench", "multichallenge", "--data", CHATS, "--limit", "1", "--base-url", "{closed}", "--output", "{tmp}/out"],
-     "cannot reach the model server"),
-    (["swe", "run", "--dataset", "local", "--instances", ROMAN, "--base-url", "{closed}", "--output", "{tmp}/out"],
-     "cannot reach the model server"),
-    (["swe", "eval", "--dataset", "local", "--instances", ROMAN, "--predictions", "gold", "--run-id", "r",
-      "--output", "{tmp}/held"], "is in use by another run"),
-]  # fmt: skip
+    (
+        ["bench", "math", "--data", MATH, "--limit", "1", "--base-url", "{closed}", "--output", "{tmp}/out"],
+        "cannot reach the model server",
+    ),
+    (
+        [
+            "bench",
+            "math",
+            "export-train",
+            "--data",
+            MATH,
+            "--limit",
+            "1",
+            "--pool",
+            "2",
+            "--base-url",
+            "{closed}",
+            "--output",
+            "{tmp}/out",
+        ],
+        "cannot reach the model server",
+    ),
+    (
+        ["bench", "multichallenge", "--data", CHATS, "--limit", "1", "--base-url", "{closed}", "--output", "{tmp}/out"],
+        "cannot reach the model server",
+    ),
+    (
+        ["swe", "run", "--dataset", "local", "--instances", ROMAN, "--base-url", "{closed}", "--output", "{tmp}/out"],
+        "cannot reach the model server",
+    ),
+    (
+        [
+            "swe",
+            "eval",
+            "--dataset",
+            "local",
+            "--instances",
+            ROMAN,
+            "--predictions",
+            "gold",
+            "--run-id",
+            "r",
+            "--output",
+            "{tmp}/held",
+        ],
+        "is in use by another run",
+    ),
+]
 
 
 @pytest.mark.parametrize(("argv", "named"), FAILED, ids=[" ".join(argv[:3]) for argv, _ in FAILED])
@@ -151,11 +220,17 @@ def test_a_failed_run_is_one_line_exit_1_and_its_summary_says_why(capsys, tmp_pa
 
 def test_solve_whose_every_trajectory_is_refused_fails_with_exit_1(capsys, tmp_path, mock_server):
     with mock_server(lambda body, attempt: (400, "bad request")) as server:
-        code, out, err = _run(capsys, "solve", "q", "--rounds", "2", "--base-url", server.base_url, "--model",
-                              server.model)  # fmt: skip
+        code, out, err = _run(
+            capsys, "solve", "q", "--rounds", "2", "--base-url", server.base_url, "--model", server.model
+        )
     assert code == 1 and err[-1].startswith("pacore: error: round 1: none of its 2 trajectories")
-    assert json.loads(out[-1]) == {"command": "solve", "exit_code": 1, "output": None, "counts": {},
-                                   "error": err[-1].removeprefix("pacore: error: ")}  # fmt: skip
+    assert json.loads(out[-1]) == {
+        "command": "solve",
+        "exit_code": 1,
+        "output": None,
+        "counts": {},
+        "error": err[-1].removeprefix("pacore: error: "),
+    }
 
 
 # ------------------------------------------------------------------------------------------------ summaries
@@ -174,19 +249,53 @@ def test_solve_and_the_math_commands_end_with_their_summary(capsys, tmp_path, mo
     with mock_server(lambda body, attempt: {"content": "\\boxed{70}"}) as server:
         code, out, _ = _run(capsys, "solve", "q", "--rounds", "2", "--base-url", server.base_url)
     assert code == 0 and out[0] == "\\boxed{70}"
-    assert _summary(out, "solve", 0)["counts"] == {"total": 1, "done": 1, "failed": 0, "trajectories": 3,
-                                                   "failed_trajectories": 0}  # fmt: skip
+    assert _summary(out, "solve", 0)["counts"] == {
+        "total": 1,
+        "done": 1,
+        "failed": 0,
+        "trajectories": 3,
+        "failed_trajectories": 0,
+    }
 
     with Emulator(EmulatorConfig(ttft=0.01, output_tokens=8)) as emulator:
-        code, out, _ = _run(capsys, "bench", "math", "--data", MATH, "--limit", "1", "--rounds", "2", "--methods",
-                            "single,pacore", "--base-url", emulator.base_url, "--no-progress", "--output",
-                            tmp_path / "math")  # fmt: skip
+        code, out, _ = _run(
+            capsys,
+            "bench",
+            "math",
+            "--data",
+            MATH,
+            "--limit",
+            "1",
+            "--rounds",
+            "2",
+            "--methods",
+            "single,pacore",
+            "--base-url",
+            emulator.base_url,
+            "--no-progress",
+            "--output",
+            tmp_path / "math",
+        )
         summary = _summary(out, "bench math", code)
         assert code == 0 and summary["output"] == str(tmp_path / "math")
         assert summary["counts"]["total"] == 1 and summary["counts"]["failed"] == 0
-        code, out, _ = _run(capsys, "bench", "math", "export-train", "--data", MATH, "--limit", "1", "--pool", "2",
-                            "--base-url", emulator.base_url, "--no-progress", "--output",
-                            tmp_path / "train")  # fmt: skip
+        code, out, _ = _run(
+            capsys,
+            "bench",
+            "math",
+            "export-train",
+            "--data",
+            MATH,
+            "--limit",
+            "1",
+            "--pool",
+            "2",
+            "--base-url",
+            emulator.base_url,
+            "--no-progress",
+            "--output",
+            tmp_path / "train",
+        )
         summary = _summary(out, "bench math export-train", code)
         assert code == 0 and summary["counts"]["total"] == 1 and Path(summary["export"]).is_file()
 
@@ -201,8 +310,21 @@ def test_multichallenge_ends_with_its_summary(capsys, tmp_path):
     data = tmp_path / "data.jsonl"
     write_data(data, 2)
     with MockServer() as server:
-        code, out, _ = _run(capsys, "bench", "multichallenge", "--data", data, "--base-url", server.url, "--rounds",
-                            "0", "--max-tokens", "16", "--output", tmp_path / "out")  # fmt: skip
+        code, out, _ = _run(
+            capsys,
+            "bench",
+            "multichallenge",
+            "--data",
+            data,
+            "--base-url",
+            server.url,
+            "--rounds",
+            "0",
+            "--max-tokens",
+            "16",
+            "--output",
+            tmp_path / "out",
+        )
     summary = _summary(out, "bench multichallenge", code)
     assert code == 0 and summary["counts"]["total"] == summary["counts"]["done"] == 2
 
@@ -210,14 +332,38 @@ def test_multichallenge_ends_with_its_summary(capsys, tmp_path):
 @pytest.mark.parametrize(
     "argv",
     [
-        ["bench", "coordination", "--problems", "2", "--rounds", "2", "--methods", "paper,early_stop",
-         "--token-delay", "0.0005", "--output-tokens", "20-40"],
+        [
+            "bench",
+            "coordination",
+            "--problems",
+            "2",
+            "--rounds",
+            "2",
+            "--methods",
+            "paper,early_stop",
+            "--token-delay",
+            "0.0005",
+            "--output-tokens",
+            "20-40",
+        ],
         ["bench", "faults", "--quick", "--problems", "2"],
-        ["bench", "replicas", "--quick", "--problems", "1", "--chat-problems", "0", "--one-at-a-time", "0",
-         "--no-kill", "--replicas", "2"],
+        [
+            "bench",
+            "replicas",
+            "--quick",
+            "--problems",
+            "1",
+            "--chat-problems",
+            "0",
+            "--one-at-a-time",
+            "0",
+            "--no-kill",
+            "--replicas",
+            "2",
+        ],
     ],
     ids=["coordination", "faults", "replicas"],
-)  # fmt: skip
+)
 def test_the_performance_benchmarks_end_with_their_summary(capsys, argv):
     """The targets of a run this small may be missed (exit status 1): the summary says the same status, and
     why, as the run's error line does."""
@@ -241,8 +387,10 @@ def test_a_plugin_that_fails_to_load_is_named_and_the_others_still_work(capsys, 
     monkeypatch.setattr(pacore_graph.cli, "entry_points", lambda group: [misspelled, swe])
     code, out, err = _run(capsys, "bench", "math")
     assert code == 2 and out == []
-    assert err[0] == ("pacore: warning: plugin 'bench' (pacore_benchmarks.clii:register) failed to load, its commands "
-                      "are not offered: ModuleNotFoundError: No module named 'pacore_benchmarks.clii'")  # fmt: skip
+    assert err[0] == (
+        "pacore: warning: plugin 'bench' (pacore_benchmarks.clii:register) failed to load, its commands "
+        "are not offered: ModuleNotFoundError: No module named 'pacore_benchmarks.clii'"
+    )
     assert err[1].startswith("pacore: error: argument COMMAND: invalid choice: 'bench'") and len(err) == 2
     assert main(["swe", "run", "--help"]) == 0
 

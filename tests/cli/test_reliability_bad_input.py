@@ -36,9 +36,14 @@ def _cli(capsys, *argv: str) -> tuple[int, list[str]]:
 
 @pytest.mark.parametrize(
     ("rounds", "named"),
-    [("4,x", "--rounds takes comma-separated integers"), ("0,3", "round 1 asks for 0 trajectories"),
-     ("4,-2", "round 2 asks for -2"), ("1000000", "each round takes 1 to 1024"), ("2,2,2,2,2,2,2,2,2", "at most 8")],
-)  # fmt: skip
+    [
+        ("4,x", "--rounds takes comma-separated integers"),
+        ("0,3", "round 1 asks for 0 trajectories"),
+        ("4,-2", "round 2 asks for -2"),
+        ("1000000", "each round takes 1 to 1024"),
+        ("2,2,2,2,2,2,2,2,2", "at most 8"),
+    ],
+)
 def test_invalid_schedule_is_one_line_naming_it(capsys, rounds, named):
     closed = f"http://127.0.0.1:{free_port()}/v1"  # never reached: the schedule is checked first
     code, lines = _cli(capsys, "solve", "q", f"--rounds={rounds}", "--base-url", closed, "--model", "m")
@@ -85,8 +90,16 @@ async def test_a_conversation_without_a_user_message_is_refused_before_round_one
 def test_messages_file_that_is_not_json_is_named(capsys, tmp_path):
     broken = tmp_path / "conversation.json"
     broken.write_text('[{"role": "user", "content": "hi"')
-    code, lines = _cli(capsys, "solve", "--messages-file", str(broken), "--base-url",
-                       f"http://127.0.0.1:{free_port()}/v1", "--model", "m")  # fmt: skip
+    code, lines = _cli(
+        capsys,
+        "solve",
+        "--messages-file",
+        str(broken),
+        "--base-url",
+        f"http://127.0.0.1:{free_port()}/v1",
+        "--model",
+        "m",
+    )
     assert code == 2 and len(lines) == 1
     assert str(broken) in lines[0] and "JSON" in lines[0]
 
@@ -103,8 +116,7 @@ def test_messages_file_that_is_not_json_is_named(capsys, tmp_path):
         ("[]", "is empty"),
     ],
 )
-def test_a_messages_file_of_anything_but_messages_is_one_line_before_anything_starts(capsys, tmp_path, content,
-                                                                                      named):  # fmt: skip
+def test_a_messages_file_of_anything_but_messages_is_one_line_before_anything_starts(capsys, tmp_path, content, named):
     path = tmp_path / "conversation.json"
     path.write_text(content)
     closed = f"http://127.0.0.1:{free_port()}/v1"  # never reached: the file is checked first
@@ -153,8 +165,20 @@ def test_a_huge_problem_the_server_refuses_keeps_run_json_small_and_says_a_rerun
     problem.write_text(json.dumps([{"role": "user", "content": "x " * 500_000}]))  # 1 MB
     refusal = (400, "This model's maximum context length is 8192 tokens. However, you requested 250000 tokens.")
     with mock_server(lambda body, attempt: refusal) as upstream:
-        code, lines = _cli(capsys, "solve", "--messages-file", str(problem), "--base-url", upstream.base_url,
-                           "--model", upstream.model, "--rounds", "2", "--output", str(tmp_path / "out"))  # fmt: skip
+        code, lines = _cli(
+            capsys,
+            "solve",
+            "--messages-file",
+            str(problem),
+            "--base-url",
+            upstream.base_url,
+            "--model",
+            upstream.model,
+            "--rounds",
+            "2",
+            "--output",
+            str(tmp_path / "out"),
+        )
         sent = len(upstream.requests)
     assert code == 1 and sent == 2  # the two trajectories, each refused once: a 400 is not retried
     assert "a rerun would be refused the same way" in lines[-1] and "rerun the same command" not in lines[-1]
@@ -164,8 +188,16 @@ def test_a_huge_problem_the_server_refuses_keeps_run_json_small_and_says_a_rerun
 
 
 def test_missing_messages_file_is_named(capsys, tmp_path):
-    code, lines = _cli(capsys, "solve", "--messages-file", str(tmp_path / "nope.json"), "--model", "m",
-                       "--base-url", f"http://127.0.0.1:{free_port()}/v1")  # fmt: skip
+    code, lines = _cli(
+        capsys,
+        "solve",
+        "--messages-file",
+        str(tmp_path / "nope.json"),
+        "--model",
+        "m",
+        "--base-url",
+        f"http://127.0.0.1:{free_port()}/v1",
+    )
     missing = tmp_path / "nope.json"
     assert code == 2 and lines == [f"pacore: error: cannot read --messages-file {missing}: No such file or directory"]
 
@@ -212,8 +244,19 @@ def test_dataset_problems_are_named_with_file_and_line(tmp_path):
 def test_math_cli_reports_a_bad_dataset_in_one_line(capsys, tmp_path):
     rows = tmp_path / "rows.jsonl"
     rows.write_text(json.dumps({"id": "a", "problem": "1+1"}) + "\n")
-    code, lines = _cli(capsys, "bench", "math", "--data", str(rows), "--output", str(tmp_path / "out"),
-                       "--base-url", f"http://127.0.0.1:{free_port()}/v1", "--model", "m")  # fmt: skip
+    code, lines = _cli(
+        capsys,
+        "bench",
+        "math",
+        "--data",
+        str(rows),
+        "--output",
+        str(tmp_path / "out"),
+        "--base-url",
+        f"http://127.0.0.1:{free_port()}/v1",
+        "--model",
+        "m",
+    )
     assert code == 2
     assert lines[-1].startswith("pacore: error: ") and "rows.jsonl:1" in lines[-1] and "answer" in lines[-1]
 
@@ -223,9 +266,12 @@ def test_math_cli_reports_a_bad_dataset_in_one_line(capsys, tmp_path):
 
 @pytest.mark.parametrize(
     ("command", "code", "prefix"),
-    [(["solve", "q"], 2, "pacore: error: "), (["bench", "math", "--data", "rows.jsonl"], 2, "pacore: error: "),
-     (["bench", "multichallenge", "--data", "rows.jsonl"], 2, "pacore: error: ")],
-)  # fmt: skip
+    [
+        (["solve", "q"], 2, "pacore: error: "),
+        (["bench", "math", "--data", "rows.jsonl"], 2, "pacore: error: "),
+        (["bench", "multichallenge", "--data", "rows.jsonl"], 2, "pacore: error: "),
+    ],
+)
 def test_several_base_urls_are_one_line_pointing_at_the_router(capsys, command, code, prefix):
     closed = [f"http://127.0.0.1:{free_port()}/v1" for _ in range(2)]  # never reached: refused first
     got, lines = _cli(capsys, *command, "--base-url", closed[0], "--base-url", closed[1], "--model", "m")
@@ -257,8 +303,7 @@ async def test_unreachable_server_mid_run_fails_the_problem_with_the_reason_and_
         await model.aclose()
     assert summary.skipped == 1 and list(summary.failed) == ["new"]
     assert "Cannot connect" in summary.failed["new"] or "Connect" in summary.failed["new"]
-    assert [row["id"] for row in ResultsFile(tmp_path / "results.jsonl", key=lambda r: r["id"]).rows] == [
-        "done-before"]  # fmt: skip
+    assert [row["id"] for row in ResultsFile(tmp_path / "results.jsonl", key=lambda r: r["id"]).rows] == ["done-before"]
 
 
 def test_wrong_model_name_is_caught_before_the_run():

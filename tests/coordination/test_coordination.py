@@ -28,8 +28,11 @@ SLOW = 60.0  # seconds a reply that must be cut would take
 
 def reply(answer: int | str, tokens: int = 100, delay: float = 0.0, text: str | None = None) -> dict:
     content = text if text is not None else f"So the answer is \\boxed{{{answer}}}."
-    return {"content": content, "delay": delay, "usage": {"prompt_tokens": 10, "completion_tokens": tokens,
-                                                          "total_tokens": 10 + tokens}}  # fmt: skip
+    return {
+        "content": content,
+        "delay": delay,
+        "usage": {"prompt_tokens": 10, "completion_tokens": tokens, "total_tokens": 10 + tokens},
+    }
 
 
 def kind(body: dict) -> str:

@@ -29,7 +29,7 @@ async def post(url: str, payload: dict, timeout: float = 10) -> tuple[int, bytes
 
 
 def sse_events(raw: bytes) -> list[str]:
-    return [line[len("data: "):] for line in raw.decode().split("\n") if line.startswith("data: ")]
+    return [line[len("data: ") :] for line in raw.decode().split("\n") if line.startswith("data: ")]
 
 
 def assemble(events: list[str]) -> dict:
@@ -299,7 +299,7 @@ async def test_keep_alive_and_chunked_request_bodies(emu):
         async def chunks():
             raw = json.dumps(body("chunked")).encode()
             for start in range(0, len(raw), 7):
-                yield raw[start:start + 7]
+                yield raw[start : start + 7]
 
         async with session.post(emu.base_url + "/chat/completions", data=chunks()) as response:
             assert response.status == 200 and "\\boxed{" in (await response.text())
@@ -327,8 +327,19 @@ async def test_many_requests_in_flight_at_once():
 
 def test_command_line_flags_build_the_config():
     args = build_parser().parse_args(
-        ["--port", "0", "--output-tokens", "10-20", "--fault", "http_500=0.05", "--fault", "drop=0.02",
-         "--reasoning", "think", "--no-usage"]
+        [
+            "--port",
+            "0",
+            "--output-tokens",
+            "10-20",
+            "--fault",
+            "http_500=0.05",
+            "--fault",
+            "drop=0.02",
+            "--reasoning",
+            "think",
+            "--no-usage",
+        ]
     )
     config = config_from_args(args)
     assert config.output_tokens == (10, 20) and config.reasoning == "think" and not config.usage
@@ -340,7 +351,9 @@ def test_command_line_flags_build_the_config():
 def test_module_entry_serves_and_exits_with_its_parent():
     process = subprocess.Popen(
         [sys.executable, "-m", "pacore_emulator", "--port", "0", "--exit-with-stdin"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         line = process.stdout.readline()
@@ -404,8 +417,9 @@ def long_prompt(words: int) -> str:
 
 
 async def test_replica_reports_cached_tokens_in_usage_and_stats():
-    config = EmulatorConfig.gpu_replica(ttft=0.0, token_delay=0.0, output_tokens=30, answer_tokens=10,
-                                        prefill_token_time=1e-6)
+    config = EmulatorConfig.gpu_replica(
+        ttft=0.0, token_delay=0.0, output_tokens=30, answer_tokens=10, prefill_token_time=1e-6
+    )
     with Emulator(config) as server:
         first = json.loads((await post(server.base_url, body(long_prompt(2000))))[1])["usage"]
         second = json.loads((await post(server.base_url, body(long_prompt(2000))))[1])["usage"]
@@ -429,8 +443,9 @@ async def test_default_config_keeps_no_cache_and_reports_no_cached_tokens(emu):
 
 async def test_a_prefill_stalls_the_sequences_decoding_on_its_replica():
     """A short reply alone would finish long before a long prompt's first token; a prefill holds it back."""
-    config = EmulatorConfig.gpu_replica(ttft=0.0, token_delay=0.001, output_tokens=200, answer_tokens=10,
-                                        prefill_token_time=1e-4)  # 10k uncached tokens: 1 s of prefill
+    config = EmulatorConfig.gpu_replica(
+        ttft=0.0, token_delay=0.001, output_tokens=200, answer_tokens=10, prefill_token_time=1e-4
+    )  # 10k uncached tokens: 1 s of prefill
     events: list[str] = []
     with Emulator(config) as server:
         async with aiohttp.ClientSession() as session:
@@ -456,8 +471,14 @@ async def test_a_long_context_sibling_slows_decoding_until_it_leaves():
     """Short reply A (1000 tokens: 1.05 s alone) joins B, whose 30k-token context makes each step 4x as long;
     B's 100 tokens take 0.4 s, by which A has done a tenth of its work; alone again, A needs about 0.95 s more:
     1.3 s in all (not 1.05 s, as with no slowdown, nor 4 s, as if A kept B's pace after B left)."""
-    config = EmulatorConfig.gpu_replica(ttft=0.0, token_delay=0.001, output_tokens=1000, answer_tokens=10,
-                                        prefill_token_time=0.0, decode_context_time=0.003 / 30_570)  # fmt: skip
+    config = EmulatorConfig.gpu_replica(
+        ttft=0.0,
+        token_delay=0.001,
+        output_tokens=1000,
+        answer_tokens=10,
+        prefill_token_time=0.0,
+        decode_context_time=0.003 / 30_570,
+    )
     with Emulator(config) as server:
         async with aiohttp.ClientSession() as session:
 

@@ -16,8 +16,11 @@ from pacore_graph import PaCoReConfig, PaCoReNode, chat_model
 def numbered(body, attempt):
     synthesis = "Reference Responses" in str(body["messages"][-1]["content"])
     text = "The final answer is forty-two." if synthesis else f"candidate {attempt}"
-    return {"content": text, "reasoning_content": "private reasoning", "usage": {
-        "prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}  # fmt: skip
+    return {
+        "content": text,
+        "reasoning_content": "private reasoning",
+        "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
+    }
 
 
 class Recorder(BaseCallbackHandler):
@@ -91,27 +94,33 @@ async def test_astream_events_show_every_run_and_stream_the_final_one(mock_serve
     assert answer["data"]["output"]["messages"][-1].content == "The final answer is forty-two."
 
 
-def test_handlers_attached_anywhere_see_every_trajectory_and_without_any_no_runs_are_built(mock_server, monkeypatch):
-    """A run nobody observes sends each trajectory's request without a chat-model run (checked once per run);
-    a handler attached any way a caller attaches one (config, the compiled graph's ``with_config``, the
-    model's own ``callbacks``, the ambient ``collect_runs()``) sees every trajectory as a chat-model run
-    with the caller's tags."""
+def test_every_trajectory_is_one_model_call_and_handlers_attached_anywhere_see_it(mock_server, monkeypatch):
+    """Each trajectory is one ``ainvoke`` of the model, observed or not; with no handler anywhere, every
+    whole message takes the client's short road (no ``BaseChatModel.agenerate``). A handler attached any way a
+    caller attaches one (config, the compiled graph's ``with_config``, the model's own ``callbacks``, the
+    ambient ``collect_runs()``) sees every trajectory as a chat-model run with the caller's tags."""
+    from langchain_core.language_models import BaseChatModel
     from langchain_core.tracers.context import collect_runs
 
     from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
 
-    runs_built = []
-    real_ainvoke = OpenAICompatibleChatModel.ainvoke
+    calls: list[str] = []
+    real_ainvoke, real_agenerate = OpenAICompatibleChatModel.ainvoke, BaseChatModel.agenerate
 
     async def counting_ainvoke(self, *args, **kwargs):
-        runs_built.append(1)
+        calls.append("ainvoke")
         return await real_ainvoke(self, *args, **kwargs)
 
+    async def counting_agenerate(self, *args, **kwargs):
+        calls.append("agenerate")
+        return await real_agenerate(self, *args, **kwargs)
+
     monkeypatch.setattr(OpenAICompatibleChatModel, "ainvoke", counting_ainvoke)
+    monkeypatch.setattr(BaseChatModel, "agenerate", counting_agenerate)
     with mock_server(numbered) as server:
         quiet = chat_graph(chat_model(server.base_url))
         assert quiet.invoke({"messages": [("user", "q")]})["messages"][-1].content == "The final answer is forty-two."
-        assert len(server.requests) == 4 and runs_built == []  # no handler anywhere: the completions alone
+        assert len(server.requests) == 4 and calls == ["ainvoke"] * 4
 
         for attach in ("config", "with_config", "model", "collect_runs"):
             recorder = Recorder()
@@ -162,7 +171,7 @@ def test_an_observed_run_keeps_the_enclosing_nodes_metadata_on_the_pacore_graphs
 
 async def test_a_handler_on_the_enclosing_runnable_sees_the_trajectories_of_a_run_given_no_config(mock_server):
     """``asolve`` called inside a traced runnable without passing its config on: LangGraph takes the
-    ambient config's handlers for the PaCoRe graph, and the model calls are not skipped as unobserved."""
+    ambient config's handlers for the PaCoRe graph, and they see every model call."""
     from langchain_core.runnables import RunnableLambda
 
     from pacore_graph import asolve

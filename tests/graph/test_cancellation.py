@@ -10,10 +10,10 @@ endpoint's in ``test_server_cancel.py``, budgets and early stop in ``test_coordi
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 from langgraph.graph import END, START, MessagesState, StateGraph
+from waits import await_until, other_tasks
 
 from pacore_graph import PaCoReConfig, PaCoReNode, asolve, chat_model
 from pacore_graph.coordination import EarlyStop
@@ -26,11 +26,24 @@ def held(body: dict, attempt: int) -> dict:
     return {"content": "\\boxed{1}", "delay": HELD_SECONDS}
 
 
-async def wait_for(condition, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
-    return condition()
+async def all_closed(server, expected: int) -> None:
+    """Wait until the server saw ``expected`` clients hang up, then until the run has settled: none of its tasks
+    is left on this loop (a trajectory still queued for a slot would be one, and could send later) and the
+    server holds no connection (whatever a client wrote has been recorded). Only then is a request count final."""
+    await await_until(
+        lambda: server.disconnected == expected, what=lambda: f"{server.disconnected} of {expected} requests closed"
+    )
+    await await_until(lambda: not other_tasks(), what=lambda: f"tasks left after the run: {other_tasks()}")
+    await await_until(
+        lambda: server.open_connections() == 0,
+        what=lambda: f"the server still holds {server.open_connections()} connections",
+    )
+
+
+async def sent(server, expected: int) -> None:
+    await await_until(
+        lambda: len(server.requests) == expected, what=lambda: f"{len(server.requests)} of {expected} requests arrived"
+    )
 
 
 def node_graph(model, config: PaCoReConfig):
@@ -57,14 +70,13 @@ async def test_cancelling_a_run_closes_its_requests(mock_server, how, cancels):
     with mock_server(held) as server:
         model = chat_model(server.base_url)
         task = start(how, model, PaCoReConfig(rounds=[4]))
-        assert await wait_for(lambda: len(server.requests) == 4)
+        await sent(server, 4)
         for _ in range(cancels):  # each one a loop step after the one before
             task.cancel()
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # one loop step: the scenario (a second cancel lands before cleanup starts)
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert await wait_for(lambda: server.disconnected == 4), f"{server.disconnected} of 4 requests closed"
-        await asyncio.sleep(0.3)
+        await all_closed(server, 4)
         await model.aclose()
     assert len(server.requests) == 4  # no synthesis was started for nobody
 
@@ -80,13 +92,13 @@ async def test_a_run_cancelled_twice_closes_streamed_and_guarded_requests(mock_s
     with mock_server(held) as server:
         model = chat_model(server.base_url)
         task = start("arun", model, PaCoReConfig(rounds=[4], **variant))
-        assert await wait_for(lambda: len(server.requests) == 4)
+        await sent(server, 4)
         task.cancel()
         await asyncio.sleep(0)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert await wait_for(lambda: server.disconnected == 4), f"{server.disconnected} of 4 requests closed"
+        await all_closed(server, 4)
         await model.aclose()
 
 
@@ -94,13 +106,12 @@ async def test_trajectories_queued_for_a_slot_never_start_after_the_run_was_canc
     with mock_server(held) as server:
         model = chat_model(server.base_url)
         task = start("arun", model, PaCoReConfig(rounds=[4], max_concurrency=2))
-        assert await wait_for(lambda: len(server.requests) == 2)  # two in flight, two waiting for a slot
+        await sent(server, 2)  # two in flight, two waiting for a slot
         task.cancel()
         await asyncio.sleep(0)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert await wait_for(lambda: server.disconnected == 2)
-        await asyncio.sleep(0.5)  # the slots are free now: a queued trajectory left running would take one
+        await all_closed(server, 2)  # the slots are free now: a queued trajectory left running would take one
         await model.aclose()
     assert len(server.requests) == 2

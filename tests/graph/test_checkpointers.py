@@ -139,7 +139,7 @@ async def test_a_failed_round_is_rerun_by_the_ordinary_resume(mock_server, tmp_p
     assert [(t.index, t.error_status, t.attempts) for t in error.round.trajectories] == [
         (i, 500, 2) for i in range(error.round.k)
     ]
-    resumed = server.requests[len(sent_before):]
+    resumed = server.requests[len(sent_before) :]
     if failing == "first round":  # the round again, then the synthesis
         assert len(sent_before) == 2 * 3 * 2 and [first_round(b) for b in resumed] == [True] * 3 + [False]
     else:  # round 1 was kept: only the synthesis is sent again

@@ -14,7 +14,8 @@ import random
 import pytest
 
 from pacore_graph import PaCoReConfig, PaCoReError, RoundFailedError, asolve, chat_model
-from pacore_graph.extend import OpenAICompatibleChatModel, RetryPolicy
+from pacore_graph.extend import RetryPolicy
+from pacore_graph.models import OpenAICompatibleChatModel
 
 TABLE_6 = (
     "You are given a problem and a list of reference responses. Your job is to analyze these references and "
@@ -162,9 +163,7 @@ async def test_sampling_settings_and_token_cap_reach_the_request(mock_server):
         model = chat_model(server.base_url)
         await asolve(model, "q", PaCoReConfig(rounds=[1], temperature=0.6, top_p=0.95, max_tokens=64))
         await model.aclose()
-    assert all(
-        (b["temperature"], b["top_p"], b["max_tokens"]) == (0.6, 0.95, 64) for b in server.requests
-    )
+    assert all((b["temperature"], b["top_p"], b["max_tokens"]) == (0.6, 0.95, 64) for b in server.requests)
 
 
 def test_one_server_per_model_and_several_urls_point_at_the_router():
@@ -179,8 +178,10 @@ async def test_requests_carry_the_session_key_of_the_prefix_they_share(mock_serv
     conversation keeps one key over every round (its history is what they share); problems differ. A short
     prompt, cheap to prefill anywhere, gets a fresh key per request, so that its round spreads over replicas."""
     padding = " Show every step." * 300  # over a thousand tokens: worth keeping on one replica
-    history = [{**message, "content": message["content"] + padding} if message["role"] == "system" else message
-               for message in CONVERSATION]  # fmt: skip
+    history = [
+        {**message, "content": message["content"] + padding} if message["role"] == "system" else message
+        for message in CONVERSATION
+    ]
     with mock_server(lambda body, attempt: {"content": "r"}) as server:
         model = chat_model(server.base_url)
         await asolve(model, "first problem" + padding, PaCoReConfig(rounds=[3]))
@@ -192,10 +193,8 @@ async def test_requests_carry_the_session_key_of_the_prefix_they_share(mock_serv
     for body, key in zip(server.requests[:12], server.sessions[:12], strict=True):
         keys.setdefault(json.dumps(body["messages"]), set()).add(key)
     assert all(len(found) == 1 and None not in found for found in keys.values())  # one key per long prompt
-    first, second, chat, short = (server.sessions[start:start + 4] for start in (0, 4, 8, 12))
+    first, second, chat, short = (server.sessions[start : start + 4] for start in (0, 4, 8, 12))
     assert len(set(first[:3])) == 1 and first[3] != first[0]  # round 1 alike; the synthesis prompt its own
     assert not set(first) & set(second)
     assert len(set(chat)) == 1 and not set(chat) & set(first + second)  # the history before the last turn
     assert len(set(short)) == 4 and None not in short  # each request of the short problem its own key
-
-

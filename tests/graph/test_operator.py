@@ -25,10 +25,11 @@ from pacore_graph import (
     solve,
 )
 from pacore_graph.config import parse_rounds
-from pacore_graph.extend import RetryPolicy, RoundRecord, Trajectory, count_tokens, synthesis_messages
+from pacore_graph.extend import RetryPolicy, RoundRecord, Trajectory
 from pacore_graph.synthesis.compaction import compact
 from pacore_graph.synthesis.context_window import cap_text, fit_references
-from pacore_graph.synthesis.prompt import message_text, order_references
+from pacore_graph.synthesis.prompt import message_text, order_references, synthesis_messages
+from pacore_graph.synthesis.tokens import count_tokens
 
 # ---- config ---------------------------------------------------------------------------------------
 
@@ -140,8 +141,9 @@ def test_the_verifier_prompt_is_fitted_to_the_context_with_its_own_template():
         return f"candidate {digest(message_text(messages[-1]))} " + "step " * 900 + "\\boxed{4}"
 
     model = PromptFunctionChatModel(reply=reply, seen=[])
-    config = PaCoReConfig(rounds=[3], final_selector="verifier", verifier_template=verifier_template,
-                          context_window=4096, max_tokens=512)  # fmt: skip
+    config = PaCoReConfig(
+        rounds=[3], final_selector="verifier", verifier_template=verifier_template, context_window=4096, max_tokens=512
+    )
     result = solve(model, "What is 2+2?", config)
     assert result.outcome.selector == "verifier"
     verifier_prompt = message_text(model.seen[-1][-1])
@@ -196,17 +198,18 @@ async def test_a_context_is_the_callers_frozen_input_and_may_run_again():
 
 
 async def test_time_queued_for_a_slot_does_not_count_against_the_request_timeout():
-    """One slot, four trajectories of 0.15 s each and a 0.3 s timeout: the last waits 0.45 s for its slot."""
+    """One slot, six trajectories of 0.1 s each and a 0.4 s timeout: the last waits 0.5 s for its slot, and each
+    runs in a quarter of its timeout (room for a loaded machine)."""
 
     class Slow:
         async def explore(self, messages, episode) -> Trajectory:
             index = episode.index
-            await asyncio.sleep(0.15)
+            await asyncio.sleep(0.1)  # the scenario: time passes while a trajectory holds the slot
             return Trajectory(content=f"conclusion {index}", completion_tokens=1)
 
-    config = PaCoReConfig(rounds=[4], max_concurrency=1, request_timeout=0.3, retry=RetryPolicy(max_attempts=1))
+    config = PaCoReConfig(rounds=[6], max_concurrency=1, request_timeout=0.4, retry=RetryPolicy(max_attempts=1))
     result = await asolve(Slow(), "q", config)
-    assert not result.failures and [r.k for r in result.rounds] == [4, 1]
+    assert not result.failures and [r.k for r in result.rounds] == [6, 1]
 
 
 async def test_rounds_zero_is_a_single_plain_call():
@@ -273,8 +276,9 @@ async def test_node_appends_one_answer_with_metadata_in_a_multi_turn_graph():
     assert [r["completion_tokens"] for r in meta["rounds"]] == [14, 7] and "trajectories" not in meta["rounds"][0]
     assert answer.usage_metadata["output_tokens"] == 21
     # every trajectory saw the whole history; the synthesis wrapped only the last user turn
-    assert all([type(m).__name__ for m in seen][:3] == ["SystemMessage", "HumanMessage", "AIMessage"]
-               for seen in model.seen)  # fmt: skip
+    assert all(
+        [type(m).__name__ for m in seen][:3] == ["SystemMessage", "HumanMessage", "AIMessage"] for seen in model.seen
+    )
     # a second turn on the same thread: PaCoRe again over the longer history
     out = await graph.ainvoke({"messages": [("user", "and 3+3?")]}, config)
     assert len(out["messages"]) == 7
@@ -283,8 +287,9 @@ async def test_node_appends_one_answer_with_metadata_in_a_multi_turn_graph():
 def test_node_sync_invoke_and_custom_stream():
     model = PromptFunctionChatModel(reply=think_reply, seen=[])
     graph = _graph_with_node(model)
-    events = list(graph.stream({"messages": [("user", "q")]}, {"configurable": {"thread_id": "s"}},
-                               stream_mode="custom"))  # fmt: skip
+    events = list(
+        graph.stream({"messages": [("user", "q")]}, {"configurable": {"thread_id": "s"}}, stream_mode="custom")
+    )
     assert [e["event"] for e in events].count("trajectory_finished") == 3
     direct = PaCoReNode(model, PaCoReConfig(rounds=[1])).invoke({"messages": [HumanMessage("x")]})
     assert direct["messages"][0].content.startswith("answer-")
@@ -382,8 +387,9 @@ async def test_agent_episodes_get_the_payload_and_hand_records_to_the_sink(tmp_p
     records: list[dict] = []
     async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "c.sqlite")) as saver:
         runner = PaCoReRunner(explorer, PaCoReConfig(rounds=[2]), checkpointer=saver)
-        result = await runner.arun("fix it", {"configurable": {"thread_id": "t"}}, payload={"task": "T-7"},
-                                   on_record=records.append)  # fmt: skip
+        result = await runner.arun(
+            "fix it", {"configurable": {"thread_id": "t"}}, payload={"task": "T-7"}, on_record=records.append
+        )
         namespaces = {c.config["configurable"]["checkpoint_ns"] async for c in saver.alist(None)}
     assert result.answer == "did T-7 after 1 message(s)"
     assert sorted((r["round"], r["index"], r["final"]) for r in records) == [(0, 0, False), (0, 1, False), (1, 0, True)]

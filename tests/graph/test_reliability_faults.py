@@ -191,7 +191,8 @@ async def test_a_failed_agent_episode_counts_the_tokens_its_model_calls_spent(mo
             await model.aclose()
     records = caught.value.round.trajectories
     assert [(t.error, t.prompt_tokens, t.completion_tokens) for t in records] == [
-        ("RuntimeError: the sandbox went away", 11, 5)] * 2  # fmt: skip
+        ("RuntimeError: the sandbox went away", 11, 5)
+    ] * 2
 
 
 async def test_a_timed_out_request_says_how_long_it_was_given(mock_server):

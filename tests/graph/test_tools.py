@@ -49,8 +49,10 @@ def calls_then_answers(body: dict, attempt: int) -> dict:
 @pytest.mark.parametrize("client", ["chat_model", "ChatOpenAI"])
 def test_a_bind_tools_model_is_the_agent_step_of_a_tool_node_loop(mock_server, client):
     with mock_server(calls_then_answers) as server:
-        model = chat_model(server.base_url) if client == "chat_model" else ChatOpenAI(
-            base_url=server.base_url, api_key="none", model="mock-model"
+        model = (
+            chat_model(server.base_url)
+            if client == "chat_model"
+            else ChatOpenAI(base_url=server.base_url, api_key="none", model="mock-model")
         )
         out = weather_agent(model).invoke({"messages": [("user", "Weather in Paris?")]})
     kinds = [type(m).__name__ for m in out["messages"]]
@@ -86,8 +88,9 @@ def test_tool_loop_end_to_end_on_the_embedded_model(embedded_server):
     call the tool; whichever it does, the loop must end in a non-empty answer and stay consistent."""
     model = chat_model(embedded_server.base_url, max_tokens=48)
     graph = weather_agent(model, PaCoReConfig(rounds=[2], max_tokens=48))
-    out = graph.invoke({"messages": [("user", "Use the get_weather tool to tell me the weather in Paris.")]},
-                       {"recursion_limit": 12})  # fmt: skip
+    out = graph.invoke(
+        {"messages": [("user", "Use the get_weather tool to tell me the weather in Paris.")]}, {"recursion_limit": 12}
+    )
     messages = out["messages"]
     answer = messages[-1]
     assert isinstance(answer, AIMessage) and not answer.tool_calls and answer.content.strip()

@@ -62,9 +62,13 @@ def test_create_agent_step_is_a_pacore_run_that_offers_the_tools_and_streams_onl
     with mock_server(scripted_reply) as server:
         agent = agents(OpenAICompatibleChatModel(base_url=server.base_url, model="m"), system_prompt="Be brief.")[entry]
         starts = Starts()
-        streamed = list(agent.stream({"messages": [("user", "What is the weather in Paris?")]},
-                                     {"callbacks": [starts], "tags": ["mine"], "metadata": {"user": "u1"}},
-                                     stream_mode="messages"))  # fmt: skip
+        streamed = list(
+            agent.stream(
+                {"messages": [("user", "What is the weather in Paris?")]},
+                {"callbacks": [starts], "tags": ["mine"], "metadata": {"user": "u1"}},
+                stream_mode="messages",
+            )
+        )
     assert len(server.requests) == 2 * CALLS  # two model steps (tool call, then answer)
     assert sum(map(synthesis, server.requests)) == 2
     assert all(body["messages"][0] == {"role": "system", "content": "Be brief."} for body in server.requests)
@@ -106,8 +110,9 @@ def test_prebuilt_react_agent_supervisor_and_lcel(mock_server):
     from langgraph_supervisor import create_supervisor
 
     with mock_server(scripted_reply) as server:
-        model = PaCoReChatModel(model=OpenAICompatibleChatModel(base_url=server.base_url, model="m"),
-                                config=PaCoReConfig(rounds=ROUNDS))  # fmt: skip
+        model = PaCoReChatModel(
+            model=OpenAICompatibleChatModel(base_url=server.base_url, model="m"), config=PaCoReConfig(rounds=ROUNDS)
+        )
         react = create_react_agent(model, [get_weather])
         out = react.invoke({"messages": [("user", "What is the weather in Paris?")]})
         assert out["messages"][-1].content == "The tool answered: sunny in Paris"
@@ -127,10 +132,14 @@ def test_deep_agent_runs_its_model_steps_as_pacore(mock_server):
 
     with mock_server(scripted_reply) as server:
         base = OpenAICompatibleChatModel(base_url=server.base_url, model="m")
-        for agent in (create_deep_agent(model=PaCoReChatModel(model=base, config=PaCoReConfig(rounds=ROUNDS)),
-                                        tools=[get_weather]),
-                      create_deep_agent(model=base, tools=[get_weather],
-                                        middleware=[PaCoReMiddleware(PaCoReConfig(rounds=ROUNDS))])):  # fmt: skip
+        for agent in (
+            create_deep_agent(
+                model=PaCoReChatModel(model=base, config=PaCoReConfig(rounds=ROUNDS)), tools=[get_weather]
+            ),
+            create_deep_agent(
+                model=base, tools=[get_weather], middleware=[PaCoReMiddleware(PaCoReConfig(rounds=ROUNDS))]
+            ),
+        ):
             before = len(server.requests)
             out = agent.invoke({"messages": [("user", "What is the weather in Paris?")]})
             sent = server.requests[before:]
@@ -142,8 +151,9 @@ def test_deep_agent_runs_its_model_steps_as_pacore(mock_server):
 
 def test_chat_model_reply_usage_streaming_and_sync_call_inside_a_running_loop(mock_server):
     with mock_server(scripted_reply) as server:
-        model = PaCoReChatModel(model=OpenAICompatibleChatModel(base_url=server.base_url, model="m"),
-                                config=PaCoReConfig(rounds=ROUNDS))  # fmt: skip
+        model = PaCoReChatModel(
+            model=OpenAICompatibleChatModel(base_url=server.base_url, model="m"), config=PaCoReConfig(rounds=ROUNDS)
+        )
         reply = model.invoke("hello")
         chunks = list(model.stream("hello"))
 
@@ -206,15 +216,19 @@ async def test_two_turns_on_an_async_sqlite_saver(mock_server, tmp_path, entry):
 
 async def test_astream_events_show_every_trajectory_and_the_answer_streams_as_the_models_run(mock_server):
     with mock_server(scripted_reply) as server:
-        model = PaCoReChatModel(model=OpenAICompatibleChatModel(base_url=server.base_url, model="m"),
-                                config=PaCoReConfig(rounds=ROUNDS))  # fmt: skip
+        model = PaCoReChatModel(
+            model=OpenAICompatibleChatModel(base_url=server.base_url, model="m"), config=PaCoReConfig(rounds=ROUNDS)
+        )
         events = [event async for event in model.astream_events("hello", version="v2")]
     starts = [e for e in events if e["event"] == "on_chat_model_start"]
     assert len(starts) == 1 + CALLS and sum(e["name"] == "PaCoReChatModel" for e in starts) == 1
     own = [e for e in events if e["event"] == "on_chat_model_stream" and e["name"] == "PaCoReChatModel"]
     assert "".join(str(e["data"]["chunk"].content) for e in own) == "Hello! I am a scripted model, and I am doing well."
-    streamed_trajectories = {e["metadata"].get("pacore_round") for e in events
-                             if e["event"] == "on_chat_model_stream" and e["name"] != "PaCoReChatModel"}  # fmt: skip
+    streamed_trajectories = {
+        e["metadata"].get("pacore_round")
+        for e in events
+        if e["event"] == "on_chat_model_stream" and e["name"] != "PaCoReChatModel"
+    }
     assert streamed_trajectories <= {len(ROUNDS)}  # only the final synthesis streams, never a proposal
 
 

@@ -38,8 +38,10 @@ def test_tool_choice_any_and_true_force_a_tool_call_and_a_name_is_checked(mock_s
         named = model.bind_tools([magic_function, get_weather], tool_choice="get_weather").invoke("Hello!")
         assert named.tool_calls[0]["name"] == "get_weather"
     assert [body["tool_choice"] for body in server.requests] == [
-        "required", "required", {"type": "function", "function": {"name": "get_weather"}}
-    ]  # fmt: skip
+        "required",
+        "required",
+        {"type": "function", "function": {"name": "get_weather"}},
+    ]
     with pytest.raises(ValueError, match="'no_such_tool', which is not among the bound tools"):
         model.bind_tools([magic_function], tool_choice="no_such_tool")
 
@@ -92,8 +94,9 @@ async def test_llama_cpp_repeating_the_tool_name_in_every_delta_gives_the_name_o
         assembled = await model.acomplete(
             [{"role": "user", "content": "magic_function(3)?"}],
             tools=[{"type": "function", "function": {"name": "magic_function", "parameters": {}}}],
-            tool_choice="required", stream=True,
-        )  # fmt: skip
+            tool_choice="required",
+            stream=True,
+        )
         await model.aclose()
     assert [(call["name"], call["args"]) for call in whole.tool_calls] == [("magic_function", {"input": 3})]
     assert whole.tool_calls[0]["id"].startswith("call_") and whole.tool_calls[0]["id"].count("call_") == 1
@@ -129,7 +132,8 @@ def test_no_unclosed_session_when_a_loop_is_closed_without_finalizing(mock_serve
                 loop.close()
             gc.collect()
         """)
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                              cwd=Path(__file__).parent)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent
+        )
     assert done.returncode == 0, done.stderr
     assert "Unclosed" not in done.stderr, done.stderr

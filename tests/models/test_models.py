@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import HumanMessage
 from langchain_openai import ChatOpenAI
 
@@ -138,8 +141,59 @@ async def test_a_with_retry_wrapper_under_pacore_is_left_to_pacores_retries(mock
     with mock_server(lambda body, attempt: 500) as server:
         model = chat_model(server.base_url)
         with pytest.raises(RoundFailedError) as caught:
-            await asolve(model.bind(temperature=0.5).with_retry(stop_after_attempt=4, wait_exponential_jitter=False),
-                         "q", config)  # fmt: skip
+            await asolve(
+                model.bind(temperature=0.5).with_retry(stop_after_attempt=4, wait_exponential_jitter=False), "q", config
+            )
         await model.aclose()
     assert len(server.requests) == 2 * 4 and "failed after 2 attempt(s)" in str(caught.value)
     assert all(body["temperature"] == 0.5 for body in server.requests)  # the wrappers inside it are kept
+
+
+class RunRecorder(BaseCallbackHandler):
+    """What a chat-model run tells a handler: its start's arguments, its end's message, its error."""
+
+    def __init__(self):
+        self.starts: list[dict] = []
+        self.ends: list = []
+        self.errors: list[BaseException] = []
+
+    def on_chat_model_start(self, serialized, messages, **kwargs):
+        self.starts.append({"serialized": serialized, "messages": messages, **kwargs})
+
+    def on_llm_end(self, response, *, run_id, **kwargs):
+        self.ends.append((run_id, response.generations[0][0].message))
+
+    def on_llm_error(self, error, **kwargs):
+        self.errors.append(error)
+
+
+async def test_a_whole_message_tells_handlers_what_langchains_own_road_tells_them(mock_server):
+    """``ainvoke(..., stream=False)`` takes the client's short road; a handler sees the same run as on
+    ``BaseChatModel.ainvoke``'s road: model, messages, caller's tags and metadata, LangSmith's ls_* fields,
+    invocation params, name; the message with usage, its id made from the run id; a failure as on_llm_error."""
+    from langchain_core.language_models import BaseChatModel
+
+    with mock_server(reasoning_reply) as server:
+        model = chat_model(server.base_url, temperature=0.5)
+        short, base = RunRecorder(), RunRecorder()
+        for recorder, call in ((short, model.ainvoke), (base, partial(BaseChatModel.ainvoke, model))):
+            config = {"callbacks": [recorder], "tags": ["t"], "metadata": {"user": "u1"}, "run_name": "mine"}
+            message = await call([HumanMessage("hi")], config, stream=False, stop=["END"])
+            assert message.usage_metadata["output_tokens"] == 5 and message.additional_kwargs["reasoning_content"]
+            ((run_id, ended),) = recorder.ends
+            assert ended is message and message.id == f"lc_run--{run_id}-0"
+            assert recorder.starts[0]["run_id"] == run_id and recorder.starts[0]["name"] == "mine"
+        await model.aclose()
+    (seen_short,), (seen_base,) = short.starts, base.starts
+    for field in ("serialized", "messages", "tags", "metadata", "invocation_params", "options", "name"):
+        assert seen_short[field] == seen_base[field], field
+    assert seen_short["metadata"]["user"] == "u1" and seen_short["metadata"]["ls_provider"] == "openai"
+    assert seen_short["metadata"]["ls_temperature"] == 0.5 and seen_short["options"] == {"stop": ["END"]}
+
+    with mock_server(lambda body, attempt: 404) as server:
+        model = chat_model(server.base_url, model="no-such-model")
+        recorder = RunRecorder()
+        with pytest.raises(ModelRequestError):
+            await model.ainvoke([HumanMessage("hi")], {"callbacks": [recorder]}, stream=False)
+        await model.aclose()
+    assert len(recorder.starts) == 1 and isinstance(recorder.errors[0], ModelRequestError) and not recorder.ends

@@ -4,7 +4,7 @@ They run against the scripted OpenAI-compatible server (``mock_openai`` + ``scri
 requests as vLLM does and streams as vLLM does. Features are declared as the classes have them. To run them
 against a real server instead (the embedded SmolLM2: ``pacore serve-local``; vLLM):
 
-    PACORE_STANDARD_TESTS_URL=http://127.0.0.1:8080/v1 pytest tests/test_standard_chat_models.py
+    PACORE_STANDARD_TESTS_URL=http://127.0.0.1:8080/v1 pytest tests/models/test_standard_chat_models.py
 
 A real server's client gets the settings ``chat_model()`` gives it (on a llama.cpp server its context as
 ``profile``; on the embedded SmolLM2 also the default reply cap, ``EMBEDDED_MAX_TOKENS``), as a user's would.
@@ -26,6 +26,7 @@ from langchain_tests.integration_tests.chat_models import _get_joke_class
 from langchain_tests.unit_tests import ChatModelUnitTests
 from mock_openai import MockOpenAIServer
 from scripted_chat import scripted_reply
+from standard_features import ClientFeatures
 
 from pacore_graph import PaCoReChatModel, PaCoReConfig
 from pacore_graph.models import OpenAICompatibleChatModel, discover_model
@@ -56,25 +57,6 @@ def scripted_server():
 
 def client_params() -> dict[str, Any]:
     return {"base_url": SERVER["url"], "model": SERVER["model"], **SERVER["defaults"]}
-
-
-class ClientFeatures:
-    """What OpenAICompatibleChatModel has: tool calling with tool_choice (auto-detected from bind_tools),
-    structured output (function calling, json_schema, json_mode), usage, per-call model override. Image,
-    audio and PDF parts are passed through to the server untouched; the scripted server and SmolLM2 are
-    text-only (and the standard multimodal tests download their files from the internet)."""
-
-    @property
-    def supports_json_mode(self) -> bool:
-        return True
-
-    @property
-    def supports_model_override(self) -> bool:
-        return True
-
-    @property
-    def model_override_value(self) -> str:
-        return "another-model"
 
 
 class TestClientUnit(ClientFeatures, ChatModelUnitTests):
@@ -158,8 +140,10 @@ class TestPaCoReChatModelIntegration(ClientFeatures, ChatModelIntegrationTests):
         """test_structured_output with the caller's run counted apart from the trajectories' runs under it."""
         schema, valid = _get_joke_class(schema_type)  # type: ignore[arg-type]
         chat = model.with_structured_output(schema, **self.structured_output_kwargs)
-        for call in (lambda config: chat.invoke("Tell me a joke about cats.", config=config),
-                     lambda config: list(chat.stream("Tell me a joke about cats.", config=config))[-1]):  # fmt: skip
+        for call in (
+            lambda config: chat.invoke("Tell me a joke about cats.", config=config),
+            lambda config: list(chat.stream("Tell me a joke about cats.", config=config))[-1],
+        ):
             runs = RootRuns()
             assert valid(call({"callbacks": [runs]}))
             assert len(runs.options) == 1 and runs.starts == sum(ROUNDS) + 2  # its own, the proposals, the synthesis

@@ -36,18 +36,28 @@ def flag(flags: list[str], name: str) -> str | None:
 
 
 def test_profiles_follow_the_model(tmp_path):
-    qwen3 = serve_profile(model_folder(tmp_path, "q", {"model_type": "qwen3", "max_position_embeddings": 40960,
-                                                       "rope_scaling": {"factor": 4.0, "type": "yarn",
-                                                                        "original_max_position_embeddings": 32768}},
-                                       QWEN3_TEMPLATE))  # fmt: skip
+    qwen3 = serve_profile(
+        model_folder(
+            tmp_path,
+            "q",
+            {
+                "model_type": "qwen3",
+                "max_position_embeddings": 40960,
+                "rope_scaling": {"factor": 4.0, "type": "yarn", "original_max_position_embeddings": 32768},
+            },
+            QWEN3_TEMPLATE,
+        )
+    )
     assert qwen3.name == "pacore" and flag(qwen3.flags, "--reasoning-parser") == "qwen3"
     assert flag(qwen3.flags, "--max-model-len") == "131072"  # YaRN's stretch of the original context
-    llama = serve_profile(model_folder(tmp_path, "l", {"model_type": "llama", "max_position_embeddings": 131072},
-                                       LLAMA3_TEMPLATE))  # fmt: skip
+    llama = serve_profile(
+        model_folder(tmp_path, "l", {"model_type": "llama", "max_position_embeddings": 131072}, LLAMA3_TEMPLATE)
+    )
     assert "--reasoning-parser" not in llama.flags and flag(llama.flags, "--tool-call-parser") == "llama3_json"
     assert "--chat-template" not in llama.flags
-    smol = serve_profile(model_folder(tmp_path, "s", {"model_type": "llama", "max_position_embeddings": 8192},
-                                      CHATML_NO_TOOLS))  # fmt: skip
+    smol = serve_profile(
+        model_folder(tmp_path, "s", {"model_type": "llama", "max_position_embeddings": 8192}, CHATML_NO_TOOLS)
+    )
     assert flag(smol.flags, "--chat-template") == str(TOOLS_TEMPLATE) and flag(smol.flags, "--max-model-len") == "8192"
     assert "no reasoning parser" in smol.describe()
     pacore = serve_profile("stepfun-ai/PaCoRe-8B")  # not downloaded: the name decides
@@ -57,8 +67,9 @@ def test_profiles_follow_the_model(tmp_path):
 
 def test_flags_after_the_model_replace_the_profiles():
     build = VllmBuild("/x/vllm", "0.32.0", cpu=True)
-    command = vllm_command("stepfun-ai/PaCoRe-8B", port=8001, extra=["--max-model-len", "32768", "--no-enforce-eager"],
-                           build=build)  # fmt: skip
+    command = vllm_command(
+        "stepfun-ai/PaCoRe-8B", port=8001, extra=["--max-model-len", "32768", "--no-enforce-eager"], build=build
+    )
     assert command.count("--max-model-len") == 1 and command[-3:] == ["--max-model-len", "32768", "--no-enforce-eager"]
     assert "--enforce-eager" in command and flag(command, "--tool-strict-level") == "parameter"
     assert overridden(["--a", "1", "--b", "--c", "2"], ["--b", "--a=3"]) == ["--c", "2"]
@@ -89,8 +100,9 @@ def test_find_vllm_asks_the_executables_own_python(tmp_path, monkeypatch):
 
 
 def test_serve_vllm_options_after_the_model_are_its_own():
-    args = build_parser().parse_args(["serve-vllm", "DIR", "--port", "8312", "--served-model-name", "a", "b",
-                                      "--host=0.0.0.0", "--block-size", "32"])  # fmt: skip
+    args = build_parser().parse_args(
+        ["serve-vllm", "DIR", "--port", "8312", "--served-model-name", "a", "b", "--host=0.0.0.0", "--block-size", "32"]
+    )
     from pacore_graph.cli import _own_options_first
 
     assert _own_options_first(args.own_parser, args) == ["--served-model-name", "a", "b", "--block-size", "32"]
@@ -98,8 +110,10 @@ def test_serve_vllm_options_after_the_model_are_its_own():
 
 
 def test_tools_go_out_strict_unless_they_say_otherwise():
-    tools = [{"type": "function", "function": {"name": "a", "parameters": {"type": "object"}}},
-             {"type": "function", "function": {"name": "b", "strict": False}}]  # fmt: skip
+    tools = [
+        {"type": "function", "function": {"name": "a", "parameters": {"type": "object"}}},
+        {"type": "function", "function": {"name": "b", "strict": False}},
+    ]
     marked = strict_tools(tools)
     assert marked[0]["function"]["strict"] is True and marked[1]["function"]["strict"] is False
     assert "strict" not in tools[0]["function"]  # the caller's dicts are left as they were
@@ -109,13 +123,17 @@ def test_the_tools_template_shows_tools_calls_and_results():
     template = jinja2.Environment().from_string(TOOLS_TEMPLATE.read_text())
     tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
     call = {"id": "1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
-    messages = [{"role": "user", "content": "Weather in Paris?"},
-                {"role": "assistant", "content": None, "tool_calls": [call]},
-                {"role": "tool", "tool_call_id": "1", "content": "sunny"}]  # fmt: skip
+    messages = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "1", "content": "sunny"},
+    ]
     text = template.render(messages=messages, tools=[tool], add_generation_prompt=True)
     assert '<tools>\n{"name": "get_weather", "parameters": {"type": "object"}}\n</tools>' in text
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in text
     assert "<tool_response>\nsunny\n</tool_response>" in text and text.endswith("<|im_start|>assistant\n")
-    plain = template.render(messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
-                            add_generation_prompt=False)  # fmt: skip
+    plain = template.render(
+        messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+        add_generation_prompt=False,
+    )
     assert plain == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"

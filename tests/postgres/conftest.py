@@ -72,8 +72,9 @@ def postgres() -> Iterator[PostgresServer]:
     options = f"-k {folder} -p {port} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
     pg_ctl = [str(binaries / "pg_ctl"), "-D", str(data), "-l", str(log)]
     try:
-        run_as_server_user([str(binaries / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"],
-                           "initdb")  # fmt: skip
+        run_as_server_user(
+            [str(binaries / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"], "initdb"
+        )
         run_as_server_user([*pg_ctl, "-o", options, "-w", "start"], "pg_ctl start", log)
         server = PostgresServer(f"postgresql://postgres@127.0.0.1:{port}", data)
         with psycopg.connect(f"{server.url}/postgres", autocommit=True) as admin:

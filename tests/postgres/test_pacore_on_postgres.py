@@ -79,11 +79,15 @@ async def test_a_chat_thread_grows_like_a_plain_chats_and_nothing_is_left(mock_s
             await saver.setup()
             if entry == "node":
                 plain_node = chat(lambda state: {"messages": [same_reply()]})
-                apps = {"pacore": chat(PaCoReNode(model, config)).compile(checkpointer=saver),
-                        "plain": plain_node.compile(checkpointer=saver)}  # fmt: skip
+                apps = {
+                    "pacore": chat(PaCoReNode(model, config)).compile(checkpointer=saver),
+                    "plain": plain_node.compile(checkpointer=saver),
+                }
             else:  # the plain agent calls the same model: its reply (reasoning included) is the synthesis's
-                apps = {"pacore": create_agent(PaCoReChatModel(model=model, config=config), [], checkpointer=saver),
-                        "plain": create_agent(model, [], checkpointer=saver)}  # fmt: skip
+                apps = {
+                    "pacore": create_agent(PaCoReChatModel(model=model, config=config), [], checkpointer=saver),
+                    "plain": create_agent(model, [], checkpointer=saver),
+                }
             for name, app in apps.items():
                 thread = {"configurable": {"thread_id": name}}
                 sizes = [0]
@@ -135,8 +139,9 @@ def test_a_killed_run_resumes_sending_only_what_was_not_finished(pg_url, tmp_pat
     process = subprocess.Popen([*script, str(first), entry, saver], cwd=ROOT, env=env)
     finished = kill_after_three(process, first, pg_url)
     assert 3 <= len(finished) < 6
-    done = subprocess.run([*script, str(second), entry, saver], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [*script, str(second), entry, saver], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     again = [tuple(json.loads(line)) for line in second.read_text().splitlines()]
     assert sorted(again) == sorted({(0, i) for i in range(6)} - finished) + [(1, 0)]
@@ -160,8 +165,9 @@ async def test_a_failed_synthesis_retried_by_middleware_reuses_the_proposals(moc
         async with AsyncPostgresSaver.from_conn_string(pg_url) as saver:
             await saver.setup()
             pacore = PaCoReChatModel(model=model, config=PaCoReConfig(rounds=[4], retry=QUICK))
-            agent = create_agent(pacore, [], middleware=[ModelRetryMiddleware(max_retries=1, initial_delay=0.0)],
-                                 checkpointer=saver)  # fmt: skip
+            agent = create_agent(
+                pacore, [], middleware=[ModelRetryMiddleware(max_retries=1, initial_delay=0.0)], checkpointer=saver
+            )
             out = await agent.ainvoke({"messages": [("user", "Question?")]}, {"configurable": {"thread_id": "t"}})
         await model.aclose()
     assert out["messages"][-1].content == CONCLUSION

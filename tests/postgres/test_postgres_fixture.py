@@ -50,8 +50,10 @@ def test_the_server_is_the_fixtures_own(postgres: PostgresServer, pg_url: str):
     """The cluster in the fixture's temporary folder, on loopback, fsync off, run by ``postgres`` (never root), with
     its ``pacore`` database; a test's database is empty."""
     with psycopg.connect(pg_url) as db:
-        settings = {name: db.execute(f"SHOW {name}").fetchone()[0] for name in
-                    ("data_directory", "listen_addresses", "fsync", "port")}  # fmt: skip
+        settings = {
+            name: db.execute(f"SHOW {name}").fetchone()[0]
+            for name in ("data_directory", "listen_addresses", "fsync", "port")
+        }
         user = db.execute("SELECT current_user").fetchone()[0]
         tables = db.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").fetchone()[0]
     assert settings["data_directory"] == str(postgres.data)

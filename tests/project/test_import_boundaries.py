@@ -14,10 +14,14 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
-PACKAGES = {"pacore_graph": "pacore_graph", "pacore_agents": "agents", "pacore_benchmarks": "benchmarks",
-            "pacore_emulator": "emulator"}  # fmt: skip
+PACKAGES = {
+    "pacore_graph": "pacore_graph",
+    "pacore_agents": "agents",
+    "pacore_benchmarks": "benchmarks",
+    "pacore_emulator": "emulator",
+}
 
 
 def lint_imports(cwd: Path, pythonpath: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -47,25 +51,54 @@ def test_the_contracts_hold():
 @pytest.mark.parametrize(
     ("module", "line", "contract"),
     [
-        ("pacore_graph/models/llama_server.py", "import pacore_benchmarks.hub",
-         "the library imports neither the agents nor the benchmarks"),
-        ("pacore_emulator/replies.py", "from pacore_graph.synthesis.prompt import DEFAULT_TEMPLATE",
-         "the serving emulator stands alone"),
-        ("pacore_agents/swe/prompts.py", "from pacore_graph.graph.runner import PaCoReRunner",
-         "agents and benchmarks use the library as users do"),
-        ("pacore_benchmarks/hub.py", "from pacore_graph.batch.folder import RunFolder",
-         "agents and benchmarks use the library as users do"),
+        (
+            "pacore_graph/models/llama_server.py",
+            "import pacore_benchmarks.hub",
+            "the library imports neither the agents nor the benchmarks",
+        ),
+        (
+            "pacore_emulator/replies.py",
+            "from pacore_graph.synthesis.prompt import DEFAULT_TEMPLATE",
+            "the serving emulator stands alone",
+        ),
+        (
+            "pacore_agents/swe/prompts.py",
+            "from pacore_graph.graph.runner import PaCoReRunner",
+            "agents and benchmarks use the library as users do",
+        ),
+        (
+            "pacore_benchmarks/hub.py",
+            "from pacore_graph.batch.folder import RunFolder",
+            "agents and benchmarks use the library as users do",
+        ),
+        (
+            "pacore_agents/swe/prompts.py",
+            "from pacore_graph.models.embedded import free_port",
+            "agents and benchmarks use the library as users do",
+        ),  # a public package's inner module
         ("pacore_benchmarks/hub.py", "import pacore_agents.swe.tasks", "the agents and the benchmarks are independent"),
-        ("pacore_graph/models/http.py", "from pacore_graph.graph.runner import PaCoReRunner",
-         "the library's folders, each above what it uses"),
-        ("pacore_graph/explorers/chat.py", "from pacore_graph.batch import folder",
-         "the library's folders, each above what it uses"),
-        ("pacore_graph/records.py", "from pacore_graph.models import chat_model",
-         "the vocabulary (config, errors, records, inputs) and the coordination options run nothing"),
-        ("pacore_graph/synthesis/prompt.py", "from pacore_graph.explorers import episode",
-         "the synthesis prompt reads the model's window but runs no trajectory"),
+        (
+            "pacore_graph/models/http.py",
+            "from pacore_graph.graph.runner import PaCoReRunner",
+            "the library's folders, each above what it uses",
+        ),
+        (
+            "pacore_graph/explorers/chat.py",
+            "from pacore_graph.batch import folder",
+            "the library's folders, each above what it uses",
+        ),
+        (
+            "pacore_graph/records.py",
+            "from pacore_graph.models import chat_model",
+            "the vocabulary (config, errors, records, inputs) and the coordination options run nothing",
+        ),
+        (
+            "pacore_graph/synthesis/prompt.py",
+            "from pacore_graph.explorers import episode",
+            "the synthesis prompt reads the model's window but runs no trajectory",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract):
     copy_packages(tmp_path)
     with open(tmp_path / module, "a") as source:
@@ -74,6 +107,24 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract
     assert run.returncode == 1, run.stdout + run.stderr
     broken = [text for text in run.stdout.splitlines() if text.endswith(" BROKEN") or " BROKEN (" in text]
     assert any(text.startswith(contract) for text in broken), run.stdout
+
+
+def test_the_public_modules_are_open_to_agents_and_benchmarks(tmp_path):
+    """What the contract allows: the public modules themselves, each imported by an agent and a benchmark."""
+    copy_packages(tmp_path)
+    public = [
+        "pacore_graph",
+        "pacore_graph.extend",
+        "pacore_graph.command_kit",
+        "pacore_graph.coordination",
+        "pacore_graph.models",
+        "pacore_graph.server",
+    ]
+    for module in ("pacore_agents/swe/prompts.py", "pacore_benchmarks/hub.py"):
+        with open(tmp_path / module, "a") as source:
+            source.writelines(f"\nimport {name}  # allowed\n" for name in public)
+    run = lint_imports(tmp_path, pythonpath=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
 
 
 def module_strings(path: Path) -> list[tuple[int, str]]:
@@ -92,7 +143,10 @@ def module_strings(path: Path) -> list[tuple[int, str]]:
 def test_the_library_names_no_agent_or_benchmark_module():
     """What `lint-imports` cannot see: a module of the agents or benchmarks run by name (``serve-vllm --emulate``
     once started ``python -m pacore_benchmarks.perf.emulator``; the emulator is its own package now)."""
-    named = [f"{path.relative_to(ROOT)}:{line}: {text!r}"
-             for path in sorted((ROOT / "pacore_graph").rglob("*.py"))
-             for line, text in module_strings(path) if re.search(r"\bpacore_(agents|benchmarks)\b", text)]  # fmt: skip
+    named = [
+        f"{path.relative_to(ROOT)}:{line}: {text!r}"
+        for path in sorted((ROOT / "pacore_graph").rglob("*.py"))
+        for line, text in module_strings(path)
+        if re.search(r"\bpacore_(agents|benchmarks)\b", text)
+    ]
     assert not named, named

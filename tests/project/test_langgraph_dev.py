@@ -19,7 +19,7 @@ import pytest
 
 from pacore_graph.models.embedded import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.embedded
 
 
@@ -61,11 +61,24 @@ def langgraph_dev(folder: Path, env: dict[str, str]) -> Iterator[tuple[str, subp
     (folder / "langgraph.json").write_text(json.dumps(config))
     port = free_port()
     process = subprocess.Popen(
-        [cli, "dev", "--config", str(folder / "langgraph.json"), "--no-browser", "--no-reload",
-         "--host", "127.0.0.1", "--port", str(port)],
-        cwd=folder, env=env, stdout=(folder / "server.log").open("w"), stderr=subprocess.STDOUT,
+        [
+            cli,
+            "dev",
+            "--config",
+            str(folder / "langgraph.json"),
+            "--no-browser",
+            "--no-reload",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=folder,
+        env=env,
+        stdout=(folder / "server.log").open("w"),
+        stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group: a kill reaches whatever it started
-    )  # fmt: skip
+    )
     try:
         deadline = time.monotonic() + 180
         while True:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "pip_progress.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "pip_progress.py"
 
 PIP_LIKE = """
 import sys

@@ -97,8 +97,9 @@ def test_event_loops_that_used_a_model_are_not_kept_alive(mock_server):
     """50 ``asyncio.run`` calls through one chat model and one PaCoReChatModel: their loops are collected once
     closed (each loop's connection pool, semaphore and admission are dropped as it shuts down)."""
     with mock_server(lambda body, attempt: {"content": "done"}) as server:
-        done = subprocess.run([sys.executable, "-c", LOOPS_SCRIPT, server.base_url], capture_output=True, text=True,
-                              timeout=120)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", LOOPS_SCRIPT, server.base_url], capture_output=True, text=True, timeout=120
+        )
     assert done.returncode == 0, done.stderr[-2000:]
     assert int(done.stdout.strip().splitlines()[-1]) <= 2
     assert len(server.requests) == 50 * 3

@@ -15,7 +15,7 @@ import pytest
 
 pytestmark = pytest.mark.embedded
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def snippet(first_line: str) -> str:
@@ -26,8 +26,9 @@ def snippet(first_line: str) -> str:
 
 def paste(code: str, folder: Path) -> subprocess.CompletedProcess[str]:
     env = {key: value for key, value in os.environ.items() if key != "OPENAI_BASE_URL"}
-    return subprocess.run([sys.executable, "-c", code], cwd=folder, env=env, capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=folder, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_the_quickstart_prints_the_answer_and_its_rounds(tmp_path):

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TYPING = ROOT / "tests" / "typing"
 ERROR = re.compile(r"^(?P<path>[^:]+):(?P<line>\d+): error: (?P<message>.*?)(?:  \[(?P<code>[a-z0-9-]+)\])?$")
 EXPECT = re.compile(r"#\s*expect:\s*(?P<code>[a-z0-9-]+)\s*$")
@@ -28,10 +28,24 @@ def expected_errors(path: Path) -> set[tuple[int, str]]:
 def test_mypy_accepts_what_users_write_and_rejects_each_mistake(tmp_path):
     accepted, rejected = TYPING / "accepted.py", TYPING / "rejected.py"
     done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir",
-         str(tmp_path / "mypy-cache"), "--show-absolute-path", "--no-error-summary", str(accepted), str(rejected)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--cache-dir",
+            str(tmp_path / "mypy-cache"),
+            "--show-absolute-path",
+            "--no-error-summary",
+            str(accepted),
+            str(rejected),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode in (0, 1), done.stderr or done.stdout  # 2: mypy itself failed (config, crash)
     errors: dict[str, set[tuple[int, str]]] = {}
     for line in done.stdout.splitlines():

@@ -14,13 +14,16 @@ from contextlib import ExitStack
 
 import httpx
 import pytest
-from endpoint import endpoint, is_synthesis, scripted
+from endpoint import endpoint, is_synthesis, scripted, wait_until_settled
+from waits import wait_until
 
 from pacore_graph.server import ServerLimits
 
 USER = [{"role": "user", "content": "What is 17*23?"}]
-TOOL = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object",
-                                                                        "properties": {"cmd": {"type": "string"}}}}}
+TOOL = {
+    "type": "function",
+    "function": {"name": "bash", "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}},
+}
 QUICK = ServerLimits(header_timeout=0.5, body_timeout=0.5, max_request_bytes=512 * 1024, request_timeout=1.0)
 
 
@@ -51,38 +54,81 @@ BAD_BODIES = [
     (body_of(tools=[TOOL], tool_choice={"type": "function", "function": {"name": "rm"}}), "tool_choice", "not among"),
     (body_of(tool_choice="required"), "tool_choice", "needs tools"),
     (body_of(tool_choice={"type": "function", "function": {"name": "bash"}}), "tool_choice", "not among"),
-    (body_of(tools=[{"type": "function", "function": {"name": "bash", "parameters": "a string"}}]),
-     "tools[0].function.parameters", "JSON schema object"),
-    (body_of(tools=[{"type": "function", "function": {"name": "bash", "parameters": {"type": "string"}}}]),
-     "tools[0].function.parameters", "object"),
-    (body_of(tools=[{"type": "function", "function": {"name": "bash", "parameters": {"type": "object",
-                                                                                        "properties": 5}}}]),
-     "tools[0].function.parameters", "not a valid JSON schema"),
+    (
+        body_of(tools=[{"type": "function", "function": {"name": "bash", "parameters": "a string"}}]),
+        "tools[0].function.parameters",
+        "JSON schema object",
+    ),
+    (
+        body_of(tools=[{"type": "function", "function": {"name": "bash", "parameters": {"type": "string"}}}]),
+        "tools[0].function.parameters",
+        "object",
+    ),
+    (
+        body_of(
+            tools=[
+                {"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": 5}}}
+            ]
+        ),
+        "tools[0].function.parameters",
+        "not a valid JSON schema",
+    ),
     (body_of(tools=[TOOL, TOOL]), "tools[1].function.name", "second tool"),
     (body_of(tools="bash"), "tools", "valid list"),
     # content present and representable
     (body_of(messages=[{"role": "user", "content": ""}]), "messages[0].content", "no text"),
     (body_of(messages=[{"role": "user", "content": None}]), "messages[0].content", "needs content"),
     (body_of(messages=[{"role": "user"}]), "messages[0].content", "needs content"),
-    (body_of(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,x"}}]}]),
-     "messages[0].content", "no text"),
+    (
+        body_of(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,x"}}]}]),
+        "messages[0].content",
+        "no text",
+    ),
     (body_of(messages=[{"role": "user", "content": 5}]), "messages[0].content", "string or a list"),
-    (body_of(messages=[{"role": "user", "content": [{"type": "text", "text": 5}]}]), "messages[0].content[0].text",
-     "must be a string"),
+    (
+        body_of(messages=[{"role": "user", "content": [{"type": "text", "text": 5}]}]),
+        "messages[0].content[0].text",
+        "must be a string",
+    ),
     (body_of(messages=["hello"]), "messages[0]", "message object"),
-    (body_of(messages=[{"role": "system", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}, *USER]),
-     "messages[0].content[0]", "text only"),
+    (
+        body_of(messages=[{"role": "system", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}, *USER]),
+        "messages[0].content[0]",
+        "text only",
+    ),
     (body_of(messages={"role": "user", "content": "hi"}), "messages", "valid list"),
     # assistant tool_calls of the wrong type (a plain-text 500 before)
-    (body_of(messages=[*USER, {"role": "assistant", "tool_calls": "x"}, *USER]), "messages[1].tool_calls",
-     "list of tool calls"),
-    (body_of(messages=[*USER, {"role": "assistant", "tool_calls": [{"function": "x"}]}, *USER]),
-     "messages[1].tool_calls[0]", "function"),
-    (body_of(messages=[*USER, {"role": "assistant", "tool_calls": [{"id": "1", "type": "function", "function": {
-        "name": "bash", "arguments": {"cmd": "ls"}}}]}, *USER]), "messages[1].tool_calls[0].function.arguments",
-     "must be a string"),
-    (body_of(messages=[{"role": "user", "content": "hi", "tool_calls": []}]), "messages[0].tool_calls",
-     "only assistant"),
+    (
+        body_of(messages=[*USER, {"role": "assistant", "tool_calls": "x"}, *USER]),
+        "messages[1].tool_calls",
+        "list of tool calls",
+    ),
+    (
+        body_of(messages=[*USER, {"role": "assistant", "tool_calls": [{"function": "x"}]}, *USER]),
+        "messages[1].tool_calls[0]",
+        "function",
+    ),
+    (
+        body_of(
+            messages=[
+                *USER,
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {"id": "1", "type": "function", "function": {"name": "bash", "arguments": {"cmd": "ls"}}}
+                    ],
+                },
+                *USER,
+            ]
+        ),
+        "messages[1].tool_calls[0].function.arguments",
+        "must be a string",
+    ),
+    (
+        body_of(messages=[{"role": "user", "content": "hi", "tool_calls": []}]),
+        "messages[0].tool_calls",
+        "only assistant",
+    ),
     # strict types: nothing coerced
     (body_of(pacore={"rounds": ["2"]}), "pacore.rounds[0]", "valid integer"),
     (body_of(pacore={"rounds": [True]}), "pacore.rounds[0]", "valid integer"),
@@ -104,15 +150,28 @@ BAD_BODIES = [
 ]
 RAW_BODIES = [
     (raw('{"model": "mock-model", "messages": [{"role": "user", "content": "x"}], "temperature": NaN}'), "NaN"),
-    (raw('{"model": "mock-model", "messages": [{"role": "user", "content": "x"}], "presence_penalty": Infinity}'),
-     "Infinity"),
-    (raw('{"model": "mock-model", "messages": [{"role": "user", "content": "x"}], "presence_penalty": 1e999}'),
-     "too large"),
+    (
+        raw('{"model": "mock-model", "messages": [{"role": "user", "content": "x"}], "presence_penalty": Infinity}'),
+        "Infinity",
+    ),
+    (
+        raw('{"model": "mock-model", "messages": [{"role": "user", "content": "x"}], "presence_penalty": 1e999}'),
+        "too large",
+    ),
     (raw('{"model": "mock-model", "messages": [{"role": "user", "content": "x \\ud800 y"}]}'), "lone surrogate"),
-    (raw('{"model": "mock-model", "messages": [{"role": "user", "content": "x"}], "extra": ' + DEEP + "}"),
-     "nested too deeply"),
-    (raw('{"model": "mock-model", "messages": [{"role": "user", "content": "x"}], "extra": ' + "[" * 150 + "]" * 150
-         + "}"), "nested too deeply"),
+    (
+        raw('{"model": "mock-model", "messages": [{"role": "user", "content": "x"}], "extra": ' + DEEP + "}"),
+        "nested too deeply",
+    ),
+    (
+        raw(
+            '{"model": "mock-model", "messages": [{"role": "user", "content": "x"}], "extra": '
+            + "[" * 150
+            + "]" * 150
+            + "}"
+        ),
+        "nested too deeply",
+    ),
     (b'{"model": "mock-model", "messages": [{"role": "user", "content": "\xff"}]}', "not valid JSON"),
     (b"", "not valid JSON"),
     (b"[1, 2]", "JSON object"),
@@ -127,8 +186,12 @@ def served():
 
 def post(server, content: bytes | dict, **headers: str) -> httpx.Response:
     data = content if isinstance(content, bytes) else json.dumps(content).encode()
-    return httpx.post(f"{server.base_url}/chat/completions", content=data, timeout=30,
-                      headers={"Content-Type": "application/json", **headers})  # fmt: skip
+    return httpx.post(
+        f"{server.base_url}/chat/completions",
+        content=data,
+        timeout=30,
+        headers={"Content-Type": "application/json", **headers},
+    )
 
 
 @pytest.mark.parametrize(("body", "param", "words"), BAD_BODIES)
@@ -154,8 +217,9 @@ def test_a_good_request_still_works_between_bad_ones(served):
     before = len(upstream.requests)
     response = post(server, body_of(tools=[TOOL], tool_choice={"type": "function", "function": {"name": "bash"}}))
     assert response.status_code == 200, response.text
-    assert len(upstream.requests) == before + 3 and all(r["tool_choice"]["function"]["name"] == "bash"
-                                                        for r in upstream.requests[before:])  # fmt: skip
+    assert len(upstream.requests) == before + 3 and all(
+        r["tool_choice"]["function"]["name"] == "bash" for r in upstream.requests[before:]
+    )
 
 
 def test_a_plain_call_may_carry_an_image_only_message(served):
@@ -196,8 +260,10 @@ def read_reply(connection: socket.socket) -> tuple[int, dict | None, bytes]:
 def test_a_body_over_the_limit_is_a_413_as_soon_as_its_length_is_declared(served):
     upstream, server = served
     with raw_socket(server) as connection:  # headers only: the 40 MB it announces never need to come
-        connection.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                           b"Content-Length: 40000000\r\n\r\n")  # fmt: skip
+        connection.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 40000000\r\n\r\n"
+        )
         status, body, _ = read_reply(connection)  # the server answers and closes without the body
     assert status == 413 and body["error"]["code"] == "request_too_large"
     assert str(QUICK.max_request_bytes) in body["error"]["message"]
@@ -208,8 +274,10 @@ def test_a_chunked_body_is_refused_once_past_the_limit_never_buffered_whole(serv
     before = len(upstream.requests)
     sent = 0
     with raw_socket(server) as connection:
-        connection.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                           b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
+        connection.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
         chunk = b"x" * 16384
         try:
             for _ in range(256):  # up to 4 MiB offered; the limit is 512 KiB
@@ -225,8 +293,10 @@ def test_a_chunked_body_is_refused_once_past_the_limit_never_buffered_whole(serv
 def test_a_body_that_never_finishes_is_a_408(served):
     _, server = served
     with raw_socket(server) as connection:
-        connection.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                           b"Content-Length: 100\r\n\r\n{\"model\":")  # fmt: skip
+        connection.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 100\r\n\r\n{"model":'
+        )
         started = time.monotonic()
         status, body, _ = read_reply(connection)
     assert status == 408 and body["error"]["code"] == "body_timeout"
@@ -247,7 +317,7 @@ def test_idle_and_trickling_connections_are_closed_while_others_are_served(serve
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:  # a byte every 50 ms: each would restart a keep-alive timer
             try:
-                trickling.sendall(head[sent % len(head): sent % len(head) + 1])
+                trickling.sendall(head[sent % len(head) : sent % len(head) + 1])
             except (BrokenPipeError, ConnectionResetError):
                 break
             sent += 1
@@ -264,14 +334,15 @@ def test_connections_past_the_limit_get_a_503_in_openai_shape_and_the_server_rec
     limits = ServerLimits(max_connections=4, header_timeout=5)
     with endpoint(limits=limits) as (upstream, server), ExitStack() as stack:
         held = [stack.enter_context(raw_socket(server)) for _ in range(4)]
-        time.sleep(0.2)  # let the server accept them
+        wait_until(lambda: server.connections() == 4, what=lambda: f"the server accepted {server.connections()} of 4")
         with raw_socket(server) as extra:
             status, body, _ = read_reply(extra)
         for connection in held:
             connection.close()
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and post(server, body_of()).status_code != 200:
-            time.sleep(0.1)
+        wait_until(
+            lambda: server.connections() == 0,  # it saw them close: their places are free
+            what=lambda: f"the server still holds {server.connections()} closed connections",
+        )
         recovered = post(server, body_of())
     assert status == 503 and body["error"]["code"] == "too_many_connections"
     assert recovered.status_code == 200
@@ -302,15 +373,15 @@ def hanging(body: dict, attempt: int):
 @pytest.mark.parametrize("stream", [False, True])
 def test_the_request_deadline_closes_every_upstream_request_and_answers_504(stream):
     with endpoint(hanging, rounds=[3], limits=ServerLimits(request_timeout=0.5)) as (upstream, server):
+        idle = server.tasks()
         started = time.monotonic()
         response = post(server, body_of(stream=stream))
         waited = time.monotonic() - started
-        deadline = time.monotonic() + 10
-        while upstream.disconnected < 3 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: upstream.disconnected == 3, what=lambda: f"upstream saw {upstream.disconnected} of 3 close")
+        wait_until_settled(upstream, server, idle)  # the run is over: the request log below is final
     if stream:
-        events = [line for line in response.text.splitlines() if line.startswith("data: {\"error\"")]
-        error = json.loads(events[-1][len("data: "):])["error"]
+        events = [line for line in response.text.splitlines() if line.startswith('data: {"error"')]
+        error = json.loads(events[-1][len("data: ") :])["error"]
     else:
         error = assert_openai_error(response, 504)
     assert error["code"] == "request_timeout" and "0.5 s" in error["message"]

@@ -4,13 +4,11 @@ the trajectories in flight upstream over every request at once."""
 from __future__ import annotations
 
 import concurrent.futures
-import json
-import socket
-import time
 
 import pytest
-from endpoint import endpoint, is_synthesis, scripted
+from endpoint import endpoint, is_synthesis, scripted, send_request, wait_until_settled
 from openai import OpenAI
+from waits import wait_until
 
 from pacore_emulator import Emulator, EmulatorConfig
 from pacore_graph import PaCoReConfig, chat_model
@@ -24,35 +22,20 @@ def held_first_round(body: dict, attempt: int) -> dict:
     return scripted(body, attempt) if is_synthesis(body) else {"delay": HELD_SECONDS, "content": "late"}
 
 
-def wait_for(condition, seconds: float = 20.0) -> bool:
-    """Poll until ``condition()`` holds; False if it never did."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
-
-
-def send_request(server: BackgroundServer, body: dict) -> socket.socket:
-    """A bare HTTP client, so the test decides exactly when it hangs up."""
-    payload = json.dumps(body).encode()
-    connection = socket.create_connection((server.host, server.port), timeout=30)
-    connection.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: endpoint\r\nContent-Type: application/json\r\n"
-                       b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload))  # fmt: skip
-    return connection
-
-
 @pytest.mark.parametrize("stream", [False, True])
 def test_client_disconnect_closes_every_upstream_request(stream):
     with endpoint(held_first_round, rounds=[3]) as (upstream, server):
+        idle = server.tasks()
         connection = send_request(server, {"model": "mock-model", "messages": USER, "stream": stream})
-        assert wait_for(lambda: len(upstream.requests) == 3)  # round 1 is in flight upstream
+        wait_until(
+            lambda: len(upstream.requests) == 3,  # round 1 is in flight upstream
+            what=lambda: f"{len(upstream.requests)} of 3 requests reached the upstream",
+        )
         if stream:
             assert b"data: " in connection.recv(65536)  # the stream had begun
         connection.close()  # the client goes away mid-reply
-        assert wait_for(lambda: upstream.disconnected == 3), f"upstream saw {upstream.disconnected} of 3 close"
-        time.sleep(0.3)
+        wait_until(lambda: upstream.disconnected == 3, what=lambda: f"upstream saw {upstream.disconnected} of 3 close")
+        wait_until_settled(upstream, server, idle)  # the run is over: nothing can be sent any more
         assert len(upstream.requests) == 3  # and no synthesis round was started for nobody
 
 

@@ -43,17 +43,36 @@ def test_pacore_serve_in_front_of_the_emulator(tmp_path):
     config = EmulatorConfig(ttft=0.01, token_delay=0.0005, output_tokens=(20, 60), request_log=str(log))
     with Emulator(config) as emu:
         process = subprocess.Popen(
-            [sys.executable, "-m", "pacore_graph.cli", "serve", "--base-url", emu.base_url, "--rounds", "3",
-             "--port", str(port), "--api-key", "s3cret"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pacore_graph.cli",
+                "serve",
+                "--base-url",
+                emu.base_url,
+                "--rounds",
+                "3",
+                "--port",
+                str(port),
+                "--api-key",
+                "s3cret",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             wait_until_serving(process, f"http://127.0.0.1:{port}/health")
             client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="s3cret")
             plain = client.chat.completions.create(model=emu.config.model, messages=QUESTION)
-            chunks = list(client.chat.completions.create(model=f"pacore-rounds-2/{emu.config.model}",
-                                                         messages=QUESTION, stream=True,
-                                                         stream_options={"include_usage": True}))  # fmt: skip
+            chunks = list(
+                client.chat.completions.create(
+                    model=f"pacore-rounds-2/{emu.config.model}",
+                    messages=QUESTION,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                )
+            )
             stats = emu.stats()
         finally:
             process.send_signal(signal.SIGINT)
@@ -66,17 +85,17 @@ def test_pacore_serve_in_front_of_the_emulator(tmp_path):
     bodies = [json.loads(line)["body"] for line in log.read_text().splitlines()]
     synthesis = ["Reference Responses:" in body["messages"][-1]["content"] for body in bodies]
     assert len(bodies) == (3 + 1) + (2 + 1) and synthesis.count(True) == 2  # [3] by default, [2] by model name
-    assert plain.choices[0].message.content and "".join(
-        c.choices[0].delta.content or "" for c in chunks if c.choices
-    )  # fmt: skip
+    assert plain.choices[0].message.content and "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert plain.usage.completion_tokens + chunks[-1].usage.completion_tokens == stats["tokens_out"]
 
 
 def test_pacore_serve_says_in_one_line_when_the_upstream_is_down():
     run = subprocess.run(
         [sys.executable, "-m", "pacore_graph.cli", "serve", "--base-url", f"http://127.0.0.1:{free_port()}/v1"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 1
     error = run.stderr.strip()
     assert error.startswith("pacore: error: cannot reach the model server") and "\n" not in error

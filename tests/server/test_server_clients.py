@@ -84,8 +84,9 @@ def test_openai_sdk_tools_every_trajectory_offered_and_reply_carries_final_calls
     with endpoint(tool_calling_upstream, rounds=[2]) as (upstream, server):
         client = OpenAI(base_url=server.base_url, api_key="unused")
         reply = client.chat.completions.create(model="mock-model", messages=QUESTION, tools=[BASH_TOOL])
-        streamed = list(client.chat.completions.create(model="mock-model", messages=QUESTION, tools=[BASH_TOOL],
-                                                       stream=True))  # fmt: skip
+        streamed = list(
+            client.chat.completions.create(model="mock-model", messages=QUESTION, tools=[BASH_TOOL], stream=True)
+        )
         requests = list(upstream.requests)
     strict = {**BASH_TOOL, "function": {**BASH_TOOL["function"], "strict": True}}  # sent strict: vLLM returns objects
     assert len(requests) == 6 and all(body["tools"] == [strict] for body in requests)

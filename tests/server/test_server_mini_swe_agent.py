@@ -25,7 +25,7 @@ from pacore_emulator import Emulator, EmulatorConfig
 from pacore_graph import PaCoReConfig, chat_model
 from pacore_graph.server import BackgroundServer, create_app
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 (TASK,) = load_tasks("local", instances=["pacore__roman-1"])
 STEPS = [  # what a competent agent does: fix, check, write the patch, submit it (mini-swe-agent's protocol)
     "git apply <<'PATCH'\n" + TASK["patch"] + "PATCH",
@@ -60,17 +60,35 @@ def run_example(base_url: str, model: str, tmp_path: Path, *options: str) -> sub
     environment = {k: v for k, v in os.environ.items() if k != "MSWEA_SILENT_STARTUP"}  # as a user runs it
     environment["MSWEA_GLOBAL_CONFIG_DIR"] = str(tmp_path / "mswea")
     return subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "mini_swe_agent.py"), "--endpoint", base_url, "--model", model,
-         *options],
-        env=environment, capture_output=True, text=True, timeout=600, cwd=tmp_path,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "examples" / "mini_swe_agent.py"),
+            "--endpoint",
+            base_url,
+            "--model",
+            model,
+            *options,
+        ],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
 
 
 def test_mini_swe_agent_through_the_endpoint_solves_a_local_task(tmp_path):
     trajectory = tmp_path / "trajectory.json"
     with endpoint(scripted_agent, rounds=[4]) as (upstream, server):
-        run = run_example(server.base_url, "pacore-rounds-3/mock-model", tmp_path, "--task", TASK["instance_id"],
-                          "--trajectory", str(trajectory))  # fmt: skip
+        run = run_example(
+            server.base_url,
+            "pacore-rounds-3/mock-model",
+            tmp_path,
+            "--task",
+            TASK["instance_id"],
+            "--trajectory",
+            str(trajectory),
+        )
         requests = list(upstream.requests)
     assert run.returncode == 0, run.stderr[-3000:]
     summary = json.loads(run.stdout)
@@ -101,8 +119,12 @@ def test_mini_swe_agent_through_the_endpoint_solves_a_local_task(tmp_path):
     for patch in (summary["submission"], TASK["test_patch"]):
         subprocess.run(["git", "apply", "-"], input=patch, text=True, cwd=repo, check=True)
     failing_before = json.loads(TASK["FAIL_TO_PASS"])
-    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *failing_before],
-                           cwd=repo, capture_output=True, text=True)  # fmt: skip
+    tests = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *failing_before],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
     assert tests.returncode == 0, tests.stdout[-2000:]
 
 

@@ -42,8 +42,11 @@ def test_api_key_required_when_configured():
         ({"model": "mock-model", "messages": []}, "messages", "at least one"),
         ({"model": "mock-model", "messages": [{"role": "system", "content": "x"}]}, "messages", "user"),
         ({"model": "mock-model", "messages": [{"role": "robot", "content": "x"}]}, "messages[0].role", "robot"),
-        ({"model": "mock-model", "messages": [{"role": "tool", "content": "x"}, *USER]}, "messages[0].tool_call_id",
-         "tool_call_id"),
+        (
+            {"model": "mock-model", "messages": [{"role": "tool", "content": "x"}, *USER]},
+            "messages[0].tool_call_id",
+            "tool_call_id",
+        ),
         ({"model": "mock-model", "messages": USER, "n": 3}, "n", "n must be 1"),
         ({"model": "mock-model", "messages": USER, "temperature": 9}, "temperature", "less than or equal"),
         ({"model": "mock-model", "messages": USER, "logprobs": True}, "logprobs", "logprobs"),
@@ -81,8 +84,11 @@ def test_models_lists_upstream_models_and_schedule_aliases():
     with endpoint() as (_, server):
         listed = httpx.get(f"{server.base_url}/models", timeout=30).json()
     assert [m["id"] for m in listed["data"]] == [
-        "mock-model", "pacore-low/mock-model", "pacore-medium/mock-model", "pacore-high/mock-model",
-    ]  # fmt: skip
+        "mock-model",
+        "pacore-low/mock-model",
+        "pacore-medium/mock-model",
+        "pacore-high/mock-model",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -114,9 +120,18 @@ def test_split_model_name_keeps_upstream_names_that_only_look_like_aliases():
 
 
 def test_request_fields_reach_every_trajectory_seed_and_account_fields_do_not():
-    body = {"model": "mock-model", "messages": USER, "temperature": 0.6, "top_p": 0.9, "max_completion_tokens": 77,
-            "stop": ["\n\n"], "chat_template_kwargs": {"enable_thinking": True}, "seed": 7, "user": "alice",
-            "metadata": {"k": "v"}}  # fmt: skip
+    body = {
+        "model": "mock-model",
+        "messages": USER,
+        "temperature": 0.6,
+        "top_p": 0.9,
+        "max_completion_tokens": 77,
+        "stop": ["\n\n"],
+        "chat_template_kwargs": {"enable_thinking": True},
+        "seed": 7,
+        "user": "alice",
+        "metadata": {"k": "v"},
+    }
     with endpoint() as (upstream, server):
         assert post(server, body).status_code == 200
         requests = list(upstream.requests)
@@ -136,15 +151,19 @@ def test_defaults_are_the_papers_sampling():
 
 def test_stream_shows_progress_as_comments_that_strict_clients_skip():
     with endpoint(rounds=[3]) as (_, server):
-        with httpx.stream("POST", f"{server.base_url}/chat/completions", timeout=30,
-                          json={"model": "mock-model", "messages": USER, "stream": True}) as response:  # fmt: skip
+        with httpx.stream(
+            "POST",
+            f"{server.base_url}/chat/completions",
+            timeout=30,
+            json={"model": "mock-model", "messages": USER, "stream": True},
+        ) as response:
             lines = [line for line in response.iter_lines() if line]
-    comments = [json.loads(line[len(": pacore "):]) for line in lines if line.startswith(": pacore ")]
+    comments = [json.loads(line[len(": pacore ") :]) for line in lines if line.startswith(": pacore ")]
     events = [(c["event"], c["round"]) for c in comments]
     assert events[0] == ("round_started", 0) and events.count(("trajectory_finished", 0)) == 3
     assert ("round_finished", 0) in events and ("round_started", 1) in events
     assert events.index(("round_finished", 0)) < events.index(("round_started", 1))
-    data = [line[len("data: "):] for line in lines if line.startswith("data: ")]
+    data = [line[len("data: ") :] for line in lines if line.startswith("data: ")]
     assert data[-1] == "[DONE]"
     chunks = [json.loads(item) for item in data[:-1]]
     assert all(chunk["object"] == "chat.completion.chunk" for chunk in chunks)
@@ -167,12 +186,16 @@ def test_upstream_failing_round_is_a_502_and_a_stream_error_event():
     settings = {"retry": {"max_attempts": 2, "initial_delay": 0}}
     with endpoint(flaky, **settings) as (upstream, server):
         plain = post(server, {"model": "mock-model", "messages": USER})
-        with httpx.stream("POST", f"{server.base_url}/chat/completions", timeout=30,
-                          json={"model": "mock-model", "messages": USER, "stream": True}) as response:  # fmt: skip
+        with httpx.stream(
+            "POST",
+            f"{server.base_url}/chat/completions",
+            timeout=30,
+            json={"model": "mock-model", "messages": USER, "stream": True},
+        ) as response:
             lines = [line for line in response.iter_lines() if line.startswith("data: ")]
     assert plain.status_code == 502 and plain.json()["error"]["code"] == "round_failed"
     assert "HTTP 503" in plain.json()["error"]["message"]
-    error = json.loads(lines[-1][len("data: "):])["error"]
+    error = json.loads(lines[-1][len("data: ") :])["error"]
     assert error["code"] == "round_failed"
 
 

@@ -55,8 +55,9 @@ def test_when_shares_get_too_small_the_longest_references_go_first():
     assert kept == sorted(kept)[: len(kept)] and "0" in kept  # shortest kept, longest dropped, order kept
 
 
-LONG_CONCLUSIONS = EmulatorConfig(ttft=0.01, token_delay=0.0002, output_tokens=120, answer_tokens=120,
-                                  max_model_len=1024)  # fmt: skip
+LONG_CONCLUSIONS = EmulatorConfig(
+    ttft=0.01, token_delay=0.0002, output_tokens=120, answer_tokens=120, max_model_len=1024
+)
 
 
 async def _run_on_emulator(config: PaCoReConfig):
@@ -91,8 +92,9 @@ async def test_a_context_the_server_reported_fits_the_synthesis_as_a_configured_
     llama.cpp server, the embedded model's included) and the run fits its synthesis prompt to it."""
     config = PaCoReConfig(rounds=[8], max_tokens=128, retry=NO_RETRY)
     with Emulator(LONG_CONCLUSIONS) as emu:
-        model = OpenAICompatibleChatModel(base_url=emu.base_url, model=emu.config.model,
-                                          profile={"max_input_tokens": 1024})  # fmt: skip
+        model = OpenAICompatibleChatModel(
+            base_url=emu.base_url, model=emu.config.model, profile={"max_input_tokens": 1024}
+        )
         try:
             result = await PaCoReRunner(model.bind(top_p=0.9), config).arun("problem one")  # found inside a binding
         finally:

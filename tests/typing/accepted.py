@@ -1,6 +1,6 @@
 """Code a user writes against the public API: it must type-check under `mypy --strict` with no error.
 
-Checked, never run: `make test` runs mypy over it ([tool.mypy] in pyproject.toml) and tests/test_typing.py runs
+Checked, never run: `make test` runs mypy over it ([tool.mypy] in pyproject.toml) and tests/project/test_typing.py runs
 mypy on it beside `rejected.py`, the mistakes a type checker must catch. Each function is one use.
 """
 
@@ -34,7 +34,8 @@ from pacore_graph import (
     chat_model,
     solve,
 )
-from pacore_graph.extend import ChatExplorer, Explorer, PaCoReRunner, RunSummary, Trajectory, create_app
+from pacore_graph.extend import ChatExplorer, Explorer, PaCoReRunner, RunSummary, Trajectory
+from pacore_graph.server import create_app
 
 
 def one_problem() -> str:

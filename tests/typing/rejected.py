@@ -1,6 +1,6 @@
 """Mistakes a user makes against the public API that a type checker must catch before anything runs.
 
-Checked, never run, and not part of `make test`'s own mypy run: tests/test_typing.py runs mypy on this file and
+Checked, never run, and not part of `make test`'s own mypy run: tests/project/test_typing.py runs mypy on this file and
 expects, on each line that ends with ``# expect: CODE``, an error of that code, and no error on any other line.
 """
 

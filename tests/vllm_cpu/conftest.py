@@ -45,8 +45,20 @@ def vllm() -> Iterator[VllmServer]:
     port = free_port()
     log = Path(os.environ.get("PACORE_VLLM_TEST_LOG", f"/tmp/pacore-vllm-test-{port}.log"))
     pacore = str(Path(sys.executable).parent / "pacore")
-    command = [pacore, "serve-vllm", model_dir, "--port", str(port), "--served-model-name", MODEL, SECOND_NAME,
-               "--block-size", "32", "--max-model-len", str(WINDOW)]  # fmt: skip
+    command = [
+        pacore,
+        "serve-vllm",
+        model_dir,
+        "--port",
+        str(port),
+        "--served-model-name",
+        MODEL,
+        SECOND_NAME,
+        "--block-size",
+        "32",
+        "--max-model-len",
+        str(WINDOW),
+    ]
     env = {"PACORE_VLLM": setup_vllm_executable(), "VLLM_CPU_KVCACHE_SPACE": "2"}
     log.unlink(missing_ok=True)
     server = ServerProcess("pacore serve-vllm", command, f"http://127.0.0.1:{port}", log, env).start()

@@ -21,10 +21,17 @@ WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 GET_WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "weather", "parameters": CITY}}
 # No parameters: a forced call fits in 32 tokens of the 135M model
-NOW = {"type": "function", "function": {"name": "now", "description": "current time",
-       "parameters": {"type": "object", "properties": {}}}}  # fmt: skip
-SCHEMA = {"type": "json_schema", "json_schema": {"name": "reply", "schema": {
-    "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}  # fmt: skip
+NOW = {
+    "type": "function",
+    "function": {"name": "now", "description": "current time", "parameters": {"type": "object", "properties": {}}},
+}
+SCHEMA = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "reply",
+        "schema": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+    },
+}
 CAT = "cat "  # one token for vLLM, four characters (one token) for the emulator's estimate
 
 
@@ -59,8 +66,16 @@ CORPUS: list[Case] = [
     # plain replies
     chat("plain"),
     chat("plain_stop", SKY, max_tokens=32),
-    chat("second_turn_roles", [{"role": "system", "content": "Be brief."}, *HI, {"role": "assistant", "content": "Hi!"},
-                               {"role": "user", "content": "Again."}], max_tokens=4),  # fmt: skip
+    chat(
+        "second_turn_roles",
+        [
+            {"role": "system", "content": "Be brief."},
+            *HI,
+            {"role": "assistant", "content": "Hi!"},
+            {"role": "user", "content": "Again."},
+        ],
+        max_tokens=4,
+    ),
     chat("bad_role_robot", [{"role": "robot", "content": "beep"}], max_tokens=4),
     chat("n_2", n=2, temperature=0.7, max_tokens=4),
     # tools, every tool_choice
@@ -68,10 +83,16 @@ CORPUS: list[Case] = [
     chat("tool_choice_auto", WEATHER, tools=[GET_WEATHER], tool_choice="auto"),
     chat("tool_choice_none", WEATHER, tools=[GET_WEATHER], tool_choice="none"),
     chat("tool_choice_required", WEATHER, tools=[NOW], tool_choice="required", max_tokens=32),
-    chat("tool_choice_named", WEATHER, tools=[NOW, GET_WEATHER],
-         tool_choice={"type": "function", "function": {"name": "now"}}, max_tokens=32),  # fmt: skip
-    chat("tool_choice_named_unknown", WEATHER, tools=[NOW],
-         tool_choice={"type": "function", "function": {"name": "x"}}),  # fmt: skip
+    chat(
+        "tool_choice_named",
+        WEATHER,
+        tools=[NOW, GET_WEATHER],
+        tool_choice={"type": "function", "function": {"name": "now"}},
+        max_tokens=32,
+    ),
+    chat(
+        "tool_choice_named_unknown", WEATHER, tools=[NOW], tool_choice={"type": "function", "function": {"name": "x"}}
+    ),
     chat("tool_choice_without_tools", WEATHER, tool_choice="required"),
     # structured output
     chat("json_object", response_format={"type": "json_object"}),
@@ -81,8 +102,13 @@ CORPUS: list[Case] = [
     stream("stream_stop", SKY, max_tokens=32),
     stream("stream_no_usage", usage=False, max_tokens=2),
     stream("stream_n_2", n=2, temperature=0.7, max_tokens=2),
-    stream("stream_tool_named", WEATHER, tools=[NOW], tool_choice={"type": "function", "function": {"name": "now"}},
-           max_tokens=32),  # fmt: skip
+    stream(
+        "stream_tool_named",
+        WEATHER,
+        tools=[NOW],
+        tool_choice={"type": "function", "function": {"name": "now"}},
+        max_tokens=32,
+    ),
     stream("stream_unknown_model", model="no-such-model"),
     # the window (2048 tokens in tests/vllm_cpu/conftest.py)
     chat("max_tokens_over_window", max_tokens=4000),
@@ -124,33 +150,65 @@ class Deliberate:
 
 # vLLM fields that are always null (or constant) for this model and these requests; clients do not need them. The
 # emulator's ``reasoning`` styles stand for a reasoning parser; SmolLM2 is served without one (style "none").
-VLLM_NULL_EXTRAS = ("body.usage.prompt_tokens_details", "body.usage.completion_tokens_details",
-                    "body.service_tier", "body.system_fingerprint", "body.prompt_logprobs", "body.prompt_token_ids",
-                    "body.prompt_text", "body.kv_transfer_params", "body.ec_transfer_params", "body.metrics",
-                    "body.choices[].stop_reason", "body.choices[].token_ids", "body.choices[].routed_experts",
-                    "body.choices[].message.refusal", "body.choices[].message.annotations",
-                    "body.choices[].message.audio", "body.choices[].message.function_call",
-                    "body.choices[].message.reasoning",
-                    "*_chunk.prompt_token_ids", "*_chunk.prompt_text", "*_chunk.choices[].token_ids",
-                    "*_chunk.choices[].stop_reason", "*_chunk.system_fingerprint")  # fmt: skip
+VLLM_NULL_EXTRAS = (
+    "body.usage.prompt_tokens_details",
+    "body.usage.completion_tokens_details",
+    "body.service_tier",
+    "body.system_fingerprint",
+    "body.prompt_logprobs",
+    "body.prompt_token_ids",
+    "body.prompt_text",
+    "body.kv_transfer_params",
+    "body.ec_transfer_params",
+    "body.metrics",
+    "body.choices[].stop_reason",
+    "body.choices[].token_ids",
+    "body.choices[].routed_experts",
+    "body.choices[].message.refusal",
+    "body.choices[].message.annotations",
+    "body.choices[].message.audio",
+    "body.choices[].message.function_call",
+    "body.choices[].message.reasoning",
+    "*_chunk.prompt_token_ids",
+    "*_chunk.prompt_text",
+    "*_chunk.choices[].token_ids",
+    "*_chunk.choices[].stop_reason",
+    "*_chunk.system_fingerprint",
+)
 
 
 def deliberate() -> list[Deliberate]:
     """A fresh list (each run records which entries it met)."""
     return [
-        Deliberate("*", VLLM_NULL_EXTRAS, "vLLM-only fields, null here (system_fingerprint: a version string); the "
-                   "emulator leaves them out to stay cheap, and OpenAI clients treat absent as null"),
-        Deliberate("stream_*", ("finish_chunk.choices[].delta*",),
-                   "vLLM puts the last token in the chunk that finishes on \"length\"; the emulator's finish chunk "
-                   "has an empty delta (as vLLM's does on \"stop\"): concatenating every delta gives the text"),
-        Deliberate("stream_n_2", ("order",),
-                   "n > 1: vLLM sends each choice's finish chunk when that choice ends; the emulator sends all finish "
-                   "chunks after the last token"),
-        Deliberate("json_object", ("body.choices[].finish_reason", "content_json"),
-                   "json_object: the emulator answers {} at once; the 135M model writes JSON until max_tokens"),
-        Deliberate("message_without_role", ("status", "body.*", "content_json"),
-                   "the emulator does not validate each message (that costs CPU on every request); vLLM answers 400 "
-                   "with a list of validation errors"),
+        Deliberate(
+            "*",
+            VLLM_NULL_EXTRAS,
+            "vLLM-only fields, null here (system_fingerprint: a version string); the "
+            "emulator leaves them out to stay cheap, and OpenAI clients treat absent as null",
+        ),
+        Deliberate(
+            "stream_*",
+            ("finish_chunk.choices[].delta*",),
+            'vLLM puts the last token in the chunk that finishes on "length"; the emulator\'s finish chunk '
+            'has an empty delta (as vLLM\'s does on "stop"): concatenating every delta gives the text',
+        ),
+        Deliberate(
+            "stream_n_2",
+            ("order",),
+            "n > 1: vLLM sends each choice's finish chunk when that choice ends; the emulator sends all finish "
+            "chunks after the last token",
+        ),
+        Deliberate(
+            "json_object",
+            ("body.choices[].finish_reason", "content_json"),
+            "json_object: the emulator answers {} at once; the 135M model writes JSON until max_tokens",
+        ),
+        Deliberate(
+            "message_without_role",
+            ("status", "body.*", "content_json"),
+            "the emulator does not validate each message (that costs CPU on every request); vLLM answers 400 "
+            "with a list of validation errors",
+        ),
     ]
 
 
@@ -231,8 +289,11 @@ def shape(status: int, content_type: str, raw: bytes) -> dict[str, str]:
 
 def differences(case: str, vllm: dict[str, str], emulator: dict[str, str]) -> list[tuple[str, str, str]]:
     """(path, vLLM's, the emulator's) for every path whose description differs ("-" where one lacks it)."""
-    return [(path, vllm.get(path, "-"), emulator.get(path, "-"))
-            for path in sorted(vllm.keys() | emulator.keys()) if vllm.get(path) != emulator.get(path)]  # fmt: skip
+    return [
+        (path, vllm.get(path, "-"), emulator.get(path, "-"))
+        for path in sorted(vllm.keys() | emulator.keys())
+        if vllm.get(path) != emulator.get(path)
+    ]
 
 
 def unexplained(case: str, found: list[tuple[str, str, str]], allowed: list[Deliberate]) -> list[tuple[str, str, str]]:
@@ -252,6 +313,6 @@ NOT_COMPARED = {
     "logprobs": "the emulator answers null; vLLM's CPU build spends minutes on its first logprobs request",
     "served names": "the emulator serves one --model name; vLLM every --served-model-name",
     "window default": "without --clamp-max-tokens the emulator refuses prompt + max_tokens over the window (400), "
-                      "as vLLM before 0.32 and OpenAI do; tests of context overflow rely on it",
+    "as vLLM before 0.32 and OpenAI do; tests of context overflow rely on it",
     "ids": "the emulator's ids have 24 hex digits (a digest of the request), vLLM's 16; only prefixes compared",
 }

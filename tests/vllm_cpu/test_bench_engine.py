@@ -15,8 +15,9 @@ SIDES = ("operator", "bare client", "n=K")
 def test_bench_engine_quick_on_real_vllm(vllm):
     vllm.wait_idle()
     pacore = str(Path(sys.executable).parent / "pacore")
-    done = subprocess.run([pacore, "bench", "engine", "--quick", "--base-url", vllm.base_url],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [pacore, "bench", "engine", "--quick", "--base-url", vllm.base_url], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.splitlines()[-1])
     assert summary["command"] == "bench engine" and summary["exit_code"] == 0

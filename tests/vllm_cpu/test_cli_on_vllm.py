@@ -23,8 +23,21 @@ def test_solve_output_resumes_after_ctrl_c_without_buying_round_one_again(vllm, 
     vllm.wait_idle()
     out = tmp_path / "run"
     pacore = str(Path(sys.executable).parent / "pacore")
-    command = [pacore, "solve", "Name three prime numbers and add them up.", "--base-url", vllm.base_url,
-               "--model", MODEL, "--rounds", "3,3", "--max-tokens", str(REPLY_CAP), "--output", str(out)]  # fmt: skip
+    command = [
+        pacore,
+        "solve",
+        "Name three prime numbers and add them up.",
+        "--base-url",
+        vllm.base_url,
+        "--model",
+        MODEL,
+        "--rounds",
+        "3,3",
+        "--max-tokens",
+        str(REPLY_CAP),
+        "--output",
+        str(out),
+    ]
     start = done_requests(vllm)
     first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120

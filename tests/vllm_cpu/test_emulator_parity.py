@@ -19,8 +19,16 @@ from pacore_emulator import Emulator, EmulatorConfig
 
 # A non-reasoning model (SmolLM2 is served without a reasoning parser) that stops on its own after 20 tokens,
 # behind vLLM 0.32's handling of max_tokens past the window
-EMULATED = EmulatorConfig(model=MODEL, max_model_len=WINDOW, clamp_max_tokens=True, reasoning="none",
-                          output_tokens=20, answer_tokens=8, ttft=0.01, token_delay=0.001)  # fmt: skip
+EMULATED = EmulatorConfig(
+    model=MODEL,
+    max_model_len=WINDOW,
+    clamp_max_tokens=True,
+    reasoning="none",
+    output_tokens=20,
+    answer_tokens=8,
+    ttft=0.01,
+    token_delay=0.001,
+)
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +67,9 @@ def test_the_emulator_answers_every_request_in_the_shape_vllm_does(vllm, emulato
         theirs = shape(*send(vllm.base_url, case))
         ours = shape(*send(emulator.base_url, case))
         rows += [(case.name, *row) for row in unexplained(case.name, differences(case.name, theirs, ours), allowed)]
-    assert not rows, f"the emulator differs from vLLM (fix it, or name the difference in corpus.deliberate()):\n" \
-                     f"{report(rows)}"  # fmt: skip
+    assert not rows, (
+        f"the emulator differs from vLLM (fix it, or name the difference in corpus.deliberate()):\n{report(rows)}"
+    )
     stale = [entry.reason for entry in allowed if not entry.seen]
     assert not stale, f"deliberate differences no longer seen (drop them here and in the docs): {stale}"
     assert time.monotonic() - started < 240, "the corpus should stay quick on vLLM's CPU build"
@@ -68,16 +77,19 @@ def test_the_emulator_answers_every_request_in_the_shape_vllm_does(vllm, emulato
 
 def test_an_unexplained_difference_fails_with_a_readable_row():
     """The comparison can fail: a status and a finish reason that differ are both reported."""
-    theirs = shape(400, "application/json", b'{"error": {"message": "m", "type": "BadRequestError", "param": null, '
-                                            b'"code": 400}}')  # fmt: skip
+    theirs = shape(
+        400, "application/json", b'{"error": {"message": "m", "type": "BadRequestError", "param": null, "code": 400}}'
+    )
     ours = shape(200, "application/json", b'{"id": "chatcmpl-1", "choices": [{"finish_reason": "stop"}]}')
     found = unexplained("plain", differences("plain", theirs, ours), deliberate())
     paths = {path for path, _, _ in found}
     assert {"status", "body.error.type", "body.choices[].finish_reason"} <= paths
     assert "400" in report([("plain", *row) for row in found])
-    stream = (b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":'
-              b'"assistant","content":""},"finish_reason":null}]}\n\ndata: {"id":"chatcmpl-1","choices":[],'
-              b'"usage":{"prompt_tokens":1}}\n\ndata: [DONE]\n\n')  # fmt: skip
+    stream = (
+        b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":'
+        b'"assistant","content":""},"finish_reason":null}]}\n\ndata: {"id":"chatcmpl-1","choices":[],'
+        b'"usage":{"prompt_tokens":1}}\n\ndata: [DONE]\n\n'
+    )
     chunks = shape(200, "text/event-stream", stream)
     assert chunks["order"] == "role_chunk usage_chunk" and chunks["stream.done"] == "True"
     assert chunks["role_chunk.choices[].delta.role"] == "str:assistant"

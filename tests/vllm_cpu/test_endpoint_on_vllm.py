@@ -32,8 +32,20 @@ def endpoint(vllm, tmp_path_factory) -> Iterator[OpenAI]:
     """``pacore serve --base-url VLLM``, started and stopped as a service manager would (SIGTERM)."""
     port = free_port()
     pacore = str(Path(sys.executable).parent / "pacore")
-    command = [pacore, "serve", "--base-url", vllm.base_url, "--model", MODEL, "--rounds", str(ROUNDS),
-               "--max-tokens", str(REPLY_CAP), "--port", str(port)]  # fmt: skip
+    command = [
+        pacore,
+        "serve",
+        "--base-url",
+        vllm.base_url,
+        "--model",
+        MODEL,
+        "--rounds",
+        str(ROUNDS),
+        "--max-tokens",
+        str(REPLY_CAP),
+        "--port",
+        str(port),
+    ]
     log = tmp_path_factory.mktemp("endpoint") / "serve.log"
     server = ServerProcess("pacore serve", command, f"http://127.0.0.1:{port}", log).start()
     try:
@@ -59,8 +71,11 @@ def test_a_reply_counts_every_trajectorys_tokens(vllm, endpoint):
 def test_a_streamed_reply_with_usage(vllm, endpoint):
     vllm.wait_idle()
     before, tokens = vllm.finished(), generated(vllm)
-    chunks = list(endpoint.chat.completions.create(model=f"pacore-rounds-2/{MODEL}", messages=QUESTION, stream=True,
-                                                   stream_options={"include_usage": True}))  # fmt: skip
+    chunks = list(
+        endpoint.chat.completions.create(
+            model=f"pacore-rounds-2/{MODEL}", messages=QUESTION, stream=True, stream_options={"include_usage": True}
+        )
+    )
     text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
     assert text and chunks[-1].usage is not None and not chunks[-1].choices
     assert vllm.finished() - before == 2 + 1
@@ -75,9 +90,12 @@ def test_a_tool_call_comes_back_parsed(vllm, endpoint):
     and vLLM then answers the cut call as text (finish_reason "length"), as it would without PaCoRe."""
     vllm.wait_idle()
     reply = endpoint.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "What is the weather in Paris?"}], tools=[WEATHER],
-        tool_choice={"type": "function", "function": {"name": "get_weather"}}, temperature=0,
-    )  # fmt: skip
+        model=MODEL,
+        messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+        tools=[WEATHER],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        temperature=0,
+    )
     (call,) = reply.choices[0].message.tool_calls
     assert call.function.name == "get_weather"  # finish_reason "stop", as vLLM and OpenAI give for a named tool
     arguments = json.loads(call.function.arguments)
@@ -87,9 +105,12 @@ def test_a_tool_call_comes_back_parsed(vllm, endpoint):
 def test_a_client_that_hangs_up_mid_stream_stops_vllm(vllm, endpoint):
     vllm.wait_idle()
     stream = endpoint.chat.completions.create(
-        model=f"pacore-rounds-2/{MODEL}", messages=QUESTION, stream=True, max_tokens=1500,
+        model=f"pacore-rounds-2/{MODEL}",
+        messages=QUESTION,
+        stream=True,
+        max_tokens=1500,
         extra_body={"min_tokens": 1500},
-    )  # fmt: skip
+    )
     deadline = time.monotonic() + 60
     while vllm.metrics().get("vllm:num_requests_running", 0) < 2:
         assert time.monotonic() < deadline, "the proposals never reached vLLM"

@@ -38,8 +38,9 @@ def test_pacore_node_sends_exactly_sum_k_plus_one_requests_and_rounds_share_thei
     vllm.wait_idle()
     rounds = [3, 3, 3]
     builder = StateGraph(MessagesState)
-    builder.add_node("think", PaCoReNode(chat_model(vllm.base_url, MODEL, max_tokens=REPLY_CAP),
-                                         PaCoReConfig(rounds=rounds)))  # fmt: skip
+    builder.add_node(
+        "think", PaCoReNode(chat_model(vllm.base_url, MODEL, max_tokens=REPLY_CAP), PaCoReConfig(rounds=rounds))
+    )
     builder.add_edge(START, "think")
     builder.add_edge("think", END)
     marks = RoundMarks(vllm)
@@ -78,8 +79,11 @@ def http_4xx(vllm) -> float:
     """Chat requests vLLM answered with a 4xx (its HTTP instrumentation's counter)."""
     with urllib.request.urlopen(f"{vllm.root}/metrics", timeout=10) as response:
         lines = response.read().decode().splitlines()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in lines
-               if line.startswith('http_requests_total{handler="/v1/chat/completions"') and 'status="4xx"' in line)
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in lines
+        if line.startswith('http_requests_total{handler="/v1/chat/completions"') and 'status="4xx"' in line
+    )
 
 
 def test_vllms_400_is_a_clear_error_and_never_retried(vllm):

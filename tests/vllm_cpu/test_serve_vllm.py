@@ -46,8 +46,12 @@ def test_a_pacore_model_gets_the_paper_profile_and_a_missing_vllm_is_one_line(tm
     assert profile.name == "pacore" and profile.flags[profile.flags.index("--max-model-len") + 1] == "131072"
     assert profile.flags[profile.flags.index("--reasoning-parser") + 1] == "qwen3"
     pacore = str(Path(sys.executable).parent / "pacore")
-    missing = subprocess.run([pacore, "serve-vllm", "stepfun-ai/PaCoRe-8B"], capture_output=True, text=True,
-                             env={"PATH": "/usr/bin:/bin", "PACORE_VLLM": str(tmp_path / "vllm")})  # fmt: skip
+    missing = subprocess.run(
+        [pacore, "serve-vllm", "stepfun-ai/PaCoRe-8B"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PACORE_VLLM": str(tmp_path / "vllm")},
+    )
     assert missing.returncode == 1 and missing.stderr.count("\n") == 1
     assert "is not an executable" in missing.stderr and "scripts/vllm-setup.sh" in missing.stderr
     assert Path(setup_vllm_executable()).exists()

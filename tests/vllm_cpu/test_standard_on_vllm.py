@@ -11,7 +11,7 @@ import pytest
 from langchain_core.language_models import BaseChatModel
 from langchain_tests.integration_tests import ChatModelIntegrationTests
 from real_vllm import MODEL, SECOND_NAME
-from test_standard_chat_models import ClientFeatures
+from standard_features import ClientFeatures
 
 from pacore_graph import PaCoReChatModel, PaCoReConfig
 from pacore_graph.errors import ModelRequestError
@@ -20,25 +20,38 @@ from pacore_graph.models import OpenAICompatibleChatModel, chat_model
 TEST_CAP = 128  # tokens per reply: room for a joke as JSON (the structured-output tests), not for rambling
 SERVER: dict[str, Any] = {}
 
-FIRST_NAME = ("vLLM 0.32 answers every request with its first served name: a call for smollm2-second is served "
-              "(not a 404), and its reply says smollm2")  # fmt: skip
-ONE_RUN_PER_CALL = ("by design: a PaCoRe call is its own chat-model run plus one per proposal and synthesis, and "
-                    "these tests expect one on_chat_model_start")  # fmt: skip
-RAMBLES = ("a 135M model, greedy: the joke's strings repeat until the reply cap, so the JSON never closes and "
-           "nothing parses")  # fmt: skip
+FIRST_NAME = (
+    "vLLM 0.32 answers every request with its first served name: a call for smollm2-second is served "
+    "(not a 404), and its reply says smollm2"
+)
+ONE_RUN_PER_CALL = (
+    "by design: a PaCoRe call is its own chat-model run plus one per proposal and synthesis, and "
+    "these tests expect one on_chat_model_start"
+)
+RAMBLES = (
+    "a 135M model, greedy: the joke's strings repeat until the reply cap, so the JSON never closes and nothing parses"
+)
 NO_KEYS = "a 135M model does not keep the JSON keys the prompt asks for (setup, punchline)"
 NO_AUTO_TOOL = "tool_choice 'auto': SmolLM2-135M answers in text instead of calling the tool"
 COMMON = {
-    "test_invoke_with_model_override": FIRST_NAME, "test_ainvoke_with_model_override": FIRST_NAME,
-    "test_stream_with_model_override": FIRST_NAME, "test_astream_with_model_override": FIRST_NAME,
-    "test_structured_output_pydantic_2_v1": RAMBLES, "test_structured_output_optional_param": RAMBLES,
-    "test_json_mode": NO_KEYS, "test_agent_loop": NO_AUTO_TOOL,
-}  # fmt: skip
-CLIENT = {f"{test}[{schema}]": RAMBLES for test in ("test_structured_output", "test_structured_output_async")
-          for schema in ("pydantic", "typeddict")}  # the JSON schema's joke, in the same words, closes in time
+    "test_invoke_with_model_override": FIRST_NAME,
+    "test_ainvoke_with_model_override": FIRST_NAME,
+    "test_stream_with_model_override": FIRST_NAME,
+    "test_astream_with_model_override": FIRST_NAME,
+    "test_structured_output_pydantic_2_v1": RAMBLES,
+    "test_structured_output_optional_param": RAMBLES,
+    "test_json_mode": NO_KEYS,
+    "test_agent_loop": NO_AUTO_TOOL,
+}
+CLIENT = {
+    f"{test}[{schema}]": RAMBLES
+    for test in ("test_structured_output", "test_structured_output_async")
+    for schema in ("pydantic", "typeddict")
+}  # the JSON schema's joke, in the same words, closes in time
 PACORE = {"test_structured_output": ONE_RUN_PER_CALL, "test_structured_output_async": ONE_RUN_PER_CALL}
-COMMON["test_unicode_tool_call_integration"] = ("a 135M model, greedy: the forced call's arguments repeat until the "
-                                                "reply cap, so its JSON never closes")  # fmt: skip
+COMMON["test_unicode_tool_call_integration"] = (
+    "a 135M model, greedy: the forced call's arguments repeat until the reply cap, so its JSON never closes"
+)
 EXPECTED_FAILURES = {
     **{("TestClientOnVllm", name): reason for name, reason in {**COMMON, **CLIENT}.items()},
     **{("TestPaCoReChatModelOnVllm", name): reason for name, reason in {**COMMON, **PACORE}.items()},
@@ -53,8 +66,13 @@ def served(vllm) -> None:
 
 
 def client_params() -> dict[str, Any]:
-    return {"base_url": SERVER["url"], "model": MODEL, "profile": SERVER["profile"], "max_tokens": TEST_CAP,
-            "temperature": 0.0}  # fmt: skip
+    return {
+        "base_url": SERVER["url"],
+        "model": MODEL,
+        "profile": SERVER["profile"],
+        "max_tokens": TEST_CAP,
+        "temperature": 0.0,
+    }
 
 
 class OnVllm(ClientFeatures):
