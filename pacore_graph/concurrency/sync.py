@@ -1,7 +1,8 @@
 """Sync wrappers over the async-first API: one long-lived event loop in a daemon thread.
 
 A fresh ``asyncio.run`` per call would throw away pooled HTTP connections (they belong to one loop) and
-cannot be used where a loop is already running (notebooks, sync nodes inside async graphs).
+cannot be used where a loop is already running (notebooks, sync nodes inside async graphs). anyio's blocking
+portal would do this at twice the CPU per call (docs/performance.md, "Libraries and what they cost").
 
 Ctrl-C: a sync caller waiting here gets the KeyboardInterrupt; the coroutine it started on the
 background loop is then cancelled (its HTTP requests closed) before the interrupt goes on, so an
