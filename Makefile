@@ -34,6 +34,7 @@ demo: $(DEMO_STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
@@ -62,6 +63,7 @@ else
 	bash scripts/postgres-setup.sh >/dev/null  # Debian's PostgreSQL server, once; the tests start their own cluster
 endif
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .  # the one style: no hand-aligned code
 	$(VENV)/bin/lint-imports  # import boundaries: [tool.importlinter] in pyproject.toml
 	$(VENV)/bin/mypy  # types: [tool.mypy] in pyproject.toml
 	$(VENV)/bin/pytest -ra $(PYTEST_SELECT)

@@ -34,16 +34,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=parse_rounds, default=[2])
     parser.add_argument("--max-tokens", type=int, default=256)
     args = parser.parse_args()
-    agent = build_deep_agent(config=PaCoReConfig(rounds=args.rounds, max_tokens=args.max_tokens),
-                             middleware=args.middleware)  # fmt: skip
+    agent = build_deep_agent(
+        config=PaCoReConfig(rounds=args.rounds, max_tokens=args.max_tokens), middleware=args.middleware
+    )
     started = time.monotonic()
     out = agent.invoke({"messages": [("user", args.task)]}, {"recursion_limit": 20})
     steps = [m for m in out["messages"] if m.type == "ai"]
     print(out["messages"][-1].content)
     print(f"files: {sorted(out.get('files') or {})}")
     tokens = sum((m.usage_metadata or {}).get("output_tokens", 0) for m in steps)
-    print(f"({len(steps)} model steps, {tokens} completion tokens over all trajectories, "
-          f"{time.monotonic() - started:.1f} s)")  # fmt: skip
+    print(
+        f"({len(steps)} model steps, {tokens} completion tokens over all trajectories, "
+        f"{time.monotonic() - started:.1f} s)"
+    )
 
 
 if __name__ == "__main__":

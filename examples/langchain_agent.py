@@ -33,10 +33,12 @@ def build_agent(model=None, config: PaCoReConfig | None = None, *, middleware: b
     model = model or chat_model()
     config = config or PaCoReConfig(rounds=[4], max_tokens=256)
     if middleware:
-        return create_agent(model, [get_weather], system_prompt="Use tools when they help.",
-                            middleware=[PaCoReMiddleware(config)])  # fmt: skip
-    return create_agent(PaCoReChatModel(model=model, config=config), [get_weather],
-                        system_prompt="Use tools when they help.")  # fmt: skip
+        return create_agent(
+            model, [get_weather], system_prompt="Use tools when they help.", middleware=[PaCoReMiddleware(config)]
+        )
+    return create_agent(
+        PaCoReChatModel(model=model, config=config), [get_weather], system_prompt="Use tools when they help."
+    )
 
 
 def main() -> None:
@@ -48,8 +50,9 @@ def main() -> None:
     args = parser.parse_args()
     agent = build_agent(config=PaCoReConfig(rounds=args.rounds, max_tokens=args.max_tokens), middleware=args.middleware)
     started = time.monotonic()
-    for message, _metadata in agent.stream({"messages": [("user", args.question)]}, {"recursion_limit": 12},
-                                          stream_mode="messages"):  # fmt: skip
+    for message, _metadata in agent.stream(
+        {"messages": [("user", args.question)]}, {"recursion_limit": 12}, stream_mode="messages"
+    ):
         if isinstance(message, AIMessageChunk):
             print(message.content, end="", flush=True)  # the final synthesis of each step, token by token
         elif message.type == "tool":

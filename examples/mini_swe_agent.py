@@ -44,8 +44,9 @@ from pacore_agents.swe.local_sandbox import LocalSandbox  # noqa: E402
 from pacore_agents.swe.tasks import load_tasks  # noqa: E402
 
 
-def run_agent(endpoint: str, model: str, task: dict, *, api_key: str, step_limit: int,
-              trajectory: Path | None) -> dict[str, Any]:  # fmt: skip
+def run_agent(
+    endpoint: str, model: str, task: dict, *, api_key: str, step_limit: int, trajectory: Path | None
+) -> dict[str, Any]:
     """One mini-swe-agent episode on ``task`` through the endpoint; the summary described above."""
     config = yaml.safe_load(get_config_path("swebench.yaml").read_text())
     sandbox = LocalSandbox(task)  # a temporary git copy of the task's repository at its base commit
@@ -75,8 +76,9 @@ def run_agent(endpoint: str, model: str, task: dict, *, api_key: str, step_limit
     finally:
         sandbox.close()
     # every model call left its response on a message: the assistant's, or the format error that replaced it
-    calls = [message["extra"]["response"]["usage"] for message in agent.messages
-             if "response" in message.get("extra", {})]  # fmt: skip
+    calls = [
+        message["extra"]["response"]["usage"] for message in agent.messages if "response" in message.get("extra", {})
+    ]
     return {
         "instance_id": task["instance_id"],
         "exit_status": outcome.get("exit_status"),
@@ -92,8 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--endpoint", default="http://127.0.0.1:8100/v1", help="pacore serve's base URL")
     parser.add_argument("--model", required=True, help="e.g. pacore-low/stepfun-ai/PaCoRe-8B")
-    parser.add_argument("--api-key", default=os.environ.get("PACORE_API_KEY", "none"),
-                        help="the endpoint's --api-key (default: $PACORE_API_KEY)")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("PACORE_API_KEY", "none"),
+        help="the endpoint's --api-key (default: $PACORE_API_KEY)",
+    )
     parser.add_argument("--task", default="pacore__roman-1", help="instance id of a local SWE task")
     parser.add_argument("--step-limit", type=int, default=30, help="model calls at most")
     parser.add_argument("--trajectory", type=Path, help="also save mini-swe-agent's trajectory JSON here")
@@ -101,8 +106,14 @@ def main(argv: list[str] | None = None) -> int:
     (task,) = load_tasks("local", instances=[args.task])
     # stdout carries the JSON summary alone: litellm and mini-swe-agent print banners and progress on it
     with contextlib.redirect_stdout(sys.stderr):
-        summary = run_agent(args.endpoint, args.model, task, api_key=args.api_key, step_limit=args.step_limit,
-                            trajectory=args.trajectory)  # fmt: skip
+        summary = run_agent(
+            args.endpoint,
+            args.model,
+            task,
+            api_key=args.api_key,
+            step_limit=args.step_limit,
+            trajectory=args.trajectory,
+        )
     print(json.dumps(summary, indent=2))
     if summary["error"]:
         print(f"mini_swe_agent: the episode stopped: {summary['error']}", file=sys.stderr)

@@ -80,8 +80,11 @@ def _solve(args: argparse.Namespace) -> int:
             async with folder:
                 summary = await folder.run(model, config, [Problem(SOLVE_ID, messages)], label=None)
             if summary.failed:
-                advice = ("a rerun would be refused the same way: change the request" if SOLVE_ID in summary.refused
-                          else f"rerun the same command to continue: {args.output}")  # fmt: skip
+                advice = (
+                    "a rerun would be refused the same way: change the request"
+                    if SOLVE_ID in summary.refused
+                    else f"rerun the same command to continue: {args.output}"
+                )
                 raise PaCoReError(f"{summary.failed[SOLVE_ID]} ({advice})")
             row: dict[str, Any] = folder.results.rows[0]
             return row
@@ -106,8 +109,14 @@ def _solve(args: argparse.Namespace) -> int:
         say(f"the run, readable: pacore show {args.output}")
     trajectories = sum(len(record["trajectories"]) for record in row["rounds"])
     counts = item_counts(1, 0, trajectories=trajectories, failed_trajectories=len(row["failures"]))
-    return print_summary("solve", output=args.output, counts=counts, answer=row["answer"], ttc=row["ttc"],
-                         ttc_approximate=row["ttc_approximate"])  # fmt: skip
+    return print_summary(
+        "solve",
+        output=args.output,
+        counts=counts,
+        answer=row["answer"],
+        ttc=row["ttc"],
+        ttc_approximate=row["ttc_approximate"],
+    )
 
 
 def _say_rounds(rounds: list[dict[str, Any]]) -> None:
@@ -219,9 +228,17 @@ def _serve_vllm(args: argparse.Namespace) -> int:
             raise ValueError("name the model to serve, e.g. pacore serve-vllm stepfun-ai/PaCoRe-8B")
         signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop: vLLM's processes stopped as on Ctrl-C
         return serve_vllm(args.model, port=args.port, host=args.host, extra=args.vllm_args)
-    cluster = Cluster(args.model, replicas=args.replicas, port=args.port, host=args.host, policy=args.policy,
-                      emulate=args.emulate, vllm_args=args.vllm_args, router_args=shlex.split(args.router_args),
-                      log_dir=args.log_dir)  # fmt: skip
+    cluster = Cluster(
+        args.model,
+        replicas=args.replicas,
+        port=args.port,
+        host=args.host,
+        policy=args.policy,
+        emulate=args.emulate,
+        vllm_args=args.vllm_args,
+        router_args=shlex.split(args.router_args),
+        log_dir=args.log_dir,
+    )
     return serve_cluster(cluster)
 
 
@@ -259,8 +276,9 @@ def _serve(args: argparse.Namespace) -> int:
         from pacore_graph.server.limits import ServerLimits
         from pacore_graph.server.serve import serve
     except ImportError as exc:
-        raise PaCoReError(f"pacore serve needs the server extra: pip install -e '.[server]' in the "
-                          f"pacore-graph clone ({exc})") from None
+        raise PaCoReError(
+            f"pacore serve needs the server extra: pip install -e '.[server]' in the pacore-graph clone ({exc})"
+        ) from None
     fields: dict[str, Any] = {}  # what is not given keeps ServerLimits' default
     if args.request_timeout is not None:
         fields["request_timeout"] = args.request_timeout or None  # 0: no limit
@@ -271,106 +289,162 @@ def _serve(args: argparse.Namespace) -> int:
             fields[name] = getattr(args, name)
     limits = ServerLimits(**fields)
     base_url = configured_url(args.base_url)  # several URLs are refused here, before anything runs
-    return serve(config, base_url=base_url, model=args.model, upstream_api_key=args.upstream_api_key,
-                 host=args.host, port=args.port, api_key=args.api_key, limits=limits)  # fmt: skip
+    return serve(
+        config,
+        base_url=base_url,
+        model=args.model,
+        upstream_api_key=args.upstream_api_key,
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+        limits=limits,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(
-        prog="pacore", description="PaCoRe: parallel coordinated reasoning. Errors are one line on stderr "
+        prog="pacore",
+        description="PaCoRe: parallel coordinated reasoning. Errors are one line on stderr "
         "(pacore: error: ...) with exit status 2 for a refused argument, value or file and 1 for a failed run; "
         "a run command's last stdout line is its JSON summary.",
-    )  # fmt: skip
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     solve = commands.add_parser(
-        "solve", help="answer one problem with PaCoRe",
+        "solve",
+        help="answer one problem with PaCoRe",
         description="Answer one problem with PaCoRe: preset low ([4]: 4 trajectories, then one synthesis) unless "
         "--preset/--rounds say otherwise, on the server --base-url names, else on the embedded SmolLM2-135M model "
         f"(replies capped at {EMBEDDED_MAX_TOKENS} tokens unless --max-tokens says otherwise).",
-    )  # fmt: skip
+    )
     solve.add_argument("problem", nargs="?", help="the problem (a user message)")
     solve.add_argument("--messages-file", help="JSON list of OpenAI-style messages (a conversation)")
     add_run_arguments(
-        solve, concurrency="trajectories in flight at most (default 256)",
+        solve,
+        concurrency="trajectories in flight at most (default 256)",
         output="a folder for the run: its row (answer, rounds, usage, TTC, failures) in results.jsonl and its "
         "checkpoint; the same command again continues an interrupted run or prints the answer",
-    )  # fmt: skip
+    )
     solve.set_defaults(func=_solve)
 
     show = commands.add_parser(
-        "show", help="read a run folder: answers, rounds, agreement, tokens",
+        "show",
+        help="read a run folder: answers, rounds, agreement, tokens",
         description="Print what a run folder holds (pacore solve --output, RunFolder): per problem its answer and, per "
         "round, K, tokens and how many of the round's answers agree. Reads only: safe beside a run in progress.",
-    )  # fmt: skip
+    )
     show.add_argument("folder", help="the run folder")
-    show.add_argument("--plot", metavar="PNG", help="also draw tokens per round and first-round agreement per "
-                      "problem into this PNG (needs matplotlib)")  # fmt: skip
+    show.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="also draw tokens per round and first-round agreement per problem into this PNG (needs matplotlib)",
+    )
     show.set_defaults(func=_show)
 
     local = commands.add_parser(
-        "serve-local", help="run the embedded SmolLM2 server alone",
+        "serve-local",
+        help="run the embedded SmolLM2 server alone",
         description="Run the embedded SmolLM2-135M-Instruct model behind llama-cpp-python's OpenAI-compatible server "
         "on loopback, until Ctrl-C; other commands use it with --base-url http://127.0.0.1:PORT/v1 (model name "
         "smollm2-135m-instruct).",
-    )  # fmt: skip
+    )
     local.add_argument("--port", type=int, default=8080, help="port on 127.0.0.1 to listen on (default: 8080)")
-    local.add_argument("--n-ctx", type=int, default=8192,
-                       help="context size in tokens (default: 8192, SmolLM2's own); clients read it from the server")
-    local.add_argument("--seed", type=int, help="sampling seed, to repeat a run (default: $PACORE_EMBEDDED_SEED, "
-                       "else a random one each start)")  # fmt: skip
+    local.add_argument(
+        "--n-ctx",
+        type=int,
+        default=8192,
+        help="context size in tokens (default: 8192, SmolLM2's own); clients read it from the server",
+    )
+    local.add_argument(
+        "--seed",
+        type=int,
+        help="sampling seed, to repeat a run (default: $PACORE_EMBEDDED_SEED, else a random one each start)",
+    )
     local.set_defaults(func=_serve_local)
 
     from pacore_graph.models.vllm_server import ROUTER_POLICIES, ROUTER_POLICY
 
     vllm = commands.add_parser(
-        "serve-vllm", help="run `vllm serve` with the flags a model needs; --replicas N puts vllm-router in front",
+        "serve-vllm",
+        help="run `vllm serve` with the flags a model needs; --replicas N puts vllm-router in front",
         description="Run `vllm serve` (a GPU build, or vLLM's CPU build) with the flags the model needs: PaCoRe-8B's "
         "(reasoning parser qwen3, 131072-token context) for PaCoRe and Qwen3-style reasoning models, else read from "
         "the model's files (its context, a reasoning parser only where its chat template thinks, a tool-call "
         "parser); prefix caching always. Flags after the model override ours. The vllm beside this Python or on "
         "PATH serves, or the one $PACORE_VLLM names.",
-    )  # fmt: skip
-    vllm.add_argument("model", nargs="?", help="a Hugging Face name (stepfun-ai/PaCoRe-8B) or a local model folder "
-                      "(with --emulate: the served name)")
+    )
+    vllm.add_argument(
+        "model",
+        nargs="?",
+        help="a Hugging Face name (stepfun-ai/PaCoRe-8B) or a local model folder (with --emulate: the served name)",
+    )
     vllm.add_argument("--port", type=int, default=8000, help="the server's port, or the router's (replicas: next N)")
     vllm.add_argument("--host", default="127.0.0.1")
-    vllm.add_argument("--replicas", type=int, default=1, help="vLLM servers behind vllm-router: one GPU each "
-                      "(CPU build: a share of the cores each)")
-    vllm.add_argument("--policy", choices=ROUTER_POLICIES, default=ROUTER_POLICY,
-                      help=f"vllm-router's routing policy (default {ROUTER_POLICY}: measured by pacore bench replicas)")
+    vllm.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="vLLM servers behind vllm-router: one GPU each (CPU build: a share of the cores each)",
+    )
+    vllm.add_argument(
+        "--policy",
+        choices=ROUTER_POLICIES,
+        default=ROUTER_POLICY,
+        help=f"vllm-router's routing policy (default {ROUTER_POLICY}: measured by pacore bench replicas)",
+    )
     vllm.add_argument("--emulate", action="store_true", help="emulated GPU replicas instead of vLLM (no GPU needed)")
     vllm.add_argument("--router-args", default="", help="further flags for vllm-router, as one quoted string")
-    vllm.add_argument("--log-dir", help="where each server's log goes (default: a new temporary folder, which "
-                      "--emulate removes when the cluster stops)")
+    vllm.add_argument(
+        "--log-dir",
+        help="where each server's log goes (default: a new temporary folder, which "
+        "--emulate removes when the cluster stops)",
+    )
     vllm.add_argument("vllm_args", nargs=argparse.REMAINDER, help="further flags passed to vllm serve")
     vllm.set_defaults(func=_serve_vllm, own_parser=vllm)
 
     endpoint = commands.add_parser(
-        "serve", help="PaCoRe behind an OpenAI-compatible endpoint (/v1/chat/completions)",
+        "serve",
+        help="PaCoRe behind an OpenAI-compatible endpoint (/v1/chat/completions)",
         description="PaCoRe behind an OpenAI-compatible endpoint, in front of the upstream --base-url names (its "
         "--model for requests that name none); until Ctrl-C.",
-    )  # fmt: skip
+    )
     add_run_arguments(
-        endpoint, output=None, role="upstream",
+        endpoint,
+        output=None,
+        role="upstream",
         api_key_option="--upstream-api-key",
         concurrency="trajectories in flight upstream at most, over all requests (default 256)",
-        max_tokens="default cap on each generated message (default: none; embedded model: "
-        f"{EMBEDDED_MAX_TOKENS})",
-    )  # fmt: skip
+        max_tokens=f"default cap on each generated message (default: none; embedded model: {EMBEDDED_MAX_TOKENS})",
+    )
     endpoint.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: loopback only)")
     endpoint.add_argument("--port", type=int, default=8100)
-    endpoint.add_argument("--api-key", default=os.environ.get("PACORE_API_KEY"),
-                          help="clients must send Authorization: Bearer KEY (default: $PACORE_API_KEY; unset: none)")
-    endpoint.add_argument("--request-timeout", type=float, metavar="SECONDS",
-                          help="a request's PaCoRe run may take this long, then its upstream requests are closed and "
-                          "the client gets a 504 (default 3600; 0: no limit)")
-    endpoint.add_argument("--max-request-mb", type=float, metavar="MB",
-                          help="largest request body, in MiB; a larger one is a 413 (default 8)")
-    endpoint.add_argument("--max-connections", type=int,
-                          help="open client connections at most; one more gets a 503 (default 1024)")
-    endpoint.add_argument("--header-timeout", type=float, metavar="SECONDS",
-                          help="a connection that sends no complete request head this long is closed (default 30)")
+    endpoint.add_argument(
+        "--api-key",
+        default=os.environ.get("PACORE_API_KEY"),
+        help="clients must send Authorization: Bearer KEY (default: $PACORE_API_KEY; unset: none)",
+    )
+    endpoint.add_argument(
+        "--request-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="a request's PaCoRe run may take this long, then its upstream requests are closed and "
+        "the client gets a 504 (default 3600; 0: no limit)",
+    )
+    endpoint.add_argument(
+        "--max-request-mb",
+        type=float,
+        metavar="MB",
+        help="largest request body, in MiB; a larger one is a 413 (default 8)",
+    )
+    endpoint.add_argument(
+        "--max-connections", type=int, help="open client connections at most; one more gets a 503 (default 1024)"
+    )
+    endpoint.add_argument(
+        "--header-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="a connection that sends no complete request head this long is closed (default 30)",
+    )
     endpoint.set_defaults(func=_serve)
 
     plugins = entry_points(group="pacore.commands")
@@ -388,8 +462,10 @@ def serve_cluster(cluster: Cluster) -> int:
     signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop gets the same clean shutdown as Ctrl-C
     with cluster:
         kind = "emulated replicas" if cluster.emulate else f"vLLM replicas of {cluster.model}"
-        say(f"vllm-router ({cluster.policy}) at {cluster.base_url} over {cluster.replicas} {kind}: "
-            f"{' '.join(cluster.replica_urls())}; logs in {cluster.log_dir} (Ctrl-C stops)")  # fmt: skip
+        say(
+            f"vllm-router ({cluster.policy}) at {cluster.base_url} over {cluster.replicas} {kind}: "
+            f"{' '.join(cluster.replica_urls())}; logs in {cluster.log_dir} (Ctrl-C stops)"
+        )
         if cluster.policy in ("consistent_hash", "sticky_least_loaded"):
             say(f"note: {cluster.policy}: {KEYLESS_NOTE}")
         try:

@@ -35,8 +35,10 @@ class RetryPolicy(BaseModel):
     backoff: float = Field(2.0, ge=1.0, description="multiplier of the delay after each retry")
     jitter: float = Field(0.5, ge=0, le=1, description="fraction of the delay drawn at random")
     max_retry_after: float = Field(
-        300.0, ge=0, description="longest wait a server's Retry-After (429, 503) gets; asked for more, the "
-        "trajectory fails at once with the server's answer"
+        300.0,
+        ge=0,
+        description="longest wait a server's Retry-After (429, 503) gets; asked for more, the "
+        "trajectory fails at once with the server's answer",
     )
 
 

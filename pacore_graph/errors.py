@@ -138,9 +138,14 @@ class ModelRequestError(PaCoReError):
     server reported for it (a body or stream that broke after its usage), which the trajectory still spent."""
 
     def __init__(
-        self, message: str, *, status: int | None = None, retryable: bool = False, retry_after: float | None = None,
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
         usage: dict[str, Any] | None = None,
-    ):  # fmt: skip
+    ):
         super().__init__(message)
         self.status = status
         self.retryable = retryable

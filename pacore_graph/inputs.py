@@ -116,18 +116,21 @@ def check_message(message: Any, where: str) -> None:
         raise InputError(
             f'{where} must be a message object such as {{"role": "user", "content": "..."}}, not {json_type(message)}',
             where,
-        )  # fmt: skip
+        )
     role = message.get("role")
     if role not in ROLES:
         shown = role if isinstance(role, str) else json_type(role)
-        raise InputError(f"{where}.role is {one_line(repr(shown), 60)}: expected one of {', '.join(ROLES)}",
-                         f"{where}.role")  # fmt: skip
+        raise InputError(
+            f"{where}.role is {one_line(repr(shown), 60)}: expected one of {', '.join(ROLES)}", f"{where}.role"
+        )
     content = message.get("content")
     tool_calls = message.get("tool_calls")
     if tool_calls is not None:
         if role != "assistant":
-            raise InputError(f"{where} is a {role} message with tool_calls: only assistant messages make calls",
-                             f"{where}.tool_calls")  # fmt: skip
+            raise InputError(
+                f"{where} is a {role} message with tool_calls: only assistant messages make calls",
+                f"{where}.tool_calls",
+            )
         check_tool_calls(tool_calls, f"{where}.tool_calls")
     if content is None:
         if role != "assistant" or not tool_calls:
@@ -170,7 +173,7 @@ def check_tool_calls(calls: Any, where: str) -> None:
         if not isinstance(function, dict):
             raise InputError(
                 f'{at} must be {{"id": ..., "type": "function", "function": {{"name": ..., "arguments": "..."}}}}', at
-            )  # fmt: skip
+            )
         if call.get("type", "function") != "function":
             raise InputError(f"{at}.type must be 'function'", f"{at}.type")
         if not isinstance(call.get("id"), str) or not call["id"]:
@@ -178,8 +181,10 @@ def check_tool_calls(calls: Any, where: str) -> None:
         if not isinstance(function.get("name"), str) or not function["name"]:
             raise InputError(f"{at}.function.name must be a non-empty string", f"{at}.function.name")
         if not isinstance(function.get("arguments"), str):
-            raise InputError(f"{at}.function.arguments must be a string (JSON text), not "
-                             f"{json_type(function.get('arguments'))}", f"{at}.function.arguments")  # fmt: skip
+            raise InputError(
+                f"{at}.function.arguments must be a string (JSON text), not {json_type(function.get('arguments'))}",
+                f"{at}.function.arguments",
+            )
 
 
 def check_problem_text(messages: Sequence[BaseMessage], position: int, where: str = "messages") -> None:
@@ -192,4 +197,4 @@ def check_problem_text(messages: Sequence[BaseMessage], position: int, where: st
             f"{where}[{position}] (the last user message) has no text: PaCoRe quotes it as the Original Problem of "
             "its synthesis prompt, so it needs the problem in words (images alone cannot be quoted)",
             f"{where}[{position}].content",
-        )  # fmt: skip
+        )

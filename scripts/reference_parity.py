@@ -140,9 +140,12 @@ def run_reference(python: str, stream: bool, folder: Path) -> tuple[list[dict], 
 
 async def run_operator(stream: bool) -> tuple[list[dict], dict[str, str]]:
     config = PaCoReConfig(
-        rounds=ROUNDS, max_tokens=MAX_TOKENS, compat="reference", stream=stream,
+        rounds=ROUNDS,
+        max_tokens=MAX_TOKENS,
+        compat="reference",
+        stream=stream,
         retry=RetryPolicy(max_attempts=5, initial_delay=0, max_delay=0),
-    )  # fmt: skip
+    )
     with MockOpenAIServer(reply) as server:
         model = chat_model(server.base_url, model="mock-model")
         results = await asyncio.gather(*(asolve(model, messages, config) for messages in PROBLEMS.values()))
@@ -168,16 +171,20 @@ def main() -> int:
         ignore = ("stream_options",) if stream else ()
         theirs, ours = multiset(reference_requests, ignore), multiset(operator_requests, ignore)
         label = "streamed" if stream else "plain"
-        print(f"{label}: reference sent {len(reference_requests)} requests, the operator {len(operator_requests)}; "
-              f"equal as multisets: {theirs == ours}" + (" (stream_options aside)" if stream else ""))  # fmt: skip
+        print(
+            f"{label}: reference sent {len(reference_requests)} requests, the operator {len(operator_requests)}; "
+            f"equal as multisets: {theirs == ours}" + (" (stream_options aside)" if stream else "")
+        )
         for body, count in (theirs - ours).items():
             print(f"  only the reference ({count}x): {body[:300]}")
         for body, count in (ours - theirs).items():
             print(f"  only the operator ({count}x): {body[:300]}")
         for name in PROBLEMS:
             match = reference_answers[name] == operator_answers[name]
-            print(f"  {name}: answers {'equal' if match else 'DIFFER'}: {reference_answers[name]!r}"
-                  + ("" if match else f" vs {operator_answers[name]!r}"))  # fmt: skip
+            print(
+                f"  {name}: answers {'equal' if match else 'DIFFER'}: {reference_answers[name]!r}"
+                + ("" if match else f" vs {operator_answers[name]!r}")
+            )
             same = same and match
         same = same and theirs == ours
     print(json.dumps({"same_requests_and_answers": same}))

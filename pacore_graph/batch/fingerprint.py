@@ -100,5 +100,6 @@ def check_fingerprint(folder: Path, fingerprint: Mapping[str, Any]) -> None:
 
 def save_settings(folder: Path, fingerprint: Mapping[str, Any], settings: Mapping[str, Any] | None = None) -> None:
     """Write this run's fingerprint and settings to ``run.json`` (after :func:`check_fingerprint`, under the lock)."""
-    write_json_atomically(folder / SETTINGS_FILE, {"fingerprint": as_json(dict(fingerprint)),
-                                                   "settings": as_json(dict(settings or {}))})  # fmt: skip
+    write_json_atomically(
+        folder / SETTINGS_FILE, {"fingerprint": as_json(dict(fingerprint)), "settings": as_json(dict(settings or {}))}
+    )

@@ -96,9 +96,10 @@ class RunSummary(BaseModel):
     retried: int = Field(0, description="a round that had failed entirely was tried again")
     failed: dict[str, str] = Field(default_factory=dict, description="problem id -> reason; rerun to retry")
     refused: list[str] = Field(
-        default_factory=list, description="failed problems the server refused outright (an HTTP 4xx on every "
+        default_factory=list,
+        description="failed problems the server refused outright (an HTTP 4xx on every "
         "trajectory, such as a prompt beyond the model's context): a rerun would fail the same way",
-    )  # fmt: skip
+    )
 
     @property
     def written(self) -> int:
@@ -315,10 +316,15 @@ class RunFolder:
             outcome.status, outcome.result = await thread_status(runner, thread)
             if outcome.result is None:
                 outcome.result = await runner.arun(
-                    messages, {"configurable": {"thread_id": thread}}, resume=outcome.status != "fresh",
-                    durability="sync", payload=problem.payload, on_record=records.append, on_event=self.progress,
+                    messages,
+                    {"configurable": {"thread_id": thread}},
+                    resume=outcome.status != "fresh",
+                    durability="sync",
+                    payload=problem.payload,
+                    on_record=records.append,
+                    on_event=self.progress,
                     trace=trace,
-                )  # fmt: skip
+                )
         except Exception as exc:  # one problem's failure must not cost the others, unless it is the disk's
             stop_if_disk_full(exc, self.path)  # every other problem would fail the same way
             outcome.error = exc

@@ -109,7 +109,7 @@ class ResultsFile:
             try:
                 rest = memoryview(line)
                 while rest:  # a write may take part of the line (a full disk): the rest follows, or it raises
-                    rest = rest[os.write(fd, rest):]
+                    rest = rest[os.write(fd, rest) :]
                 os.fsync(fd)
             finally:
                 os.close(fd)

@@ -111,7 +111,13 @@ async def solve_resumable(
         return finished, status
     config: RunnableConfig = {"configurable": {"thread_id": thread}}
     result = await runner.arun(
-        messages, config, resume=status != "fresh", durability="sync",
-        trace=trace, on_event=on_event, payload=payload, on_record=on_record,
-    )  # fmt: skip
+        messages,
+        config,
+        resume=status != "fresh",
+        durability="sync",
+        trace=trace,
+        on_event=on_event,
+        payload=payload,
+        on_record=on_record,
+    )
     return result, status

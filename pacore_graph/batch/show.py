@@ -96,7 +96,7 @@ def read_folder(folder: str | Path) -> tuple[dict[str, Any], list[ShownProblem]]
             row.get("answer", ""),
             [RoundRecord.model_validate(r) for r in row["rounds"]],
             row.get("ttc", 0),
-        )  # fmt: skip
+        )
         for row in rows
     ]
     return fingerprint, problems

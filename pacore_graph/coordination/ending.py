@@ -100,9 +100,7 @@ def _rescue(rounds: list[RoundData], round_data: RoundData) -> Ending | None:
     if stop is None:
         return None
     previous = rounds[-1] if rounds else None
-    chosen = [] if previous is None else [
-        record for record in _in_template_order(previous) if usable(record)
-    ]  # fmt: skip
+    chosen = [] if previous is None else [record for record in _in_template_order(previous) if usable(record)]
     if previous is None or not chosen:
         raise BudgetExhaustedError(stop, RoundRecord.model_validate(round_data))
     return choose(previous, chosen, stop=stop)
