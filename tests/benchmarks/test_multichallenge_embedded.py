@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import pacore_graph.extend
+import pacore_graph.models
 from pacore_benchmarks.multichallenge.cli import cli
 from pacore_graph.models import EmbeddedServer
 
@@ -60,10 +60,10 @@ def test_embedded_run_writes_rows_table_report_then_resumes_without_model(tmp_pa
     def no_model(*args, **kwargs):
         raise AssertionError("a finished run must not start or call a model")
 
-    # What the command starts its clients with (it imports them from the extension module when it runs), and
+    # What the command starts its clients with (it imports them from pacore_graph.models when it runs), and
     # the embedded server itself, however it would be reached.
-    monkeypatch.setattr(pacore_graph.extend, "serving", no_model)
-    monkeypatch.setattr(pacore_graph.extend, "check_server", no_model)
+    monkeypatch.setattr(pacore_graph.models, "serving", no_model)
+    monkeypatch.setattr(pacore_graph.models, "check_server", no_model)
     monkeypatch.setattr(EmbeddedServer, "start", no_model)
     before = (tmp_path / "results.jsonl").read_bytes()
     assert cli(args) == 0
