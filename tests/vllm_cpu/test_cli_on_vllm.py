@@ -1,15 +1,23 @@
 """``pacore solve --output`` on real vLLM, as a user types it: the run, Ctrl-C in round 2 and the same command
-again (round 1 is not bought twice), then once more (the answer read back, nothing sent)."""
+again (round 1 is not bought twice), then once more (the answer read back, nothing sent).
+
+The first run reaches vLLM through a gate that passes round 1's three requests and holds the rest, so the
+Ctrl-C lands in round 2 however fast this machine is (a round-2 reply of a 135M model can take under a
+second, and watching vLLM's metrics for it raced)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+from aiohttp import ClientSession, web
 from real_vllm import MODEL, REPLY_CAP
 
 
@@ -19,16 +27,63 @@ def done_requests(vllm) -> float:
     return found.get("vllm:request_success_total{stop}", 0) + found.get("vllm:request_success_total{length}", 0)
 
 
-def test_solve_output_resumes_after_ctrl_c_without_buying_round_one_again(vllm, tmp_path: Path):
-    vllm.wait_idle()
-    out = tmp_path / "run"
-    pacore = str(Path(sys.executable).parent / "pacore")
-    command = [
-        pacore,
+class Gate:
+    """A loopback HTTP proxy to vLLM that forwards the first ``passes`` chat requests and holds every later
+    one until the client hangs up (``held`` counts them)."""
+
+    def __init__(self, upstream: str, passes: int):
+        self.upstream, self.passes = upstream.rstrip("/"), passes
+        self.forwarded = self.held = 0
+        self._loop = asyncio.new_event_loop()
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        if self.forwarded >= self.passes:
+            self.held += 1
+            await asyncio.Event().wait()  # until the client hangs up or the gate closes
+        self.forwarded += 1
+        body = await request.read()
+        async with ClientSession() as session:
+            async with session.post(
+                f"{self.upstream}/chat/completions", data=body, headers={"Content-Type": "application/json"}
+            ) as reply:
+                return web.Response(body=await reply.read(), status=reply.status, content_type=reply.content_type)
+
+    async def _start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        await self._runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        await web.SockSite(self._runner, sock).start()
+
+    def __enter__(self) -> Gate:
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+
+
+def solve_command(base_url: str, out: Path) -> list[str]:
+    return [
+        str(Path(sys.executable).parent / "pacore"),
         "solve",
         "Name three prime numbers and add them up.",
         "--base-url",
-        vllm.base_url,
+        base_url,
         "--model",
         MODEL,
         "--rounds",
@@ -38,19 +93,27 @@ def test_solve_output_resumes_after_ctrl_c_without_buying_round_one_again(vllm, 
         "--output",
         str(out),
     ]
+
+
+def test_solve_output_resumes_after_ctrl_c_without_buying_round_one_again(vllm, tmp_path: Path):
+    vllm.wait_idle()
+    out = tmp_path / "run"
     start = done_requests(vllm)
-    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not (done_requests(vllm) - start >= 3 and vllm.metrics().get("vllm:num_requests_running", 0) > 0):
-        assert first.poll() is None and time.monotonic() < deadline, "round 2 never started"
-        time.sleep(0.05)
-    first.send_signal(signal.SIGINT)  # Ctrl-C while round 2 runs
-    _, err = first.communicate(timeout=60)
+    with Gate(vllm.base_url, passes=3) as gate:
+        first = subprocess.Popen(
+            solve_command(gate.base_url, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        deadline = time.monotonic() + 120
+        while gate.held == 0:  # round 1 answered, round 2 asked
+            assert first.poll() is None and time.monotonic() < deadline, "round 2 never started"
+            time.sleep(0.05)
+        first.send_signal(signal.SIGINT)  # Ctrl-C while round 2 runs
+        _, err = first.communicate(timeout=60)
     assert first.returncode == 130, err
     vllm.wait_idle()
-    bought = done_requests(vllm) - start
-    assert 3 <= bought < 7
+    assert done_requests(vllm) - start == 3
 
+    command = solve_command(vllm.base_url, out)  # the same run, straight to vLLM
     second = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr
     summary = json.loads(second.stdout.splitlines()[-1])
