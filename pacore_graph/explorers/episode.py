@@ -18,8 +18,8 @@ class EpisodeContext:
     - ``final``: this is the final round, whose one conclusion becomes the answer.
     - ``config``: the RunnableConfig for the child run (the model call or the agent graph). It carries
       the caller's callbacks, tags and metadata, plus ``pacore_round`` / ``pacore_index`` in the
-      metadata; earlier rounds are tagged ``nostream`` so only the final round streams tokens. Pass it
-      on, so every model call stays visible to tracing and streaming.
+      metadata; when a handler sees the run, earlier rounds are tagged ``nostream`` so only the final round
+      streams tokens. Pass it on, so every model call stays visible to tracing and streaming.
     - ``payload``: what the caller attached to the run for every episode of this problem (the SWE task
       row, say), or None; under ``PaCoReNode`` it is the enclosing graph's runtime context.
     - :meth:`record`: hands an episode record (anything, e.g. a JSON-ready dict) to the caller's sink.

@@ -214,11 +214,13 @@ class RunState:
 
     def child_config(self, node_config: RunnableConfig, round_index: int, index: int, final: bool) -> RunnableConfig:
         """The config of one trajectory's model call or agent run: traced under the trajectory's task,
-        tagged with its round and index; only the final round may stream tokens."""
+        tagged with its round and index; only the final round may stream tokens. The nostream tag is for
+        handlers (LangGraph's messages stream is one): a run none sees goes without, which spares every
+        call's callback configuration a tag merge (about 5 us)."""
         config: RunnableConfig = {
             "callbacks": node_config.get("callbacks"),
             "metadata": {**self.stream_metadata, "pacore_round": round_index, "pacore_index": index},
         }
-        if not final:
+        if not final and not self.unobserved:
             config["tags"] = [TAG_NOSTREAM]
         return config

@@ -51,6 +51,7 @@ from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_core.utils.utils import LC_ID_PREFIX
+from langchain_core.utils.uuid import uuid7
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
 from pacore_graph.concurrency.per_loop import PerLoop
@@ -294,38 +295,51 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         cost per trajectory. The short road keeps LangChain's callback contract through its public API, as
         ``BaseChatModel.agenerate`` does: ``AsyncCallbackManager.configure`` over the caller's callbacks, tags
         and metadata (and tracing from the environment), ``on_chat_model_start`` (whose run id names the
-        message), then ``on_llm_end`` with usage or ``on_llm_error``. When the run has no handler, the
-        metadata only handlers read is not built and ``on_llm_end``, which would tell nobody, is not awaited.
-        A call that does not say ``stream=False`` while a handler is attached is LangChain's to decide (a
-        handler may stream its tokens: ``astream_events``, ``stream_mode="messages"``).
+        message), then ``on_llm_end`` with usage or ``on_llm_error``. When configure finds no handler, the
+        events would tell nobody: none is built or fired, and the run id (the config's or a new one) still
+        names the message. A call that does not say ``stream=False`` while a handler is attached is
+        LangChain's to decide (a handler may stream its tokens: ``astream_events``, ``stream_mode="messages"``).
         """
         if kwargs.get("stream") or not self._plain_calls():
             return await super().ainvoke(input, config, stop=stop, **kwargs)
         # Callbacks given (as PaCoRe's explorer gives them) make the ambient config irrelevant to the run.
-        config = config.copy() if config and "callbacks" in config else ensure_config(config)
+        config = config if config and "callbacks" in config else ensure_config(config)
         callbacks, tags = config.get("callbacks"), config.get("tags")
         manager = AsyncCallbackManager.configure(callbacks, self.callbacks, self.verbose, tags, self.tags)
-        observed = bool(manager.handlers)  # else the callbacks tell nobody: what only they read is not built
-        if observed:
-            if "stream" not in kwargs:
-                return await super().ainvoke(input, config, stop=stop, **kwargs)
-            metadata = {**(config.get("metadata") or {}), **self._get_ls_params(stop=stop, **kwargs)}
-            metadata["ls_integration"] = "langchain_chat_model"
-            manager.add_metadata(metadata)
-            if self.metadata:
-                manager.add_metadata(self.metadata, inherit=False)
-        structured = kwargs.pop("ls_structured_output_format", None)  # tracing only, never a request field
-        messages = _as_messages(input)
+        if not manager.handlers:
+            kwargs.pop("ls_structured_output_format", None)  # tracing only, never a request field
+            run_id = config.get("run_id") or uuid7()
+            return await self._amessage(_as_messages(input), stop, id=f"{LC_ID_PREFIX}-{run_id}-0", **kwargs)
+        if "stream" not in kwargs:
+            return await super().ainvoke(input, config, stop=stop, **kwargs)
+        return await self._ainvoke_observed(manager, input, config, stop, kwargs)
+
+    async def _ainvoke_observed(
+        self,
+        manager: AsyncCallbackManager,
+        input: LanguageModelInput,
+        config: RunnableConfig,
+        stop: list[str] | None,
+        kwargs: dict[str, Any],
+    ) -> AIMessage:
+        """The short road's events, for a run that has handlers: what ``BaseChatModel.agenerate`` tells them."""
+        metadata = {**(config.get("metadata") or {}), **self._get_ls_params(stop=stop, **kwargs)}
+        metadata["ls_integration"] = "langchain_chat_model"
+        manager.add_metadata(metadata)
+        if self.metadata:
+            manager.add_metadata(self.metadata, inherit=False)
         options: dict[str, Any] = {"stop": stop}
+        structured = kwargs.pop("ls_structured_output_format", None)
         if structured:
             options["ls_structured_output_format"] = structured
+        messages = _as_messages(input)
         (run_manager,) = await manager.on_chat_model_start(
             self._tracing_identity(),
             [messages],
             invocation_params=self._get_invocation_params(stop=stop, **kwargs),
             options=options,
             name=config.get("run_name") or self.get_name(),
-            run_id=config.pop("run_id", None),
+            run_id=config.get("run_id"),
             batch_size=1,
         )
         try:
@@ -333,8 +347,7 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         except BaseException as exc:
             await run_manager.on_llm_error(exc, response=LLMResult(generations=[]))
             raise
-        if observed:  # on_llm_end costs an asyncio task even when it tells nobody
-            await run_manager.on_llm_end(LLMResult(generations=[[ChatGeneration(message=message)]]))
+        await run_manager.on_llm_end(LLMResult(generations=[[ChatGeneration(message=message)]]))
         return message
 
     async def apreconnect(self, connections: int) -> None:

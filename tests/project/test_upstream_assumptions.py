@@ -156,6 +156,26 @@ def test_a_model_called_in_a_node_gets_the_task_metadata_in_its_run_manager():
     assert chat.seen["langgraph_node"] == "probe"
 
 
+def test_a_handler_with_tap_output_aiter_makes_a_plain_ainvoke_stream():
+    """pacore_graph.integrations.final_tokens makes the final round's model calls stream token by token by
+    being a handler with ``tap_output_aiter``, which LangChain's chat models check for (its private
+    ``_StreamingCallbackHandler`` protocol) to decide whether ``ainvoke`` streams."""
+    from langchain_core.language_models import GenericFakeChatModel
+
+    from pacore_graph.integrations.final_tokens import FinalRoundTokens
+
+    tokens: list[str] = []
+    handler = FinalRoundTokens(0, lambda chunk: tokens.append(str(chunk.content)))
+    model = GenericFakeChatModel(messages=iter([AIMessage("one two three")]))
+    config: RunnableConfig = {"callbacks": [handler], "metadata": {"pacore_round": 0}}
+    answer = asyncio.run(model.ainvoke([HumanMessage("hi")], config))
+    assert answer.content == "one two three"
+    assert len(tokens) > 1 and "".join(tokens) == "one two three", (
+        f"a handler with tap_output_aiter no longer makes ainvoke stream (tokens: {tokens}): "
+        "fix pacore_graph.integrations.final_tokens"
+    )
+
+
 def test_the_checkpointer_config_key_still_lends_a_saver_to_a_graph():
     """pacore_graph.graph.own_thread reads the saver LangGraph lends a node, and hands it to the PaCoRe graph, by
     ``langgraph.constants.CONF`` / ``CONFIG_KEY_CHECKPOINTER`` (kept there for backwards compatibility only)."""
