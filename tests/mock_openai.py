@@ -23,7 +23,7 @@ import socket
 import threading
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
 from aiohttp import web
 
@@ -34,7 +34,50 @@ def prompt_key(body: dict[str, Any]) -> str:
     return json.dumps(body["messages"], sort_keys=True)
 
 
-class MockOpenAIServer:
+class LoopbackApp:
+    """An aiohttp application on a loopback port, served by a loop in a background thread while the ``with``
+    block lasts. Subclasses add their routes in :meth:`routes`. ``handler_cancellation``: a handler is
+    cancelled when its client hangs up (aiohttp's option)."""
+
+    def __init__(self, *, handler_cancellation: bool = False) -> None:
+        self.handler_cancellation = handler_cancellation
+        self._loop = asyncio.new_event_loop()
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def routes(self, app: web.Application) -> None:
+        raise NotImplementedError
+
+    async def _start(self) -> None:
+        app = web.Application()
+        self.routes(app)
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=self.handler_cancellation)
+        await self._runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        await web.SockSite(self._runner, sock).start()
+
+    def __enter__(self) -> Self:
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+
+
+class MockOpenAIServer(LoopbackApp):
     """Run in a background thread; ``requests`` lists the JSON bodies in arrival order, ``keys`` their API keys,
     ``sessions`` their session keys (the ``X-Session-ID`` header vllm-router routes by)."""
 
@@ -48,13 +91,7 @@ class MockOpenAIServer:
         self.disconnected = 0
         self._attempts: Counter[str] = Counter()
         self._lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-        self._runner: web.AppRunner | None = None
-        self.port = 0
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        super().__init__()
 
     def open_connections(self) -> int:
         """Client connections the server still holds. A connection counts until the client closed it and the
@@ -159,30 +196,9 @@ class MockOpenAIServer:
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
 
-    async def _start(self) -> None:
-        app = web.Application()
+    def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        await web.SockSite(self._runner, sock).start()
-
-    def __enter__(self) -> MockOpenAIServer:
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop.close()
 
 
 def refusal(body: dict[str, Any]) -> str | None:

@@ -10,14 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 from aiohttp import ClientSession, web
+from mock_openai import LoopbackApp
 from real_vllm import MODEL, REPLY_CAP
 
 
@@ -27,19 +26,17 @@ def done_requests(vllm) -> float:
     return found.get("vllm:request_success_total{stop}", 0) + found.get("vllm:request_success_total{length}", 0)
 
 
-class Gate:
+class Gate(LoopbackApp):
     """A loopback HTTP proxy to vLLM that forwards the first ``passes`` chat requests and holds every later
     one until the client hangs up (``held`` counts them)."""
 
     def __init__(self, upstream: str, passes: int):
+        super().__init__(handler_cancellation=True)  # a held request ends when its client hangs up
         self.upstream, self.passes = upstream.rstrip("/"), passes
         self.forwarded = self.held = 0
-        self._loop = asyncio.new_event_loop()
-        self._runner: web.AppRunner | None = None
 
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+    def routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/chat/completions", self._chat)
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         if self.forwarded >= self.passes:
@@ -52,29 +49,6 @@ class Gate:
                 f"{self.upstream}/chat/completions", data=body, headers={"Content-Type": "application/json"}
             ) as reply:
                 return web.Response(body=await reply.read(), status=reply.status, content_type=reply.content_type)
-
-    async def _start(self) -> None:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self._chat)
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-        await self._runner.setup()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        await web.SockSite(self._runner, sock).start()
-
-    def __enter__(self) -> Gate:
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop.close()
 
 
 def solve_command(base_url: str, out: Path) -> list[str]:
