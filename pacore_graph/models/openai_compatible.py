@@ -24,8 +24,10 @@ limiters and ``output_version="v1"`` take the base class's road.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from functools import partial
 from typing import Any
@@ -51,7 +53,6 @@ from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_core.utils.utils import LC_ID_PREFIX
-from langchain_core.utils.uuid import uuid7
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
 from pacore_graph.concurrency.per_loop import PerLoop
@@ -297,8 +298,9 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         and metadata (and tracing from the environment), ``on_chat_model_start`` (whose run id names the
         message), then ``on_llm_end`` with usage or ``on_llm_error``. When configure finds no handler, the
         events would tell nobody: none is built or fired, and the run id (the config's or a new one) still
-        names the message. A call that does not say ``stream=False`` while a handler is attached is
-        LangChain's to decide (a handler may stream its tokens: ``astream_events``, ``stream_mode="messages"``).
+        names the message (a new one costs a counter: no handler will look it up). A call that does not say
+        ``stream=False`` while a handler is attached is LangChain's to decide (a handler may stream its tokens:
+        ``astream_events``, ``stream_mode="messages"``).
         """
         if kwargs.get("stream") or not self._plain_calls():
             return await super().ainvoke(input, config, stop=stop, **kwargs)
@@ -308,7 +310,7 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         manager = AsyncCallbackManager.configure(callbacks, self.callbacks, self.verbose, tags, self.tags)
         if not manager.handlers:
             kwargs.pop("ls_structured_output_format", None)  # tracing only, never a request field
-            run_id = config.get("run_id") or uuid7()
+            run_id = config.get("run_id") or _unseen_run_id()
             return await self._amessage(_as_messages(input), stop, id=f"{LC_ID_PREFIX}-{run_id}-0", **kwargs)
         if "stream" not in kwargs:
             return await super().ainvoke(input, config, stop=stop, **kwargs)
@@ -508,6 +510,17 @@ def _status_error(status: int, raw: bytes, url: str, retry_after: str | None = N
         retryable=status_is_retryable(status),
         retry_after=wait,
     )
+
+
+_RUN_ID_BASE = str(uuid.uuid4())[:24]  # random per process; the counter fills the last 12 hex digits
+_run_numbers = itertools.count()
+
+
+def _unseen_run_id() -> str:
+    """A run id, UUID-shaped and unique to this process, for a call no handler sees: it only names the call's
+    message. About 0.2 us, where ``uuid7()`` and its formatting cost about 2 us (close to 1% of the client's
+    CPU per trajectory at [32, 4])."""
+    return f"{_RUN_ID_BASE}{next(_run_numbers):012x}"
 
 
 def _usage_metadata(usage: dict[str, Any] | None) -> UsageMetadata | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import partial
+from uuid import UUID
 
 import pytest
 from langchain_core.callbacks import BaseCallbackHandler
@@ -189,6 +190,16 @@ async def test_a_whole_message_tells_handlers_what_langchains_own_road_tells_the
         assert seen_short[field] == seen_base[field], field
     assert seen_short["metadata"]["user"] == "u1" and seen_short["metadata"]["ls_provider"] == "openai"
     assert seen_short["metadata"]["ls_temperature"] == 0.5 and seen_short["options"] == {"stop": ["END"]}
+
+    with mock_server(reasoning_reply) as server:
+        model = chat_model(server.base_url)
+        unseen = [await model.ainvoke([HumanMessage("hi")], stream=False) for _ in range(3)]
+        given = await model.ainvoke([HumanMessage("hi")], {"run_id": UUID(int=7)}, stream=False)
+        await model.aclose()
+    # no handler: LangChain's id form, a UUID-shaped run id unique to the call; the caller's run id when given
+    assert len({message.id for message in unseen}) == 3
+    assert all(UUID(message.id.removeprefix("lc_run--").removesuffix("-0")) for message in unseen)
+    assert given.id == f"lc_run--{UUID(int=7)}-0"
 
     with mock_server(lambda body, attempt: 404) as server:
         model = chat_model(server.base_url, model="no-such-model")
