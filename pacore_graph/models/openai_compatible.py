@@ -512,15 +512,20 @@ def _status_error(status: int, raw: bytes, url: str, retry_after: str | None = N
     )
 
 
-_RUN_ID_BASE = str(uuid.uuid4())[:24]  # random per process; the counter fills the last 12 hex digits
-_run_numbers = itertools.count()
+# the process id, a random base (a UUID's first 24 characters) and a counter (its last 12 hex digits)
+_run_id_source: tuple[int, str, Iterator[int]] = (0, "", itertools.count())
 
 
 def _unseen_run_id() -> str:
     """A run id, UUID-shaped and unique to this process, for a call no handler sees: it only names the call's
     message. About 0.2 us, where ``uuid7()`` and its formatting cost about 2 us (close to 1% of the client's
-    CPU per trajectory at [32, 4])."""
-    return f"{_RUN_ID_BASE}{next(_run_numbers):012x}"
+    CPU per trajectory at [32, 4]). A forked process (a server's workers) makes a base of its own: a chat
+    thread served by several workers must not get two answers with one id (``add_messages`` keeps the last)."""
+    global _run_id_source
+    pid, base, numbers = _run_id_source
+    if pid != os.getpid():
+        pid, base, numbers = _run_id_source = (os.getpid(), str(uuid.uuid4())[:24], itertools.count())
+    return f"{base}{next(numbers):012x}"
 
 
 def _usage_metadata(usage: dict[str, Any] | None) -> UsageMetadata | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import partial
 from uuid import UUID
 
@@ -208,3 +209,21 @@ async def test_a_whole_message_tells_handlers_what_langchains_own_road_tells_the
             await model.ainvoke([HumanMessage("hi")], {"callbacks": [recorder]}, stream=False)
         await model.aclose()
     assert len(recorder.starts) == 1 and isinstance(recorder.errors[0], ModelRequestError) and not recorder.ends
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX only")
+def test_a_forked_process_names_unseen_messages_apart_from_its_parent():
+    """Workers forked from one server process answer the same chat threads: their message ids must differ."""
+    from pacore_graph.models.openai_compatible import _unseen_run_id
+
+    parent = [_unseen_run_id() for _ in range(2)]
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its first id, then out without running pytest's teardown
+        os.write(write, _unseen_run_id().encode())
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 100).decode()
+    os.close(read)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert child not in parent and child[:24] != parent[0][:24] and parent[0][:24] == parent[1][:24]
