@@ -62,6 +62,7 @@ ifeq ($(PG),off)
 else
 	bash scripts/postgres-setup.sh >/dev/null  # Debian's PostgreSQL server, once; the tests start their own cluster
 endif
+	bash scripts/valgrind-setup.sh >/dev/null  # Debian's valgrind, once: pacore bench instructions counts with it
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .  # the one style: no hand-aligned code
 	$(VENV)/bin/lint-imports  # import boundaries: [tool.importlinter] in pyproject.toml

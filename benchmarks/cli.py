@@ -14,6 +14,7 @@ BENCHMARKS = {
     "multichallenge": "pacore_benchmarks.multichallenge.cli",
     "overhead": "pacore_benchmarks.perf.overhead_cli",
     "faults": "pacore_benchmarks.perf.faults_cli",
+    "instructions": "pacore_benchmarks.perf.instructions_cli",
     "replicas": "pacore_benchmarks.perf.replicas_cli",
     "coordination": "pacore_benchmarks.perf.coordination_cli",
     "engine": "pacore_benchmarks.perf.engine_cli",

@@ -75,6 +75,8 @@ REFUSED = [  # every command, each given one bad value; what its one line names
     ),
     (["bench", "overhead", "--problems", "0", "--output", "{tmp}/out"], "invalid problems"),
     (["bench", "faults", "--problems", "0"], "invalid problems"),
+    (["bench", "instructions", "--problems", "4,2"], "fewer than the large one, got 4,2"),
+    (["bench", "instructions", "--baseline", "{tmp}"], "--baseline {tmp}: not a pacore-graph checkout"),
     (["bench", "replicas", "--replicas", "1"], "invalid replicas"),
     (["bench", "coordination", "--methods", "nope"], "unknown methods ['nope']"),
     (["bench", "nosuch"], "argument BENCHMARK: invalid choice: 'nosuch'"),
