@@ -17,6 +17,7 @@ Arguments
     :func:`add_run_arguments` (the model, the schedule, ``--max-concurrency``, ``--max-tokens``, ``--output``),
     or its parts :func:`add_model_arguments`, :func:`add_schedule_arguments`, :func:`add_concurrency_argument`,
     :func:`add_output_argument`; :func:`add_alias` keeps an old spelling working without showing it;
+    :func:`comma_list` reads an option's comma-separated values;
     :func:`config_from_args` builds the ``PaCoReConfig``.
 """
 
@@ -244,8 +245,13 @@ def schedules_from_args(args: argparse.Namespace, default: Sequence[str]) -> lis
     """The schedules of a command with ``add_schedule_arguments(several=True)``; ``default``: preset names."""
     if args.rounds:
         return [parse_rounds(text) for text in args.rounds]
-    names = [name.strip() for text in (args.preset or []) for name in text.split(",") if name.strip()]
+    names = [name for text in (args.preset or []) for name in comma_list(text)]
     return [list(PRESETS[name]) for name in names or default]
+
+
+def comma_list(text: str) -> list[str]:
+    """An option's comma-separated values, blanks dropped: ``"a, b,,c"`` is ``["a", "b", "c"]``."""
+    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def add_concurrency_argument(

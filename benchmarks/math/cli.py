@@ -24,13 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from pacore_benchmarks.hub import DefaultData
-from pacore_graph.command_kit import item_counts, print_summary, say, summarised
+from pacore_graph.command_kit import comma_list, item_counts, print_summary, say, summarised
 
 DEFAULT_DATA = DefaultData(Path("../shared/data/math/aime_2025.jsonl"), "MathArena/aime_2025")
-
-
-def _csv(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -222,8 +218,8 @@ def run_command(args: argparse.Namespace) -> int:
     url = configured_url(args.base_url)  # several URLs are refused here, before anything runs
     embedded = url is None
     data = _data_source(args)
-    methods = [m for m in _csv(args.methods) if not m.startswith("pacore+")]
-    variants = [m.removeprefix("pacore+") for m in _csv(args.methods) if m.startswith("pacore+")]
+    methods = [m for m in comma_list(args.methods) if not m.startswith("pacore+")]
+    variants = [m.removeprefix("pacore+") for m in comma_list(args.methods) if m.startswith("pacore+")]
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method {unknown[0]!r} in --methods: choose from single, vote, pacore, pacore+OPTION")
@@ -237,7 +233,7 @@ def run_command(args: argparse.Namespace) -> int:
         limit=args.limit,
         methods=[method for m in methods for method in METHODS if method == m],  # each a Method, checked above
         schedules=schedules_from_args(args, ["low"] if embedded else list(PRESETS)),
-        vote_ks=[int(k) for k in _csv(args.vote_k)] if args.vote_k else None,
+        vote_ks=[int(k) for k in comma_list(args.vote_k)] if args.vote_k else None,
         samples=args.samples,
         pool=args.pool,
         pool_file=Path(args.pool_file) if args.pool_file else None,

@@ -7,7 +7,14 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from pacore_graph.command_kit import add_alias, add_schedule_arguments, print_summary, schedule_from_args, summarised
+from pacore_graph.command_kit import (
+    add_alias,
+    add_schedule_arguments,
+    comma_list,
+    print_summary,
+    schedule_from_args,
+    summarised,
+)
 
 if TYPE_CHECKING:  # imported on first use at run time: `pacore --help` stays quick
     from pacore_benchmarks.perf.coordination import CoordinationSettings
@@ -45,7 +52,7 @@ def settings_from_args(args: argparse.Namespace) -> CoordinationSettings:
     from pacore_benchmarks.perf.coordination import CoordinationSettings
     from pacore_emulator.config import AnswerMix
 
-    methods = [method.strip() for method in args.methods.split(",") if method.strip()] if args.methods else None
+    methods = comma_list(args.methods) if args.methods else None
     output_tokens = None
     if args.output_tokens:
         low, _, high = args.output_tokens.partition("-")

@@ -8,7 +8,13 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from pacore_graph.command_kit import add_schedule_arguments, print_summary, schedule_from_args, summarised
+from pacore_graph.command_kit import (
+    add_schedule_arguments,
+    comma_list,
+    print_summary,
+    schedule_from_args,
+    summarised,
+)
 
 if TYPE_CHECKING:
     from pacore_benchmarks.perf.instructions import InstructionSettings
@@ -22,10 +28,6 @@ def _sizes(text: str) -> tuple[int, int]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected two problem counts such as 2,16, got {text!r}") from None
     return small, large
-
-
-def _clients(text: str) -> list[str]:
-    return [name.strip() for name in text.split(",") if name.strip()]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -45,7 +47,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--problems", type=_sizes, metavar="SMALL,LARGE", help="problems of the two runs (default 2,16; quick 1,4)"
     )
     parser.add_argument("--repeats", type=int, help="measurements per client and side; medians (default 3; quick 1)")
-    parser.add_argument("--clients", type=_clients, metavar="NAME[,NAME]", help="operator and/or floor (default: both)")
+    parser.add_argument(
+        "--clients", type=comma_list, metavar="NAME[,NAME]", help="operator and/or floor (default: both)"
+    )
     parser.add_argument("--max-concurrency", type=int, dest="concurrency", metavar="N", help="requests in flight")
     parser.add_argument("--baseline", metavar="PATH", help="another checkout of pacore-graph to compare with")
     parser.set_defaults(func=main)

@@ -78,6 +78,7 @@ PUBLIC = {
         "add_run_arguments",
         "add_schedule_arguments",
         "check_port",
+        "comma_list",
         "config_from_args",
         "item_counts",
         "print_summary",
