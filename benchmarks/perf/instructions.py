@@ -178,7 +178,9 @@ def importable(checkout: Path) -> Iterator[str]:
 
 def count(spec: WorkerSpec, valgrind: str, pythonpath: str | None, timeout: float = 1800) -> Count:
     """One worker run under cachegrind: its instructions (the whole process) and its trajectories."""
-    env = None if pythonpath is None else {**os.environ, "PYTHONPATH": pythonpath}
+    env = None
+    if pythonpath is not None:  # first, before whatever the caller's PYTHONPATH holds (both sides keep that)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (pythonpath, os.environ.get("PYTHONPATH"))))}
     with tempfile.TemporaryDirectory(prefix="pacore-cachegrind-") as folder:
         completed = subprocess.run(
             [
