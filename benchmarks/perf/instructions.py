@@ -22,7 +22,6 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -32,7 +31,8 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from pacore_benchmarks.perf.bench_settings import BenchSettings
-from pacore_benchmarks.perf.overhead_worker import ClientName, WorkerResult, WorkerSpec
+from pacore_benchmarks.perf.overhead import worker_command, worker_result
+from pacore_benchmarks.perf.overhead_worker import ClientName, WorkerSpec
 from pacore_emulator import Emulator, EmulatorConfig
 
 # a checkout's folder -> the package name it is installed under (pyproject.toml's package-dir)
@@ -182,31 +182,19 @@ def count(spec: WorkerSpec, valgrind: str, pythonpath: str | None, timeout: floa
     if pythonpath is not None:  # first, before whatever the caller's PYTHONPATH holds (both sides keep that)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (pythonpath, os.environ.get("PYTHONPATH"))))}
     with tempfile.TemporaryDirectory(prefix="pacore-cachegrind-") as folder:
+        cachegrind = [valgrind, "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={folder}/out"]
         completed = subprocess.run(
-            [
-                valgrind,
-                "--tool=cachegrind",
-                "--cache-sim=no",
-                f"--cachegrind-out-file={folder}/out",
-                sys.executable,
-                "-m",
-                "pacore_benchmarks.perf.overhead_worker",
-                spec.model_dump_json(),
-            ],
+            [*cachegrind, *worker_command(spec)],
             capture_output=True,
             text=True,
             timeout=timeout,
             env=env,
             cwd=folder,  # not the caller's folder: a pacore_graph there would be imported instead
         )
-    lines = completed.stdout.strip().splitlines()
+    result = worker_result(spec, completed)
     total = _TOTAL.search(completed.stderr)
-    if completed.returncode != 0 or not lines or total is None:
-        raise RuntimeError(
-            f"the {spec.client} run over {spec.problems} problems under valgrind failed "
-            f"(exit {completed.returncode}): {completed.stderr.strip()[-2000:]}"
-        )
-    result = WorkerResult.model_validate_json(lines[-1])
+    if total is None:
+        raise RuntimeError(f"valgrind printed no instruction count: {completed.stderr.strip()[-2000:]}")
     if result.failures:
         raise RuntimeError(f"the {spec.client} run over {spec.problems} problems had {result.failures} failed requests")
     return Count(instructions=int(total.group(1).replace(",", "")), trajectories=result.trajectories)

@@ -212,13 +212,13 @@ def gc_fields(setting: GcSetting) -> dict[str, Any]:
 def run_worker(spec: WorkerSpec, timeout: float = 1800) -> WorkerResult:
     if spec.client == "reference":
         return _run_reference_worker(spec, timeout)
-    completed = subprocess.run(
-        [sys.executable, "-m", "pacore_benchmarks.perf.overhead_worker", spec.model_dump_json()],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    return _worker_result(spec, completed)
+    completed = subprocess.run(worker_command(spec), capture_output=True, text=True, timeout=timeout)
+    return worker_result(spec, completed)
+
+
+def worker_command(spec: WorkerSpec) -> list[str]:
+    """The command line of one worker run of this interpreter's client (operator, floor, proxy)."""
+    return [sys.executable, "-m", "pacore_benchmarks.perf.overhead_worker", spec.model_dump_json()]
 
 
 def _run_reference_worker(spec: WorkerSpec, timeout: float) -> WorkerResult:
@@ -238,10 +238,11 @@ def _run_reference_worker(spec: WorkerSpec, timeout: float) -> WorkerResult:
             text=True,
             timeout=timeout,
         )
-    return _worker_result(spec, completed)
+    return worker_result(spec, completed)
 
 
-def _worker_result(spec: WorkerSpec, completed: subprocess.CompletedProcess[str]) -> WorkerResult:
+def worker_result(spec: WorkerSpec, completed: subprocess.CompletedProcess[str]) -> WorkerResult:
+    """The result a worker printed last; ``WorkerFailed`` with the end of its stderr when it failed."""
     lines = completed.stdout.strip().splitlines()
     if completed.returncode != 0 or not lines:
         raise WorkerFailed(
