@@ -34,13 +34,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from langchain_core.messages import convert_to_openai_messages
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from pydantic import BaseModel, Field
 
 from pacore_graph.batch.fingerprint import check_fingerprint, refuse_foreign, save_settings
 from pacore_graph.batch.folder_lock import FolderLock
 from pacore_graph.batch.progress import RunProgress
-from pacore_graph.batch.results_file import ResultsFile
+from pacore_graph.batch.results_file import RESULTS_FILE, ResultsFile
 from pacore_graph.batch.resume import Status, open_checkpointer, thread_id, thread_status
 from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.config import PaCoReConfig
@@ -56,7 +57,6 @@ from pacore_graph.explorers.protocol import ModelOrExplorer
 from pacore_graph.graph.runner import MessagesInput, PaCoReRunner, to_messages
 from pacore_graph.records import PaCoReResult
 
-RESULTS_FILE = "results.jsonl"
 RECORDS_DIR = "records"
 
 
@@ -111,10 +111,18 @@ _COUNTERS = {"fresh": "fresh", "resumed": "resumed", "finished": "finished_from_
 
 
 def answer_row(outcome: ProblemOutcome) -> dict[str, Any] | None:
-    """The default row: the problem's id, answer, rounds, usage, TTC and failures; nothing for an error."""
+    """The default row: the problem's id, answer, rounds, usage, TTC and failures, and the conversation it
+    answered (OpenAI-style ``messages``: what ``pacore view`` shows and rebuilds later rounds' prompts over);
+    nothing for an error."""
     if outcome.result is None:
         return None
-    return {"id": outcome.problem.id, **outcome.result.summary()}
+    return {"id": outcome.problem.id, **outcome.result.summary(), "messages": openai_messages(outcome.problem.messages)}
+
+
+def openai_messages(messages: MessagesInput) -> list[dict[str, Any]]:
+    """A problem's messages as OpenAI-style dicts (role, content, tool calls): plain JSON for a results row."""
+    converted: list[dict[str, Any]] = convert_to_openai_messages(to_messages(messages))
+    return converted
 
 
 def describe(error: BaseException) -> str:

@@ -16,11 +16,14 @@ import json
 import os
 import shlex
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pacore_graph.errors import PaCoReError
+
+RESULTS_FILE = "results.jsonl"  # a run folder's own results file (other files of a folder use this format too)
 
 
 class ResultsFileError(PaCoReError):
@@ -33,6 +36,49 @@ class ResultsFileError(PaCoReError):
             f"{path} line {line} {why}: no row this run writes; the file was left as it is. If that line is the "
             f"only damage, drop it and run again: sed -i '{line}d' {shlex.quote(str(path))}"
         )
+
+
+@dataclass(frozen=True)
+class RowLine:
+    """One line of a results file: where it lies (``offset``, ``size`` in bytes) and its row, or None for a last
+    line torn mid-write; ``unfinished``: it lacks its newline (only the last line can)."""
+
+    number: int
+    offset: int
+    size: int
+    row: Any
+    unfinished: bool
+
+
+def read_lines(
+    path: str | os.PathLike[str], loads: Callable[[bytes], Any] = json.loads, *, start: int = 0, first_line: int = 1
+) -> Iterator[RowLine]:
+    """The rows of a results file in order, blank lines skipped, reading only. A last line that is no JSON and
+    lacks its newline (a row being written, or torn by a kill) comes as ``row=None`` and ends the file; any
+    other line that is no JSON is :class:`ResultsFileError`. ``loads``: a faster parser (it must raise
+    ``ValueError`` on what it cannot read; the line is then read again with ``json.loads``). ``start``: the
+    offset of a line to read on from (a reader following a growing file), ``first_line`` its number."""
+    path = Path(path)
+    offset = start
+    with path.open("rb") as fh:
+        fh.seek(start)
+        for number, raw in enumerate(fh, first_line):
+            unfinished = not raw.endswith(b"\n")
+            if raw.strip():
+                try:
+                    try:
+                        row = loads(raw)
+                    except ValueError:
+                        if loads is json.loads:
+                            raise
+                        row = json.loads(raw)  # what json.dumps writes and a faster parser refuses (NaN)
+                except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+                    if unfinished:
+                        yield RowLine(number, offset, len(raw), None, True)
+                        return
+                    raise ResultsFileError(path, number, f"is not JSON ({_reason(exc)})") from None
+                yield RowLine(number, offset, len(raw), row, unfinished)
+            offset += len(raw)
 
 
 class ResultsFile:
@@ -53,24 +99,15 @@ class ResultsFile:
             self._load()
 
     def _load(self) -> None:
-        offset = 0
-        with self.path.open("rb") as fh:
-            for number, raw in enumerate(fh, 1):
-                unfinished = not raw.endswith(b"\n")  # only the last line can lack its newline
-                if raw.strip():
-                    try:
-                        row = json.loads(raw)
-                    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-                        if unfinished:  # torn by a kill or a full disk mid-write: cut off, the next row starts clean
-                            if self.repair:
-                                self._cut_at(offset, offset + len(raw))
-                            self.torn_lines = 1
-                            break
-                        raise ResultsFileError(self.path, number, f"is not JSON ({_reason(exc)})") from None
-                    self._keys.add(self._key_of(row, number))
-                    self.rows.append(row)
-                    self._needs_newline = unfinished
-                offset += len(raw)
+        for line in read_lines(self.path):
+            if line.row is None:  # torn by a kill or a full disk mid-write: cut off, the next row starts clean
+                if self.repair:
+                    self._cut_at(line.offset, line.offset + line.size)
+                self.torn_lines = 1
+                break
+            self._keys.add(self._key_of(line.row, line.number))
+            self.rows.append(line.row)
+            self._needs_newline = line.unfinished
 
     def _key_of(self, row: Any, number: int) -> Any:
         try:
