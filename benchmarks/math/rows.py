@@ -92,5 +92,7 @@ def pacore_row(
         "model_calls": sum(t.attempts for r in result.rounds[1:] for t in r.trajectories),
         "pool_indices": indices,
         "conclusion": result.answer,
+        "messages": problem.asked(),  # the conversation asked: later rounds' prompts are rebuilt over it
+        "records": [r.model_dump() for r in result.rounds],  # every round's trajectories: conclusions, counts
         **({"outcome": result.outcome.model_dump(), "cut": len(result.cut)} if variant else {}),
     }

@@ -79,17 +79,9 @@ def _is_permanent(error: RoundFailedError) -> bool:
 
 
 def _rounds_for_row(result: PaCoReResult) -> list[dict[str, Any]]:
-    """Per round: its references (conclusions passed on) and per-trajectory counts, no reasoning."""
-    fields = ("index", "completion_tokens", "prompt_tokens", "finish_reason", "truncated", "error", "attempts")
-    return [
-        {
-            "round_index": record.round_index,
-            "k": record.k,
-            "references": record.references,
-            "trajectories": [t.model_dump(include=set(fields)) for t in record.trajectories],
-        }
-        for record in result.rounds
-    ]
+    """Per round: every trajectory's record (conclusion, counts, failure; never its reasoning) and the order in
+    which its conclusions went on as references."""
+    return [record.model_dump() for record in result.rounds]
 
 
 class MultiChallengeRunner:
@@ -182,6 +174,7 @@ class MultiChallengeRunner:
             "pass_criteria": conv.pass_criteria,
             "target_question": conv.target_question,
             "turns": len(conv.conversation),
+            "messages": [turn.model_dump() for turn in conv.conversation],
             "schedule": self.settings.rounds,
             "response": None,
             "rounds": [],
