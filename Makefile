@@ -63,6 +63,7 @@ else
 	bash scripts/postgres-setup.sh >/dev/null  # Debian's PostgreSQL server, once; the tests start their own cluster
 endif
 	bash scripts/valgrind-setup.sh >/dev/null  # Debian's valgrind, once: pacore bench instructions counts with it
+	bash scripts/chromium-setup.sh >/dev/null  # Debian's Chromium, once: the viewer's tests drive it (tests/viewer/)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .  # the one style: no hand-aligned code
 	$(VENV)/bin/lint-imports  # import boundaries: [tool.importlinter] in pyproject.toml

@@ -27,8 +27,6 @@ from pacore_graph.command_kit import (
 )
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.errors import PaCoReError, UsageError
-from pacore_graph.models.embedded import EMBEDDED_MAX_TOKENS
-from pacore_graph.models.vllm_server import KEYLESS_NOTE, Cluster
 
 if TYPE_CHECKING:  # imported on first use at run time: `pacore --help` stays fast
     from langchain_core.messages import BaseMessage
@@ -37,6 +35,7 @@ if TYPE_CHECKING:  # imported on first use at run time: `pacore --help` stays fa
     from pacore_graph.batch.progress import RunProgress
     from pacore_graph.graph.runner import MessagesInput
     from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
+    from pacore_graph.models.vllm_server import Cluster
 
 SOLVE_ID = "problem"  # the one problem of a `pacore solve --output` folder
 
@@ -199,6 +198,44 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _view(args: argparse.Namespace) -> int:
+    """``pacore view``: serve the folder's page on loopback until Ctrl-C, or write it into one HTML file."""
+    from pacore_graph.viewer.folder import open_folder
+
+    if args.port:
+        check_port(args.port)
+    view = open_folder(args.folder)  # a folder that is not a run folder: one line, before anything is bound
+    if args.html:
+        from pacore_graph.viewer.report import write_report
+
+        out, problems = write_report(view, args.html)
+        say(f"wrote {out}: {problems} problem(s) of {args.folder}, self-contained (open it in any browser)")
+        return 0
+    from pacore_graph.viewer.server import ViewServer, is_loopback
+
+    view.index()  # read once now: rows that cannot be read are refused in one line, before the URL is printed
+    try:
+        server = ViewServer(view, host=args.host, port=args.port or 0)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {args.host}:{args.port or 0}: {exc.strerror or exc}") from None
+    with server:
+        print(server.url, flush=True)
+        exposed = (
+            "" if is_loopback(args.host) else " (NOT loopback: anyone who reaches this address can read the folder)"
+        )
+        say(f"viewing {args.folder} ({view.title}) at {server.url}{exposed}; read only; Ctrl-C stops")
+        if args.open:
+            import webbrowser
+
+            webbrowser.open(server.url)
+        signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            server.serve_forever(poll_interval=0.2)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
 def _serve_local(args: argparse.Namespace) -> int:
     import time
 
@@ -218,7 +255,7 @@ def _serve_local(args: argparse.Namespace) -> int:
 def _serve_vllm(args: argparse.Namespace) -> int:
     import shlex
 
-    from pacore_graph.models.vllm_server import serve_vllm
+    from pacore_graph.models.vllm_server import Cluster, serve_vllm
 
     args.vllm_args = _own_options_first(args.own_parser, args)
     check_port(args.port)
@@ -301,7 +338,35 @@ def _serve(args: argparse.Namespace) -> int:
     )
 
 
+def _add_view(commands: Any) -> None:
+    """``pacore view``'s arguments (its own small parser too: see :func:`main`)."""
+    view = commands.add_parser(
+        "view",
+        help="a run folder in the browser: problems, rounds, trajectories, SWE episodes, benchmark curves",
+        description="Serve a folder's page on loopback (pacore solve --output, RunFolder, bench math, bench "
+        "multichallenge, swe run, swe eval): the problems sortable and filterable, each problem's rounds as a grid "
+        "of trajectories, a click for one trajectory's messages and conclusion. Prints the URL; Ctrl-C stops. Reads "
+        "only (a row being written is skipped) and serves no file outside the folder.",
+    )
+    view.add_argument("folder", help="the folder a run wrote")
+    view.add_argument("--port", type=int, default=0, help="port to listen on (default: a free one)")
+    view.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="interface to listen on (default: loopback only; another one lets anyone who reaches it read the folder)",
+    )
+    view.add_argument("--open", action="store_true", help="open the page in the default browser")
+    view.add_argument(
+        "--html",
+        metavar="FILE",
+        help="write the page with all its data into this one self-contained HTML file instead of serving it",
+    )
+    view.set_defaults(func=_view)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from pacore_graph.models.embedded import EMBEDDED_MAX_TOKENS
+
     parser = CommandParser(
         prog="pacore",
         description="PaCoRe: parallel coordinated reasoning. Errors are one line on stderr "
@@ -340,6 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="also draw tokens per round and first-round agreement per problem into this PNG (needs matplotlib)",
     )
     show.set_defaults(func=_show)
+
+    _add_view(commands)
 
     local = commands.add_parser(
         "serve-local",
@@ -454,11 +521,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """The ``pacore`` command: its exit status (0 done, 1 the run failed, 2 a refused argument, value or file)."""
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["view"]:  # the viewer loads neither the model clients nor the plugins: its page is up sooner
+        return run_command_line(view_parser(), given)
     return run_command_line(build_parser(), argv)
+
+
+def view_parser() -> argparse.ArgumentParser:
+    """The parser of ``pacore view`` alone (the same arguments, help and errors as in :func:`build_parser`)."""
+    parser = CommandParser(prog="pacore")
+    _add_view(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    return parser
 
 
 def serve_cluster(cluster: Cluster) -> int:
     """Run the cluster until Ctrl-C (exit 0) or until one of its servers dies (exit 1, naming it)."""
+    from pacore_graph.models.vllm_server import KEYLESS_NOTE
+
     signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop gets the same clean shutdown as Ctrl-C
     with cluster:
         kind = "emulated replicas" if cluster.emulate else f"vLLM replicas of {cluster.model}"

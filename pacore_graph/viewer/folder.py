@@ -1,0 +1,164 @@
+"""Which kind of folder the viewer was given, and what every kind answers: an index of its problems (small,
+what the page loads first) and one problem's data at a time (loaded as the problem is opened).
+
+Kinds, told apart by their files and their rows (the viewer imports neither the agents nor the benchmarks: it
+reads their files by format):
+
+    run              pacore solve --output, RunFolder: results.jsonl rows with "id" and "rounds"
+    math             pacore bench math: rows with "label", "problem_id", "sample"; pool.jsonl; summary.json
+    multichallenge   pacore bench multichallenge: rows with "question_id", "axis"; scores.json
+    swe-run          pacore swe run: rows with "instance_id"; trajectories/ID.json; predictions.jsonl
+    swe-eval         pacore swe eval: RUN_ID/summary.json and RUN_ID/MODEL/INSTANCE/report.json (no run.json)
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+from pacore_graph.batch.fingerprint import SETTINGS_FILE
+from pacore_graph.batch.results_file import RESULTS_FILE
+from pacore_graph.errors import UsageError
+from pacore_graph.viewer.paths import OutsideFolder, inside
+from pacore_graph.viewer.rows import RowIndex
+
+Json = dict[str, Any]
+HIDDEN_SETTINGS = ("messages", "template", "verifier_template")  # long texts the settings line leaves out
+
+
+class FolderView(ABC):
+    """One folder, read only. ``index()`` is the page's first load; ``problem(key)`` one problem's data."""
+
+    kind = ""
+    title = ""
+
+    def __init__(self, root: Path, run_json: Json | None = None):
+        self.root = root
+        self.run_json = run_json or {}
+
+    @classmethod
+    def owns_row(cls, row: Json) -> bool:
+        """Whether a row of a results file is one this kind writes."""
+        return False
+
+    @classmethod
+    def claims(cls, root: Path, run_json: Json) -> bool:
+        """Whether a folder with no row yet is of this kind (its files, its fingerprint)."""
+        return False
+
+    @property
+    def fingerprint(self) -> Json:
+        found = self.run_json.get("fingerprint")
+        return found if isinstance(found, dict) else {}
+
+    @property
+    def settings(self) -> Json:
+        found = self.run_json.get("settings")
+        return found if isinstance(found, dict) else {}
+
+    def path(self, relative: str) -> Path:
+        """A file of the folder (OutsideFolder for one that would lead out of it)."""
+        return inside(self.root, relative)
+
+    def read_json(self, relative: str) -> Any:
+        """A JSON file of the folder, or None when it is missing, unreadable or leads out of the folder."""
+        try:
+            return json.loads(self.path(relative).read_text(encoding="utf-8"))
+        except (OSError, ValueError, OutsideFolder):
+            return None
+
+    def header(self) -> Json:
+        """What every index starts with: the kind, the folder's name, its settings as short texts."""
+        settings = [
+            [name, _short_value(value)] for name, value in self.fingerprint.items() if name not in HIDDEN_SETTINGS
+        ]
+        name = self.root.name or str(self.root)
+        return {"kind": self.kind, "title": self.title, "folder": name, "settings": settings}
+
+    @abstractmethod
+    def index(self) -> Json:
+        """The index: ``header()`` plus ``columns``, ``problems`` (each with its ``key``), ``summary`` and
+        ``notes``. Cheap to call again: it reads only what was appended since."""
+
+    @abstractmethod
+    def problem(self, key: str) -> Json | None:
+        """One problem's data, or None for a key the index does not have."""
+
+    def part(self, key: str, name: str) -> str | None:
+        """A long text of a problem left out of its data and loaded when asked for (a pool trajectory's
+        reasoning); None when the kind has no such part."""
+        return None
+
+    def keys(self) -> list[str]:
+        """Every problem's key, in index order (the self-contained report embeds each one)."""
+        return [str(entry["key"]) for entry in self.index()["problems"]]
+
+
+def _short_value(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 160 else text[:159] + "…"
+
+
+def percent(value: Any) -> str:
+    return "-" if value is None else f"{100 * float(value):.1f} %"
+
+
+def row_notes(rows: RowIndex) -> list[str]:
+    """What the index says of its results file: a row being written that it skipped."""
+    return ["a row being written was skipped (reload to see it once it is whole)"] if rows.being_written else []
+
+
+def column(key: str, title: str, kind: str = "text") -> Json:
+    """A column of the problems table: ``kind`` text, number, score (a share 0..1, coloured) or flag (1 or 0)."""
+    return {"key": key, "title": title, "type": kind}
+
+
+def open_folder(folder: str | Path) -> FolderView:
+    """The view of ``folder``, or one line (UsageError) saying why it is not a folder the viewer reads."""
+    from pacore_graph.viewer.bench_math import MathView
+    from pacore_graph.viewer.multichallenge import MultiChallengeView
+    from pacore_graph.viewer.runs import RunsView
+    from pacore_graph.viewer.swe_eval import SweEvalView, eval_summaries
+    from pacore_graph.viewer.swe_run import SweRunView
+
+    path = Path(folder)
+    if not path.is_dir():
+        raise UsageError(f"{path} is not a folder: give the folder a run wrote")
+    root = path.resolve()
+    if (root / SETTINGS_FILE).is_file():
+        try:
+            run_json = json.loads((root / SETTINGS_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"{path / SETTINGS_FILE} is not this project's settings file ({exc})") from None
+        if not isinstance(run_json, dict):
+            raise UsageError(f"{path / SETTINGS_FILE} is not this project's settings file (not a JSON object)")
+        kinds: list[type[FolderView]] = [SweRunView, MultiChallengeView, MathView, RunsView]
+        kind = _kind_of_rows(root, kinds) or next((k for k in kinds if k.claims(root, run_json)), RunsView)
+        return kind(root, run_json)
+    if eval_summaries(root):
+        return SweEvalView(root)
+    raise UsageError(
+        f"{path} is not a run folder (it has no {SETTINGS_FILE}, and no swe eval summary.json): "
+        "give the folder a run wrote"
+    )
+
+
+def _kind_of_rows(root: Path, kinds: list[type[FolderView]]) -> type[FolderView] | None:
+    """The kind whose rows the results file holds (its first whole row), when it has one."""
+    from pacore_graph.batch.results_file import read_lines
+    from pacore_graph.viewer.rows import loads
+
+    if not (root / RESULTS_FILE).is_file():
+        return None
+    for line in read_lines(root / RESULTS_FILE, loads):
+        if not isinstance(line.row, dict):
+            break
+        found = next((k for k in kinds if k.owns_row(line.row)), None)
+        if found is None:
+            raise UsageError(
+                f"{root / RESULTS_FILE} holds rows the viewer does not know (keys {', '.join(sorted(line.row)[:8])})"
+            )
+        return found
+    return None
