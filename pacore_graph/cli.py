@@ -224,12 +224,13 @@ def _view(args: argparse.Namespace) -> int:
             "" if is_loopback(args.host) else " (NOT loopback: anyone who reaches this address can read the folder)"
         )
         say(f"viewing {args.folder} ({view.title}) at {server.url}{exposed}; read only; Ctrl-C stops")
-        if args.open:
-            import webbrowser
-
-            webbrowser.open(server.url)
         signal.signal(signal.SIGTERM, _interrupt)
         try:
+            if args.open:  # beside the server: a browser command that waits must not hold up the page's requests
+                import threading
+                import webbrowser
+
+                threading.Thread(target=webbrowser.open, args=(server.url,), daemon=True).start()
             server.serve_forever(poll_interval=0.2)
         except KeyboardInterrupt:
             pass

@@ -16,7 +16,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
-AIME = TESTS / "fixtures" / "math" / "aime_2025.jsonl"
 HOSTILE = '<script>window.pwned = 1</script><img src="x" onerror="window.pwned = 2"> so \\boxed{391}'
 ROMAN = "pacore__roman-1"
 
@@ -86,13 +85,32 @@ def run_folder(out: Path, mock_server: Any) -> list[dict[str, Any]]:
         return list(server.requests)
 
 
+def math_data(path: Path, count: int = 6, solvable: int = 4) -> Path:
+    """A small math dataset for the serving emulator: the gold answer of the first ``solvable`` problems is the
+    answer most of the emulator's trajectories reach (so single, vote and PaCoRe score apart), the others' gold
+    is one it never favours."""
+    from pacore_benchmarks.math.data import Problem as MathProblem
+    from pacore_emulator import EmulatorConfig
+    from pacore_emulator.replies import majority_answer
+
+    rows = []
+    for number in range(1, count + 1):
+        problem = MathProblem(id=f"toy-{number}", problem=f"Count the tilings of board number {number}.", answer="0")
+        majority = majority_answer(EmulatorConfig(), problem.prompt())
+        gold = majority if number <= solvable else (majority + 500) % 1000
+        rows.append({"id": problem.id, "problem": problem.problem, "answer": str(gold)})
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
 def math_folder(out: Path) -> Path:
-    """``pacore bench math`` on the serving emulator: 3 AIME problems, single, vote@4 and PaCoRe [4, 2]."""
+    """``pacore bench math`` on the serving emulator: 6 problems, single, vote@4 and PaCoRe [4, 2], 2 samples."""
     from pacore_emulator import Emulator, EmulatorConfig
 
+    data = math_data(out.parent / f"{out.name}-data.jsonl")
     with Emulator(EmulatorConfig(ttft=0.01, token_delay=0.0, output_tokens=(20, 60))) as emulator:
         pacore(
-            "bench", "math", "--data", str(AIME), "--limit", "3", "--rounds", "4,2", "--samples", "2",
+            "bench", "math", "--data", str(data), "--rounds", "4,2", "--samples", "2",
             "--base-url", emulator.base_url, "--no-progress", "--output", str(out),
         )  # fmt: skip
     return out

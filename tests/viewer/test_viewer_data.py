@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 from conftest import served
-from folders import AIME, HOSTILE, ROMAN, ROOT, jsonl
+from folders import HOSTILE, ROMAN, ROOT, jsonl
 
 from pacore_graph.viewer.folder import open_folder
 
@@ -156,7 +156,7 @@ def test_a_math_folder_has_per_setting_scores_rounds_pool_and_curve(math_dir):
     assert len(pacore_units) == 2 and all([r["k"] for r in u["run"]["rounds"]] == [4, 2, 1] for u in pacore_units)
     pool = [r for r in jsonl(math_dir / "pool.jsonl") if r["problem_id"] == key]
     assert [c["conclusion"] for c in problem["pool"]["trajectories"]] == [r["content"] for r in pool]
-    asked = next(row for row in jsonl(AIME) if row["id"] == key)["problem"]
+    asked = next(row for row in jsonl(math_dir.parent / "math-data.jsonl") if row["id"] == key)["problem"]
     assert problem["messages"][-1]["role"] == "user" and problem["messages"][-1]["content"].endswith(asked)
 
 
@@ -311,3 +311,25 @@ def test_the_big_folder_generator_writes_rows_of_a_real_run_format(run_dir, tmp_
     assert set(generated["rounds"][0]) == set(real["rounds"][0])
     assert set(generated["rounds"][0]["trajectories"][0]) == set(real["rounds"][0]["trajectories"][0])
     assert [r["k"] for r in generated["rounds"]] == [4, 1]
+
+
+def test_port_and_open_options_and_a_port_in_use(run_dir, tmp_path, monkeypatch):
+    import socket
+
+    from waits import wait_until
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        refused = pacore_view(str(run_dir[0]), "--port", str(port))
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+        assert refused.stderr.startswith(f"pacore: error: cannot listen on 127.0.0.1:{port}")
+    opened = tmp_path / "opened.txt"
+    # webbrowser runs $BROWSER with the URL in place of %s: a "browser" that writes down what it was asked to open
+    monkeypatch.setenv(
+        "BROWSER", f"{sys.executable} -c \"import sys; open({str(opened)!r}, 'w').write(sys.argv[1])\" %s"
+    )
+    with served(run_dir[0], "--port", str(port), "--open") as url:
+        assert url == f"http://127.0.0.1:{port}/"
+        wait_until(lambda: opened.exists() and opened.read_text() == url, 30, what="the browser asked to open the page")
