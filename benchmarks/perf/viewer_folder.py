@@ -5,7 +5,7 @@ conversation as OpenAI-style messages; tests/viewer checks the keys against a ro
 viewer reads it exactly as it reads a real run. The contents imitate a math run at scale: per problem a kind
 (easy: most trajectories agree; split: two answers; hard: scattered), conclusions of a few hundred characters
 ending in ``\\boxed{}``, completion tokens of a reasoning model (thousands per trajectory), and a few failed,
-truncated and cut trajectories. Seeded: the same arguments make the same folder.
+truncated and cut (early stop) trajectories. Seeded: the same arguments make the same folder.
 """
 
 from __future__ import annotations
@@ -38,6 +38,10 @@ def _trajectory(rng: random.Random, round_index: int, index: int, answer: int, l
     if roll < 0.01 and not last:
         return TrajectoryRecord(
             round_index=round_index, index=index, error="ModelRequestError: HTTP 503 from the server", attempts=5
+        )
+    if 0.97 < roll <= 0.98 and round_index == 0:  # cancelled by an early stop: its tokens until then
+        return TrajectoryRecord(
+            round_index=round_index, index=index, completion_tokens=rng.randint(500, 5000), cut="early_stop"
         )
     text = FILLER * rng.randint(2, 6) + f"Therefore the answer is $\\boxed{{{answer}}}$."
     truncated = roll > 0.98 and not last

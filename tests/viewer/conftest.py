@@ -17,17 +17,7 @@ from pathlib import Path
 import pytest
 from folders import ROOT, math_folder, multichallenge_folder, run_folder, solve_folder, swe_eval, swe_folder
 
-CHROMIUM = "/usr/bin/chromium"
-# What lets Chromium start on a closed network without trying to reach Google's services (and as root).
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from pacore_benchmarks.perf.viewer_bench import CHROMIUM, CHROMIUM_ARGS  # Chromium's flags on a closed network
 
 
 @contextmanager

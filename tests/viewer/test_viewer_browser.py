@@ -268,14 +268,20 @@ def test_the_1000_problem_folder_loads_its_index_alone_then_one_problem_at_a_tim
         assert page.locator("#problems tbody tr").count() == 10 and not page.is_visible("#more-rows")
         page.fill("input[type=search]", "")
         shot(page, screenshots, "big-problems")
-        page.fill("input[type=search]", "gen-00500")
+        page.fill("input[type=search]", "gen-00151")
         page.requests.clear()
         started = time.perf_counter()
-        open_problem(page, "gen-00500")
+        open_problem(page, "gen-00151")
         page.wait_for_selector("#run .round[data-round='2']")
         problem_opened = time.perf_counter() - started
         assert [urlsplit(u).path for u in page.requests] == ["/api/problem"]
         assert page.locator("#run .round[data-round='0'] .tile").count() == 32
+        row = next(json.loads(line) for line in (big_dir / "results.jsonl").open() if '"gen-00151"' in line[:30])
+        assert all(any(t[field] for t in row["rounds"][0]["trajectories"]) for field in ("error", "cut", "truncated"))
+        for number, round_ in enumerate(row["rounds"]):  # failed, cut and truncated trajectories are marked
+            for mark, field in (("failed", "error"), ("cut", "cut"), ("truncated", "truncated")):
+                marked = page.locator(f"#run .round[data-round='{number}'] .tile.{mark}").count()
+                assert marked == sum(1 for t in round_["trajectories"] if t[field]), (number, mark)
         shot(page, screenshots, "big-problem")
         only_its_own_origin(page, url)
     timings = {

@@ -709,8 +709,9 @@
     close.addEventListener("click", function () { go({ page: "problem", key: r.key, unit: r.unit, round: found.pool ? null : r.round }); });
     var where = found.pool ? "Pool trajectory #" + cell.index : "Round " + (r.round + 1) + " · trajectory #" + cell.index;
     append(drawer, [close, el("h2", { id: "trajectory-title", text: where })]);
-    var pairs = [["completion tokens", fmt(cell.tokens) + (cell.tokens_approximate ? " (approximate)" : "")], ["prompt tokens", fmt(cell.prompt_tokens)],
-      ["finish reason", cell.finish || ""], ["answer", cell.answer == null ? "(none usable)" : cell.answer]];
+    var pairs = cell.episode ? [["patch", cell.answer == null ? "(none usable)" : cell.answer]]  // the episode says the rest
+      : [["completion tokens", fmt(cell.tokens) + (cell.tokens_approximate ? " (approximate)" : "")], ["prompt tokens", fmt(cell.prompt_tokens)],
+        ["finish reason", cell.finish || ""], ["answer", cell.answer == null ? "(none usable)" : cell.answer]];
     if (cell.correct != null) { pairs.push(["graded", cell.correct ? "correct" : "wrong" + (cell.flag ? " (" + cell.flag + ")" : "")]); }
     if (cell.error) { pairs.push(["error", (cell.error_type ? cell.error_type + ": " : "") + cell.error]); }
     if (cell.attempts) { pairs.push(["attempts", cell.attempts]); }
