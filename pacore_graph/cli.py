@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pacore_graph.command_kit import (
     CommandParser,
+    Subcommands,
     add_run_arguments,
     check_port,
     config_from_args,
@@ -339,7 +340,7 @@ def _serve(args: argparse.Namespace) -> int:
     )
 
 
-def _add_view(commands: Any) -> None:
+def _add_view(commands: Subcommands) -> None:
     """``pacore view``'s arguments (its own small parser too: see :func:`main`)."""
     view = commands.add_parser(
         "view",

@@ -11,14 +11,12 @@ import re
 import threading
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
 
 from pacore_graph.batch.results_file import RESULTS_FILE
 from pacore_graph.viewer.folder import FolderView, column, percent, row_notes
 from pacore_graph.viewer.rounds import agreement_groups, plain_messages, rounds_view, short
-from pacore_graph.viewer.rows import RowIndex, loads
+from pacore_graph.viewer.rows import Json, RowIndex, loads
 
-Json = dict[str, Any]
 POOL_FILE = "pool.jsonl"
 METHOD_ORDER = {"single": 0, "vote": 1, "pacore": 2}
 # A pool row starts with its problem id and index (PoolStore writes them first): enough to place it unread.
@@ -31,15 +29,8 @@ class MathView(FolderView):
 
     def __init__(self, root: Path, run_json: Json | None = None):
         super().__init__(root, run_json)
-        self.correct: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-        self.tokens: dict[str, list[int]] = defaultdict(list)
-        self.failures: dict[str, int] = defaultdict(int)
-        self.answers: dict[str, Counter[str]] = defaultdict(Counter)
-        self.gold: dict[str, str] = {}
-        self.units: dict[str, list[str]] = defaultdict(list)  # problem id -> its row keys
-        self.labels: dict[str, str] = {}  # label -> method
-        self.problems: list[str] = []
-        self.rows = RowIndex(root / RESULTS_FILE, key=_row_key, on_row=self._add)
+        self._reset()
+        self.rows = RowIndex(root / RESULTS_FILE, key=_row_key, on_row=self._add, on_reset=self._reset)
         self._pool: dict[str, dict[int, tuple[int, int]]] | None = None
         self._pool_lock = threading.Lock()
 
@@ -50,6 +41,17 @@ class MathView(FolderView):
     @classmethod
     def claims(cls, root: Path, run_json: Json) -> bool:
         return (root / POOL_FILE).exists() or "pool_size" in (run_json.get("fingerprint") or {})
+
+    def _reset(self) -> None:
+        """No row seen yet: per problem its graded marks per setting, PaCoRe's tokens, failures and answers."""
+        self.correct: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        self.tokens: dict[str, list[int]] = defaultdict(list)
+        self.failures: dict[str, int] = defaultdict(int)
+        self.answers: dict[str, Counter[str]] = defaultdict(Counter)
+        self.gold: dict[str, str] = {}
+        self.units: dict[str, list[str]] = defaultdict(list)  # problem id -> its row keys
+        self.labels: dict[str, str] = {}  # label -> method
+        self.problems: list[str] = []
 
     def _add(self, key: str, row: Json) -> None:
         problem = str(row["problem_id"])

@@ -22,9 +22,8 @@ from pacore_graph.batch.fingerprint import SETTINGS_FILE
 from pacore_graph.batch.results_file import RESULTS_FILE
 from pacore_graph.errors import UsageError
 from pacore_graph.viewer.paths import OutsideFolder, inside
-from pacore_graph.viewer.rows import RowIndex
+from pacore_graph.viewer.rows import Json, RowIndex
 
-Json = dict[str, Any]
 HIDDEN_SETTINGS = ("messages", "template", "verifier_template")  # long texts the settings line leaves out
 
 

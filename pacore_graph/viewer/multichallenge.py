@@ -9,10 +9,8 @@ from typing import Any
 from pacore_graph.batch.results_file import RESULTS_FILE
 from pacore_graph.viewer.folder import FolderView, column, percent, row_notes
 from pacore_graph.viewer.rounds import plain_messages, rounds_view, short
-from pacore_graph.viewer.rows import RowIndex
+from pacore_graph.viewer.rows import Json, RowIndex
 from pacore_graph.viewer.runs import ANSWER_WIDTH
-
-Json = dict[str, Any]
 
 
 def _key(row: Json) -> str:

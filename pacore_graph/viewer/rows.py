@@ -18,7 +18,7 @@ import orjson
 
 from pacore_graph.batch.results_file import read_lines
 
-Json = dict[str, Any]
+Json = dict[str, Any]  # a row, an index or a problem's data: plain JSON
 
 
 def loads(raw: bytes) -> Any:
@@ -33,10 +33,18 @@ def loads(raw: bytes) -> Any:
 class RowIndex:
     """Where each row of one results file lies, by its key; ``on_row`` sees every row once as it is found."""
 
-    def __init__(self, path: Path, key: Callable[[Json], str], on_row: Callable[[str, Json], None]):
+    def __init__(
+        self,
+        path: Path,
+        key: Callable[[Json], str],
+        on_row: Callable[[str, Json], None],
+        on_reset: Callable[[], None] | None = None,
+    ):
+        """``on_reset``: forget what ``on_row`` saw, when the file is read again from its start."""
         self.path = path
         self.key = key
         self.on_row = on_row
+        self.on_reset = on_reset
         self.places: dict[str, tuple[int, int]] = {}
         self.order: list[str] = []
         self.being_written = False  # the last look found a row being written
@@ -59,6 +67,8 @@ class RowIndex:
                 self.places.clear()
                 self.order.clear()
                 self._end = self._lines = 0
+                if self.on_reset is not None:
+                    self.on_reset()
             self._size = size
             if not size:
                 return False

@@ -4,14 +4,12 @@ rounds, TTC and failures, and (from this version on) the conversation it answere
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from pacore_graph.batch.results_file import RESULTS_FILE
 from pacore_graph.viewer.folder import FolderView, column, row_notes
 from pacore_graph.viewer.rounds import agreement_line, math_answer, plain_messages, rounds_view, short, usable
-from pacore_graph.viewer.rows import RowIndex
+from pacore_graph.viewer.rows import Json, RowIndex
 
-Json = dict[str, Any]
 ANSWER_WIDTH = 160  # characters of an answer the index keeps; the problem's own view has it whole
 
 

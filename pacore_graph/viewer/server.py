@@ -19,6 +19,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import shutil
+import socket
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -66,6 +67,8 @@ class ViewServer(ThreadingHTTPServer):
     allow_reuse_address = True
 
     def __init__(self, view: FolderView, host: str = "127.0.0.1", port: int = 0):
+        if ":" in host:  # an IPv6 address
+            self.address_family = socket.AF_INET6
         self.view = view
         self.view_lock = threading.Lock()
         self.loopback = is_loopback(host)

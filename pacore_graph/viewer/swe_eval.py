@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from pacore_graph.viewer.folder import FolderView, column
 from pacore_graph.viewer.paths import OutsideFolder, folder_name, inside
+from pacore_graph.viewer.rows import Json
 
-Json = dict[str, Any]
 SUMMARY_FILE = "summary.json"
 TEST_CATEGORIES = ("FAIL_TO_PASS", "PASS_TO_PASS", "FAIL_TO_FAIL", "PASS_TO_FAIL")
 LOG_FILES = ("patch.diff", "run_instance.log", "eval.sh", "test_output.txt")

@@ -17,10 +17,9 @@ from pacore_graph.batch.results_file import RESULTS_FILE
 from pacore_graph.viewer.folder import FolderView, column, row_notes
 from pacore_graph.viewer.paths import OutsideFolder, folder_name
 from pacore_graph.viewer.rounds import rounds_view
-from pacore_graph.viewer.rows import RowIndex, loads
+from pacore_graph.viewer.rows import Json, RowIndex, loads
 from pacore_graph.viewer.swe_eval import Evaluation, eval_summaries, status_of
 
-Json = dict[str, Any]
 TRAJECTORY_DIR = "trajectories"
 _DIFF = re.compile(r"```diff\n(.*?)```", re.DOTALL)
 

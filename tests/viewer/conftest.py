@@ -1,5 +1,5 @@
-"""Fixtures of the viewer's tests: run folders of each kind (made once per session by the project's own commands),
-``pacore view`` started as a user starts it, and Debian's Chromium driven by Playwright.
+"""Fixtures of the viewer's tests: run folders of each kind, made once per session by the project's own commands
+(viewer_folders.py), and Debian's Chromium driven by Playwright.
 
 Screenshots of each page kind go to ``$PACORE_VIEWER_SCREENSHOTS`` when it is set, else to
 ``viewer-screenshots`` under pytest's base temporary folder (printed at the end of the session).
@@ -8,43 +8,13 @@ Screenshots of each page kind go to ``$PACORE_VIEWER_SCREENSHOTS`` when it is se
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from folders import ROOT, math_folder, multichallenge_folder, run_folder, solve_folder, swe_eval, swe_folder
+from mock_openai import MockOpenAIServer
+from viewer_folders import math_folder, multichallenge_folder, run_folder, solve_folder, swe_eval, swe_folder
 
 from pacore_benchmarks.perf.viewer_bench import CHROMIUM, CHROMIUM_ARGS  # Chromium's flags on a closed network
-
-
-@contextmanager
-def served(folder: Path, *extra: str) -> Iterator[str]:
-    """``pacore view FOLDER`` in a process of its own, as a user starts it; yields the URL it prints, and stops it
-    (Ctrl-C) when the block ends."""
-    import signal
-
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pacore_graph.cli", "view", str(folder), *extra],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        url = process.stdout.readline().strip() if process.stdout else ""
-        assert url.startswith("http://127.0.0.1:"), f"pacore view printed no URL: {process.communicate()[1]}"
-        yield url
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate()
-    assert process.returncode == 0, f"pacore view ended with {process.returncode}"
 
 
 @pytest.fixture(scope="session")
@@ -57,9 +27,11 @@ def screenshots(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixtur
     return folder
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """Debian's Chromium, headless, driven by Playwright from PyPI (no browser download)."""
+    """Debian's Chromium, headless, driven by Playwright from PyPI (no browser download). One per module, not per
+    session: Playwright's sync API keeps an event loop running in the main thread while it is open, and an async
+    test of a later module (pytest-asyncio) cannot start its own loop beside it."""
     from playwright.sync_api import sync_playwright
 
     assert Path(CHROMIUM).exists(), "no Chromium: run scripts/chromium-setup.sh (make test does)"
@@ -83,20 +55,10 @@ def page(browser):
     context.close()
 
 
-class MockFactory:
-    """``mock_server`` for session fixtures (the function-scoped fixture cannot be used there)."""
-
-    def __call__(self, handler):
-        sys.path.insert(0, str(ROOT / "tests"))
-        from mock_openai import MockOpenAIServer
-
-        return MockOpenAIServer(handler)
-
-
 @pytest.fixture(scope="session")
 def run_dir(tmp_path_factory) -> tuple[Path, list[dict]]:
     out = tmp_path_factory.mktemp("viewer") / "run"
-    requests = run_folder(out, MockFactory())
+    requests = run_folder(out, MockOpenAIServer)
     return out, requests
 
 
@@ -117,7 +79,7 @@ def multichallenge_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def swe_dir(tmp_path_factory) -> Path:
-    return swe_folder(tmp_path_factory.mktemp("viewer") / "swe", MockFactory())
+    return swe_folder(tmp_path_factory.mktemp("viewer") / "swe", MockOpenAIServer)
 
 
 @pytest.fixture(scope="session")

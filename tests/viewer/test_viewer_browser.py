@@ -11,8 +11,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from conftest import served
-from folders import HOSTILE, ROMAN, jsonl
+from viewer_folders import HOSTILE, ROMAN, jsonl
+from viewer_serving import served
 
 pytestmark = pytest.mark.browser
 
@@ -105,7 +105,7 @@ def test_a_conclusion_holding_a_script_stays_text_everywhere(run_dir, page, tmp_
         only_its_own_origin(page, url)
 
     report = tmp_path / "report.html"
-    from folders import pacore
+    from viewer_folders import pacore
 
     pacore("view", str(folder), "--html", str(report))
     page.requests.clear()
@@ -117,7 +117,7 @@ def test_a_conclusion_holding_a_script_stays_text_everywhere(run_dir, page, tmp_
 
 
 def test_the_self_contained_report_clicks_through_like_the_served_page(run_dir, page, tmp_path):
-    from folders import pacore
+    from viewer_folders import pacore
 
     report = tmp_path / "report.html"
     pacore("view", str(run_dir[0]), "--html", str(report))
@@ -223,11 +223,18 @@ def test_a_swe_evaluation_shows_each_tests_result(swe_eval_dir, page, screenshot
         )
         shot(page, screenshots, "swe-eval", full=True)
         only_its_own_origin(page, url)
-    with served(swe_eval_dir / "eval") as url:
+    page.requests.clear()
+    with served(swe_eval_dir / "eval") as url:  # the evaluation's own folder
         open_index(page, url)
+        shot(page, screenshots, "swe-eval-problems")
         open_problem(page, ROMAN)
         page.click("#eval details:has(summary:text-matches('test_output'))")
         assert "passed" in page.inner_text("#eval")
+        shot(page, screenshots, "swe-eval-instance", full=True)
+        page.click("nav.tabs a[href='#/summary']")
+        page.wait_for_selector("body[data-ready=summary]")
+        assert "check" in page.inner_text("main")
+        only_its_own_origin(page, url)
 
 
 @pytest.mark.embedded

@@ -1,5 +1,5 @@
 """What ``pacore view`` reads of each kind of folder and what its server serves, checked against the folders'
-own files (made by the project's commands on real servers: tests/viewer/folders.py), without a browser."""
+own files (made by the project's commands on real servers: tests/viewer/viewer_folders.py), without a browser."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import urllib.error
 import urllib.request
 
 import pytest
-from conftest import served
-from folders import HOSTILE, ROMAN, ROOT, jsonl
+from viewer_folders import HOSTILE, ROMAN, ROOT, jsonl
+from viewer_serving import served
 
 from pacore_graph.viewer.folder import open_folder
 

@@ -118,7 +118,6 @@ def math_folder(out: Path) -> Path:
 
 def multichallenge_folder(out: Path) -> Path:
     """``pacore bench multichallenge`` on its loopback mock (responder and judge): 4 conversations, [4]."""
-    sys.path.insert(0, str(TESTS))
     from multichallenge_mock import MockServer, write_data
 
     data = out.parent / f"{out.name}-data.jsonl"
