@@ -55,6 +55,7 @@ from pacore_graph.graph.own_thread import lent_saver
 from pacore_graph.graph.runner import PaCoReRunner, chosen_trajectory
 from pacore_graph.integrations.final_tokens import FinalRoundTokens
 from pacore_graph.models.structured import StructuredOutputMixin
+from pacore_graph.models.tool_choice import strict_tools
 from pacore_graph.models.unwrap import WrappedChatModel, find_chat_model, with_model
 from pacore_graph.records import PaCoReResult, Trajectory
 
@@ -185,14 +186,19 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
         tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
         *,
         tool_choice: str | dict[str, Any] | bool | None = None,
+        strict: bool | None = None,
         **kwargs: Any,
     ) -> Runnable[LanguageModelInput, AIMessage]:
         """Every trajectory is offered ``tools`` (bound on ``model`` by its own ``bind_tools``, so ``tool_choice``
-        means what it means there: "any", a tool's name, ...); conclusions carry their calls to the next round
-        and the answer carries the final trajectory's."""
+        and ``strict`` mean what they mean there: "any", a tool's name, ...); conclusions carry their calls to the
+        next round and the answer carries the final trajectory's. ``strict`` is written into each tool here too:
+        the tools reach ``model`` in OpenAI form, which LangChain's formatting leaves as it is."""
         if not hasattr(self._base, "bind_tools"):
             raise TypeError(f"{type(self._found.model).__name__} has no bind_tools: PaCoRe cannot offer it tools")
-        formatted = [convert_to_openai_tool(tool) for tool in tools]
+        formatted = [convert_to_openai_tool(tool, strict=strict) for tool in tools]
+        if strict is not None:
+            formatted = strict_tools(formatted, strict)
+            kwargs["strict"] = strict
         if tool_choice is not None:
             kwargs["tool_choice"] = tool_choice
         self._base.bind_tools(formatted, **kwargs)  # refuses a bad tool_choice now, before a run is spent

@@ -460,10 +460,9 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         """OpenAI tool calling, as vLLM serves it (``--enable-auto-tool-choice``). ``tool_choice``: LangChain's
         values ("any" or True: some tool; a tool's name: that tool) become OpenAI's; a name not among
         ``tools`` is refused here (vLLM would answer 400). Tools are sent strict (arguments held to their schemas,
-        so vLLM returns them as objects) unless ``strict=False`` or the tool itself says otherwise."""
-        formatted = [convert_to_openai_tool(tool, strict=strict) for tool in tools]
-        if strict is None:
-            formatted = strict_tools(formatted)
+        so vLLM returns them as objects) unless ``strict=False`` or the tool itself says otherwise; tools already
+        in OpenAI form get ``strict`` too (see :func:`~pacore_graph.models.tool_choice.strict_tools`)."""
+        formatted = strict_tools([convert_to_openai_tool(tool, strict=strict) for tool in tools], strict)
         choice = openai_tool_choice(tool_choice, formatted)
         if choice is not None:
             kwargs["tool_choice"] = choice
