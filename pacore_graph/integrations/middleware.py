@@ -31,11 +31,12 @@ from langgraph.config import get_config
 from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.concurrency.sync import CANCEL_GRACE_SECONDS, CancelScope, cancel_scope, run_sync
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.explorers.chat import as_pacore_calls_it, trajectory_from_message
+from pacore_graph.explorers.chat import trajectory_from_message
 from pacore_graph.explorers.episode import EpisodeContext
 from pacore_graph.graph.own_thread import lent_saver
 from pacore_graph.graph.runner import PaCoReRunner
 from pacore_graph.integrations.chat_model import final_trajectory
+from pacore_graph.models.calls import as_pacore_calls_it
 from pacore_graph.records import PaCoReResult, Trajectory
 
 

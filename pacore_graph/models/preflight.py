@@ -100,6 +100,16 @@ def discover_model(base_url: str, api_key: str | None = None, timeout: float = 1
     return listed[0]
 
 
+def served_window(model: BaseChatModel) -> int | None:
+    """The context window ``model``'s server reported, for this project's client (:func:`server_defaults` put it in
+    its ``profile``); None for other models, whose profile says what their provider documents, not what a server
+    serves."""
+    if not isinstance(model, OpenAICompatibleChatModel):
+        return None
+    window = (model.profile or {}).get("max_input_tokens")
+    return window if isinstance(window, int) else None
+
+
 def check_server(model: BaseChatModel) -> None:
     """The server of an :class:`OpenAICompatibleChatModel` answers and serves its model name. Other chat
     models are not checked."""

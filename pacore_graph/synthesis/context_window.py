@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from langchain_core.messages import BaseMessage
 
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
+from pacore_graph.models.preflight import served_window
 from pacore_graph.models.unwrap import find_chat_model
 from pacore_graph.synthesis.prompt import last_user_index, message_text, render_synthesis_prompt
 from pacore_graph.synthesis.tokens import count_tokens
@@ -60,9 +60,7 @@ def with_model_context(config: PaCoReConfig, model_or_explorer: ModelOrExplorer)
         found = find_chat_model(model_or_explorer)
     except TypeError:
         return config  # not a usable model: as_explorer says why
-    if found is None or not isinstance(found.model, OpenAICompatibleChatModel):
-        return config
-    window = (found.model.profile or {}).get("max_input_tokens")
+    window = served_window(found.model) if found is not None else None
     if not window or window < 256 or (config.max_tokens is not None and config.max_tokens >= window):
         return config
     return config.model_copy(update={"context_window": window})
