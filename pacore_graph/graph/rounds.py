@@ -98,7 +98,7 @@ class Rounds:
         finished = [round_data_of(done, stored) for done in state.get("rounds", [])]
         end = ending(finished, round_data, chosen, run.control(self.settings), self.settings, self.final_round)
         if not chosen and end is None and not self.reference_mode:  # the reference pipeline carries on with none
-            if run.ran(round_index):
+            if run.round(round_index, self.schedule[round_index]).ran:
                 earlier = [RoundRecord.model_validate(data) for data in finished]
                 raise RoundFailedError(RoundRecord.model_validate(round_data), earlier)
             # A resume reached the collector of a round that failed before (its trajectories ran elsewhere,
@@ -108,7 +108,7 @@ class Rounds:
             self._announce(run, round_index)
             restart = {"round_start": len(stored), "round_index": round_index}
             return Command(update=restart, goto=self._fan_out(round_index, finished))
-        run.round_finished(round_data)  # the next round's trajectories read their references from here
+        run.finished(round_data)  # the next round's trajectories read their references from here
         update: dict[str, Any] = {"rounds": [summary], "round_start": len(stored), "round_index": round_index + 1}
         if end is not None:
             update.update(round_index=len(self.schedule), answer=answer_message(end.record), outcome=end.outcome)
@@ -129,9 +129,9 @@ class Rounds:
     # ---- fanning out ----------------------------------------------------------------------------
 
     def _announce(self, run: RunState, round_index: int) -> None:
-        """The round is fanned out from this node's task, in this process (see RoundBarrier)."""
-        run.fanned_out(round_index)
+        """The round is fanned out from this node's task, in this process: all K run here (see RoundBarrier)."""
         k = self.schedule[round_index]
+        run.fan_out(round_index, k)
         run.emit({"event": "round_started", "round": round_index, "k": k, "rounds": len(self.schedule)})
 
     async def _admit(self, round_index: int) -> None:
