@@ -109,10 +109,10 @@ async def solve_resumable(
     status, finished = await thread_status(runner, thread)
     if finished is not None:
         return finished, status
-    config: RunnableConfig = {"configurable": {"thread_id": thread}}
+    on_thread: RunnableConfig = {"configurable": {"thread_id": thread}}
     result = await runner.arun(
         messages,
-        config,
+        on_thread,
         resume=status != "fresh",
         durability="sync",
         trace=trace,

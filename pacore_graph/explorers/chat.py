@@ -75,13 +75,15 @@ class ChatExplorer:
             await self._preconnect(requests)
 
     async def explore(self, messages: list[BaseMessage], episode: EpisodeContext) -> Trajectory:
-        config = episode.config
+        runnable_config = episode.runnable_config
         kwargs = self._final if episode.final else self._early
         if self.found.configurable:  # configurable fields the run sets are the user's: do not override them
-            configured = frozenset(ensure_config(config).get("configurable") or ()) & set(self.found.configurable)
+            configured = frozenset(ensure_config(runnable_config).get("configurable") or ()) & set(
+                self.found.configurable
+            )
             if configured:
                 kwargs = round_kwargs(self.found, self.config, configured)[1 if episode.final else 0]
         if self.found.prefix is not None:
-            messages = await self.found.prefix.ainvoke(messages, config)
-        message = await self.found.call.ainvoke(messages, config, **kwargs)
+            messages = await self.found.prefix.ainvoke(messages, runnable_config)
+        message = await self.found.call.ainvoke(messages, runnable_config, **kwargs)
         return trajectory_from_message(message)

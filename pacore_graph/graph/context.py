@@ -38,7 +38,7 @@ from pacore_graph.records import Trajectory
 
 @dataclass(frozen=True)
 class PaCoReContext:
-    """The input of one PaCoRe run (``graph.invoke(input, config, context=PaCoReContext(messages=[...]))``).
+    """The input of one PaCoRe run (``graph.invoke(input, runnable_config, context=PaCoReContext(messages=[...]))``).
 
     - ``messages``: the conversation PaCoRe answers (round 1 sends it unchanged; it is read, never changed).
     - ``payload``: handed to every explorer as ``EpisodeContext.payload`` (e.g. a SWE task row).
@@ -88,13 +88,13 @@ def current_run() -> RunState:
     return context.run_state
 
 
-def unobserved(config: RunnableConfig | None) -> bool:
-    """Whether no callback handler would see a run under ``config``: none among its callbacks and none
+def unobserved(runnable_config: RunnableConfig | None) -> bool:
+    """Whether no callback handler would see a run under ``runnable_config``: none among its callbacks and none
     from the environment or context (LangSmith tracing, ``collect_runs``, debug, configure hooks), as
     LangChain configures them. Asked once per PaCoRe run: its model calls inherit the same handlers
     (``stream_mode="messages"`` and ``astream_events`` attach theirs to the run's callbacks). The ambient
     config counts too: LangGraph merges its callbacks into the run's."""
     return not any(
         AsyncCallbackManager.configure((source or {}).get("callbacks"), None, False).handlers
-        for source in (config, ensure_config())  # ensure_config(): a copy of the ambient config
+        for source in (runnable_config, ensure_config())  # ensure_config(): a copy of the ambient config
     )

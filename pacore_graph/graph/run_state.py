@@ -60,7 +60,7 @@ class Round:
         """Whether a trajectory of this round started in this process (a resume may reach only its collector)."""
         return self.barrier.started > 0
 
-    def references(self, index: int, previous: Round | None, settings: PaCoReConfig) -> References:
+    def references(self, index: int, previous: Round | None, config: PaCoReConfig) -> References:
         """What trajectory ``index`` sees of the round before (``previous``; None for round 1)."""
         if self._references is None:
             if self.index > 0 and (previous is None or previous.data is None):
@@ -70,11 +70,11 @@ class Round:
                     "checkpoint)"
                 )
             data = previous.data if previous is not None else None
-            self._references = next_round_references(data, self.k, self.index, settings)
+            self._references = next_round_references(data, self.k, self.index, config)
         return self._references[index]
 
     def messages(
-        self, references: Sequence[str], conversation: Sequence[BaseMessage], settings: PaCoReConfig, template: str
+        self, references: Sequence[str], conversation: Sequence[BaseMessage], config: PaCoReConfig, template: str
     ) -> list[BaseMessage]:
         """The messages a trajectory that sees ``references`` sends: round 1 the conversation, later rounds the
         paper's template over the references (fitted to the model's window) in place of the last user message."""
@@ -83,7 +83,7 @@ class Round:
         if messages is None:
             messages = list(conversation)
             if self.index > 0:
-                fitted = fit_references(references, messages, settings, template)
+                fitted = fit_references(references, messages, config, template)
                 messages = synthesis_messages(messages, fitted, template)
             self._messages[key] = messages
         return messages
@@ -195,11 +195,11 @@ class RunState:
         self.rounds.clear()
         self._control = None
 
-    def control(self, settings: PaCoReConfig) -> RunControl:
+    def control(self, config: PaCoReConfig) -> RunControl:
         """The run's coordination state (budgets, early stop), made on first use."""
         if self._control is None:
             self._control = RunControl(
-                settings.budget, settings.early_stop, settings.answer_extractor, self.started, self.emit
+                config.budget, config.early_stop, config.answer_extractor, self.started, self.emit
             )
         return self._control
 
@@ -254,15 +254,17 @@ class RunState:
         except RuntimeError:  # called outside a graph run
             pass
 
-    def child_config(self, node_config: RunnableConfig, round_index: int, index: int, final: bool) -> RunnableConfig:
-        """The config of one trajectory's model call or agent run: traced under the trajectory's task,
-        tagged with its round and index; only the final round may stream tokens. The nostream tag is for
-        handlers (LangGraph's messages stream is one): a run none sees goes without, which spares every
+    def child_config(
+        self, runnable_config: RunnableConfig, round_index: int, index: int, final: bool
+    ) -> RunnableConfig:
+        """The RunnableConfig of one trajectory's model call or agent run, from its task's: traced under the
+        trajectory's task, tagged with its round and index; only the final round may stream tokens. The nostream tag
+        is for handlers (LangGraph's messages stream is one): a run none sees goes without, which spares every
         call's callback configuration a tag merge (about 5 us)."""
-        config: RunnableConfig = {
-            "callbacks": node_config.get("callbacks"),
+        child: RunnableConfig = {
+            "callbacks": runnable_config.get("callbacks"),
             "metadata": {**self.stream_metadata, "pacore_round": round_index, "pacore_index": index},
         }
         if not final and not self.unobserved:
-            config["tags"] = [TAG_NOSTREAM]
-        return config
+            child["tags"] = [TAG_NOSTREAM]
+        return child

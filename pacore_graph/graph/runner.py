@@ -116,10 +116,10 @@ class PaCoReRunner:
         throttle them (PaCoReConfig.max_concurrency bounds the model calls), and a sync run gets a thread
         per trajectory instead of the default pool of a few. A run nobody observes leaves out what only
         callback handlers would read (see :mod:`pacore_graph.graph.unseen`)."""
-        config: RunnableConfig = runnable_config.copy() if runnable_config else {}
-        if sync or config.get("max_concurrency"):
-            config["max_concurrency"] = max(self.config.schedule)
-        return unseen_removed(config) if context.unobserved else config
+        run: RunnableConfig = runnable_config.copy() if runnable_config else {}
+        if sync or run.get("max_concurrency"):
+            run["max_concurrency"] = max(self.config.schedule)
+        return unseen_removed(run) if context.unobserved else run
 
     async def arun(
         self,
@@ -145,13 +145,13 @@ class PaCoReRunner:
         )
         saver = lent_saver(runnable_config) if self.borrows_saver else self.graph.checkpointer
         sync = isinstance(saver, BaseCheckpointSaver) and not await async_capable(saver)
-        config = self.run_config(runnable_config, context, sync=sync)
-        with self.running(context), self.thread_of(config, context) as own:
-            config = own.config if own is not None else config
+        run = self.run_config(runnable_config, context, sync=sync)
+        with self.running(context), self.thread_of(run, context) as own:
+            run = own.runnable_config if own is not None else run
             graph = _SyncGraph(self.graph) if sync else self.graph
-            snapshot = await graph.aget_state(config) if own is not None or resume else None
+            snapshot = await graph.aget_state(run) if own is not None or resume else None
             graph_input = self.graph_input(context, snapshot, resume)
-            output = await graph.ainvoke(graph_input, config, context=context, durability=durability, version="v2")
+            output = await graph.ainvoke(graph_input, run, context=context, durability=durability, version="v2")
             result = build_result(output.value, context.trace, output.interrupts, self.config.answer_records == "full")
             if own is not None:
                 await forget(own, sync)
@@ -165,10 +165,10 @@ class PaCoReRunner:
         return run_sync(self.arun(messages, runnable_config, **options))
 
     @contextmanager
-    def thread_of(self, config: RunnableConfig, context: PaCoReContext) -> Iterator[OwnThread | None]:
+    def thread_of(self, runnable_config: RunnableConfig, context: PaCoReContext) -> Iterator[OwnThread | None]:
         """The run's own thread, held for the run, when it runs inside a checkpointed graph (see
         :mod:`pacore_graph.graph.own_thread`); None when it has a saver of its own or none at all."""
-        own = own_thread(config, context.messages, self.config.schedule) if self.borrows_saver else None
+        own = own_thread(runnable_config, context.messages, self.config.schedule) if self.borrows_saver else None
         if own is None:
             yield None
             return
@@ -209,11 +209,11 @@ class _SyncGraph:
     def __init__(self, graph: CompiledStateGraph[Any, Any, Any, Any]):
         self.graph = graph
 
-    async def aget_state(self, config: RunnableConfig) -> StateSnapshot:
-        return await asyncio.to_thread(self.graph.get_state, config)
+    async def aget_state(self, runnable_config: RunnableConfig) -> StateSnapshot:
+        return await asyncio.to_thread(self.graph.get_state, runnable_config)
 
-    async def ainvoke(self, graph_input: Any, config: RunnableConfig, **kwargs: Any) -> Any:
-        return await asyncio.to_thread(lambda: self.graph.invoke(graph_input, config, **kwargs))
+    async def ainvoke(self, graph_input: Any, runnable_config: RunnableConfig, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(lambda: self.graph.invoke(graph_input, runnable_config, **kwargs))
 
 
 async def forget(own: OwnThread, sync: bool) -> None:

@@ -74,17 +74,17 @@ class TrajectoryLife:
     )
 
     def __init__(self, rounds: Rounds, run: RunState, task: TrajectoryTask):
-        settings = rounds.settings
+        config = rounds.config
         self.rounds = rounds
         self.run = run
         round_index = task["round_index"]
         self.index = index = task["index"]
         self.round = current = run.round(round_index, rounds.schedule[round_index])
-        verifier = round_index == rounds.final_round and settings.final_selector == "verifier"
-        template = settings.verifier_template if verifier else settings.template
-        self.seen = current.references(index, run.rounds.get(round_index - 1), settings)
-        self.messages = current.messages(self.seen.texts, run.messages, settings, template)
-        self.control = run.control(settings).round(round_index, current.k, task.get("spent", 0))
+        verifier = round_index == rounds.final_round and config.final_selector == "verifier"
+        template = config.verifier_template if verifier else config.template
+        self.seen = current.references(index, run.rounds.get(round_index - 1), config)
+        self.messages = current.messages(self.seen.texts, run.messages, config, template)
+        self.control = run.control(config).round(round_index, current.k, task.get("spent", 0))
         self.final = round_index == rounds.final_round and not verifier  # a verifier's reply is not the answer
         self.stage = Stage.QUEUED
         self.admitted = current.ticket is not None  # this run admitted the round (async runs, not a resume)
@@ -92,13 +92,13 @@ class TrajectoryLife:
         self.exploration: Exploration | None = None  # made as it is sent
         self._task: asyncio.Task[Any] | None = None
 
-    async def live(self, config: RunnableConfig) -> dict[str, Any]:
+    async def live(self, runnable_config: RunnableConfig) -> dict[str, Any]:
         """The task's whole life; its output is the state update (its record)."""
         self._task = self.run.trajectory_started()  # a run closed already cancels it here
         barrier = self.round.barrier
         barrier.start()
         try:
-            outcome = await self._send(config)
+            outcome = await self._send(runnable_config)
         except (asyncio.CancelledError, GraphBubbleUp):
             self._move(Stage.CANCELLED, Stage.QUEUED, Stage.SENT)
             barrier.leave()
@@ -115,13 +115,13 @@ class TrajectoryLife:
         assert self.stage in sources, f"trajectory {self.index}: {self.stage.value} -> {to.value}"
         self.stage = to
 
-    async def _send(self, config: RunnableConfig) -> Trajectory:
+    async def _send(self, runnable_config: RunnableConfig) -> Trajectory:
         await self.slot.take()  # first: a trajectory still queued for its slot has built nothing of its own
         run, current, index = self.run, self.round, self.index
-        child = run.child_config(config, current.index, index, self.final)
+        child = run.child_config(runnable_config, current.index, index, self.final)
         episode = EpisodeContext(current.index, index, self.final, child, run.payload, run.on_record, run.unobserved)
         rounds = self.rounds
-        exploration = Exploration(rounds.explorer, self.messages, episode, rounds.settings, uncapped=rounds.uncapped)
+        exploration = Exploration(rounds.explorer, self.messages, episode, rounds.config, uncapped=rounds.uncapped)
         self.exploration = exploration
         self._move(Stage.SENT, Stage.QUEUED)
         work = exploration.explore(slot=self.slot)

@@ -35,9 +35,7 @@ from langchain_core.callbacks import (
     AsyncCallbackManager,
     AsyncCallbackManagerForLLMRun,
     BaseCallbackHandler,
-    BaseCallbackManager,
     CallbackManagerForLLMRun,
-    Callbacks,
 )
 from langchain_core.language_models import BaseChatModel, LangSmithParams, LanguageModelInput
 from langchain_core.language_models._compat_bridge import achunks_to_events
@@ -55,6 +53,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, SkipValidation
 from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.concurrency.sync import iterate_sync, run_sync
 from pacore_graph.config import PaCoReConfig
+from pacore_graph.explorers.agent import with_handler
 from pacore_graph.graph.node import enclosing_graph
 from pacore_graph.graph.own_thread import lent_saver
 from pacore_graph.graph.runner import PaCoReRunner, chosen_trajectory
@@ -100,7 +99,7 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
     _found: WrappedChatModel = PrivateAttr()
     _base: Any = PrivateAttr()  # ``model`` with the api key applied
     _binds: dict[str, Any] = PrivateAttr(default_factory=dict)
-    _settings: PaCoReConfig = PrivateAttr()
+    _config: PaCoReConfig = PrivateAttr()
     _limiter: ConcurrencyLimiter = PrivateAttr()
     _runners: dict[Hashable, PaCoReRunner] = PrivateAttr(default_factory=dict)  # least recently used first
 
@@ -124,8 +123,8 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
             update["request_timeout"] = self.timeout
         if self.max_retries is not None:
             update["retry"] = self.config.retry.model_copy(update={"max_attempts": self.max_retries + 1})
-        self._settings = self.config.model_copy(update=update) if update else self.config
-        self._limiter = ConcurrencyLimiter(self._settings.max_concurrency)
+        self._config = self.config.model_copy(update=update) if update else self.config
+        self._limiter = ConcurrencyLimiter(self._config.max_concurrency)
         if self.profile is None:
             self.profile = found.model.profile
 
@@ -144,7 +143,7 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
-        return {"model": self.model_name, "rounds": self._settings.schedule}
+        return {"model": self.model_name, "rounds": self._config.schedule}
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
         """Provider "pacore": this run's usage is the sum of its trajectories', each traced under its provider."""
@@ -209,7 +208,7 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
         call: RunnableConfig = {
             **config,
             "run_id": run_id,
-            "callbacks": with_handler(config.get("callbacks"), listener),
+            "callbacks": with_handler(config.get("callbacks"), listener, inherit=False),
         }
         task = asyncio.ensure_future(self.ainvoke(input, call, stop=stop, stream=True, **kwargs))
         task.add_done_callback(lambda _: received.put_nowait(_DONE))
@@ -252,7 +251,7 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
             binds = {**self._binds, **call}
             if binds:
                 model = model.bind(**binds)
-            runner = PaCoReRunner(model, self._settings, limiter=self._limiter)
+            runner = PaCoReRunner(model, self._config, limiter=self._limiter)
         if key is not None:
             self._runners[key] = runner
             while len(self._runners) > CACHED_RUNNERS:
@@ -275,16 +274,16 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
         if tokens is not None:
             callbacks.add_handler(tokens, inherit=True)
         outer = callbacks.inheritable_metadata
-        config: RunnableConfig = {
+        run_config: RunnableConfig = {
             "callbacks": callbacks,
             "tags": [TAG_NOSTREAM],  # the answer streams as this model's tokens, not as the final call's too
             "metadata": {key: value for key, value in outer.items() if key.startswith("langgraph_")},
         }
         if lent_saver(caller) is not None:
-            config["configurable"] = caller["configurable"]  # the runner keeps the saver and thread, no more
+            run_config["configurable"] = caller["configurable"]  # the runner keeps the saver and thread, no more
         # The run's ambient config is its own, as LangChain sets a child's: LangGraph then sees no enclosing graph.
-        with set_config_context(config) as context:
-            run = runner.arun(messages, config, trace=True, **enclosing)
+        with set_config_context(run_config) as context:
+            run = runner.arun(messages, run_config, trace=True, **enclosing)
             return await asyncio.get_running_loop().create_task(run, context=context)
 
     async def _agenerate(
@@ -321,7 +320,7 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
         trajectory and the rounds (the whole answer there, when nothing streamed: a selector chose it, say), then
         the reply. All under the id LangChain gives a streamed run's message."""
         received: asyncio.Queue[Any] = asyncio.Queue()
-        tokens = FinalRoundTokens(len(self._settings.schedule) - 1, received.put_nowait)
+        tokens = FinalRoundTokens(len(self._config.schedule) - 1, received.put_nowait)
         task = asyncio.ensure_future(self._run(messages, runner, run_manager, tokens))
         task.add_done_callback(lambda _: received.put_nowait(_DONE))
         message_id = f"{LC_ID_PREFIX}-{run_manager.run_id}"
@@ -426,17 +425,6 @@ class RunTokens(BaseCallbackHandler):
         ):
             self.heard = True
             self.send(chunk.message)
-
-
-def with_handler(callbacks: Callbacks, handler: BaseCallbackHandler) -> BaseCallbackManager:
-    """The caller's callbacks (a list of handlers or a manager) plus ``handler`` for the run they start, not for the
-    runs under it."""
-    if isinstance(callbacks, BaseCallbackManager):
-        manager = callbacks.copy()
-    else:
-        manager = AsyncCallbackManager(handlers=list(callbacks or ()), inheritable_handlers=list(callbacks or ()))
-    manager.add_handler(handler, inherit=False)
-    return manager
 
 
 def runner_key(call: Mapping[str, Any]) -> Hashable | None:

@@ -122,8 +122,7 @@ def test_the_embedded_client_reads_the_servers_context_and_caps_replies(embedded
     """The context comes from the server (``/props``, as llama.cpp's own server reports it) and fits PaCoRe's
     synthesis prompts; a reply that names no max_tokens is capped; one that names it is not."""
     from pacore_graph.models.embedded import EMBEDDED_MAX_TOKENS
-    from pacore_graph.models.preflight import served_context
-    from pacore_graph.synthesis.context_window import with_model_context
+    from pacore_graph.models.preflight import served_context, with_model_context
 
     assert served_context(embedded_server.base_url) == embedded_server.n_ctx == 8192
     model = chat_model(embedded_server.base_url)
