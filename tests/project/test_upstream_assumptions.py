@@ -11,7 +11,6 @@ import asyncio
 import contextvars
 import socket
 import threading
-import time
 import warnings
 from typing import Any, TypedDict
 
@@ -26,6 +25,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
 from pydantic import BaseModel, PrivateAttr
+from waits import wait_until
 
 # What LangGraph puts in each task's config metadata (pacore_graph.graph.unseen.TASK_METADATA lists the same).
 TASK_METADATA = {"langgraph_step", "langgraph_node", "langgraph_triggers", "langgraph_path", "langgraph_checkpoint_ns"}
@@ -358,10 +358,7 @@ def test_uvicorn_takes_a_wrapping_protocol_and_its_request_tasks_inherit_the_rea
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 10
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert server.started, "uvicorn did not start with a wrapping protocol class"
+        wait_until(lambda: server.started, 10, what="uvicorn started with a wrapping protocol class")
         request = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
         with socket.create_connection(("127.0.0.1", port), timeout=5) as connection:
             connection.sendall(request * 2)  # the second one is pipelined: started from the first one's task

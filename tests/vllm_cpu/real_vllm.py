@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from waits import wait_until
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -63,10 +63,7 @@ class VllmServer:
 
     def wait_idle(self, timeout: float = 60.0) -> None:
         """Until vLLM runs and queues nothing (earlier tests' requests finished or aborted)."""
-        deadline = time.monotonic() + timeout
-        while self.running() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not self.running(), f"vLLM still has requests after {timeout} s"
+        wait_until(lambda: not self.running(), timeout, what="vLLM ran or queued nothing")
 
 
 def setup_vllm() -> str:
