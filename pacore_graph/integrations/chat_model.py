@@ -29,18 +29,16 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
-from uuid import UUID
 
 from langchain_core.callbacks import (
     AsyncCallbackManager,
     AsyncCallbackManagerForLLMRun,
-    BaseCallbackHandler,
     CallbackManagerForLLMRun,
 )
 from langchain_core.language_models import BaseChatModel, LangSmithParams, LanguageModelInput
 from langchain_core.language_models._compat_bridge import achunks_to_events
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult, GenerationChunk
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.runnables.config import set_config_context
 from langchain_core.tools import BaseTool
@@ -57,7 +55,7 @@ from pacore_graph.explorers.agent import with_handler
 from pacore_graph.graph.node import enclosing_graph
 from pacore_graph.graph.own_thread import lent_saver
 from pacore_graph.graph.runner import PaCoReRunner, chosen_trajectory
-from pacore_graph.integrations.final_tokens import FinalRoundTokens
+from pacore_graph.integrations.final_tokens import FinalRoundTokens, RunTokens
 from pacore_graph.models.structured import StructuredOutputMixin
 from pacore_graph.models.tool_choice import strict_tools
 from pacore_graph.models.unwrap import WrappedChatModel, find_chat_model, with_model
@@ -204,7 +202,7 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
         config = ensure_config(config)
         run_id = config.get("run_id") or uuid7()
         received: asyncio.Queue[Any] = asyncio.Queue()
-        listener = RunTokens(run_id, received.put_nowait)
+        listener = RunTokens(received.put_nowait, [run_id])
         call: RunnableConfig = {
             **config,
             "run_id": run_id,
@@ -218,7 +216,7 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
             reply = await task
         finally:
             task.cancel()
-        if not listener.heard:  # streaming disabled: the whole reply as one chunk, as LangChain's astream gives it
+        if not listener.sent:  # streaming disabled: the whole reply as one chunk, as LangChain's astream gives it
             yield last_chunk(reply, whole=True)
 
     def stream(
@@ -398,33 +396,6 @@ async def _new_token(
     told = run_manager.on_llm_new_token(str(chunk.content), chunk=ChatGenerationChunk(message=chunk))
     if told is not None:
         await told
-
-
-class RunTokens(BaseCallbackHandler):
-    """Hands ``send`` the token chunks of one run (``run_id``): a caller's ear on its own call's run."""
-
-    run_inline = True  # called in order, on the run's own loop
-
-    def __init__(self, run_id: UUID, send: Callable[[AIMessageChunk], None]):
-        self.run_id = run_id
-        self.send = send
-        self.heard = False
-
-    def on_llm_new_token(
-        self,
-        token: str | list[str | dict[str, Any]],
-        *,
-        chunk: GenerationChunk | ChatGenerationChunk | None = None,
-        run_id: UUID,
-        **kwargs: Any,
-    ) -> None:
-        if (
-            run_id == self.run_id
-            and isinstance(chunk, ChatGenerationChunk)
-            and isinstance(chunk.message, AIMessageChunk)
-        ):
-            self.heard = True
-            self.send(chunk.message)
 
 
 def runner_key(call: Mapping[str, Any]) -> Hashable | None:

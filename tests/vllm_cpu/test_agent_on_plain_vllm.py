@@ -14,14 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from langchain.agents import create_agent
 from langchain.agents.middleware import wrap_model_call
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
-from real_vllm import MODEL, REPLY_CAP
+from real_vllm import MODEL, REPLY_CAP, pacore_agent
 
-from pacore_graph import PaCoReChatModel, PaCoReConfig, PaCoReMiddleware, chat_model
+from pacore_graph import PaCoReConfig, chat_model
 from pacore_graph.extend import ServerProcess, free_port
 
 ROUNDS = [2]
@@ -53,15 +52,11 @@ def test_the_plain_server_reads_a_forced_call_as_an_object_only_when_its_tool_is
     assert not loose.tool_calls, loose  # the arguments came back as a JSON string: an invalid call
 
 
-@pytest.mark.parametrize("entry", ["PaCoReChatModel", "PaCoReMiddleware"])
+@pytest.mark.parametrize("entry", ["model", "middleware"])  # PaCoReChatModel, PaCoReMiddleware
 def test_create_agent_with_strict_model_settings_reaches_its_tool(plain_vllm, entry):
     CALLED.clear()
     base = chat_model(plain_vllm.base_url, MODEL, max_tokens=REPLY_CAP, temperature=0)
-    config = PaCoReConfig(rounds=ROUNDS)
-    if entry == "PaCoReChatModel":
-        agent = create_agent(PaCoReChatModel(model=base, config=config), [get_weather], middleware=[strict_tool_first])
-    else:
-        agent = create_agent(base, [get_weather], middleware=[strict_tool_first, PaCoReMiddleware(config)])
+    agent = pacore_agent(entry, base, [get_weather], strict_tool_first, PaCoReConfig(rounds=ROUNDS))
     out = agent.invoke({"messages": [("user", QUESTION)]}, {"recursion_limit": 8})
     results = [message for message in out["messages"] if isinstance(message, ToolMessage)]
     assert CALLED and results and results[0].content.startswith("sunny, 21 C in ")
