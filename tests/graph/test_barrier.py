@@ -77,3 +77,35 @@ async def test_a_decision_that_must_wait_is_cut_by_the_zero_timeout():
     barrier.start()
     with pytest.raises(TimeoutError):
         await decided_at_once(barrier, 0)
+
+
+async def test_each_trajectory_ends_in_the_stage_its_outcome_names_and_no_stage_is_skipped(monkeypatch):
+    """A run of three trajectories, one of which fails for good: the lives end recorded, recorded, failed (and the
+    synthesis recorded); a transition from a stage it does not leave is refused."""
+    from pacore_graph import PaCoReConfig
+    from pacore_graph.extend import RetryPolicy, Trajectory
+    from pacore_graph.graph import trajectory as trajectory_module
+    from pacore_graph.graph.runner import PaCoReRunner
+
+    lives: list[trajectory_module.TrajectoryLife] = []
+    made = trajectory_module.TrajectoryLife.__init__
+
+    def keep(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        lives.append(self)
+
+    monkeypatch.setattr(trajectory_module.TrajectoryLife, "__init__", keep)
+
+    class OneFails:
+        async def explore(self, messages, episode) -> Trajectory:
+            if (episode.round_index, episode.index) == (0, 2):
+                raise ConnectionRefusedError("down")
+            return Trajectory(content=f"answer {episode.index}", completion_tokens=1)
+
+    config = PaCoReConfig(rounds=[3], retry=RetryPolicy(max_attempts=1))
+    result = await PaCoReRunner(OneFails(), config).arun("q")
+    assert result.answer == "answer 0"
+    stages = sorted((life.round.index, life.index, life.stage.value) for life in lives)
+    assert stages == [(0, 0, "recorded"), (0, 1, "recorded"), (0, 2, "failed"), (1, 0, "recorded")]
+    with pytest.raises(AssertionError, match="recorded -> received"):
+        lives[0]._move(trajectory_module.Stage.RECEIVED, trajectory_module.Stage.SENT)
