@@ -1,22 +1,121 @@
-"""Configuration of one PaCoRe run: the schedule, sampling, references, retries and limits."""
+"""Configuration of one PaCoRe run: the schedule, sampling, references, retries, limits and the coordination
+options (all off by default), with their defaults: the paper's synthesis template among them.
+
+A leaf: it imports nothing of the package, so every folder may read a config (see docs/architecture.md). Names of
+answer extractors are checked here by import (:func:`extractor_name`); the extractors themselves are in
+:mod:`pacore_graph.coordination.answers`.
+"""
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from typing import Any, Literal
 
 import jinja2
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-from pacore_graph.coordination.answers import extractor_name
-from pacore_graph.coordination.settings import Budget, EarlyStop
-from pacore_graph.coordination.templates import VERIFIER_TEMPLATE
-from pacore_graph.synthesis.prompt import DEFAULT_TEMPLATE
 
 PRESETS: dict[str, list[int]] = {"low": [4], "medium": [16], "high": [32, 4]}
 # The largest schedule the commands (--rounds) and the endpoint run: far beyond the paper's (at most 32 per round,
 # 2 rounds), small enough that a typo (--rounds 1000000) is refused instead of building a million-branch run.
 MAX_ROUNDS = 8
 MAX_TRAJECTORIES_PER_ROUND = 1024
+
+# The synthesis template (paper Table 6). PaCoRe-8B was trained on exactly this text, rendered by jinja2 with
+# default settings (which drop the template's trailing newline): the default must stay byte-identical.
+DEFAULT_TEMPLATE = """\
+You are given a problem and a list of reference responses. Your job is to analyze these references and provide your own response.
+
+Original Problem:
+{{ original_prompt }}
+
+Reference Responses:
+{% for response in ref_responses %}
+Reference {{ loop.index }}:
+{{ response }}
+{% endfor %}
+
+Now, based on the original problem and reference responses above, please provide your own comprehensive solution.
+"""  # noqa: E501 - the paper's text, long lines included
+
+# The verifier's prompt (final_selector="verifier"), rendered like the synthesis template.
+VERIFIER_TEMPLATE = r"""You are given a problem and a list of candidate responses. Check each candidate's reasoning and final answer, and decide which candidate is correct.
+
+Original Problem:
+{{ original_prompt }}
+
+Candidate Responses:
+{% for response in ref_responses %}
+Candidate {{ loop.index }}:
+{{ response }}
+{% endfor %}
+
+Reply with the number of the best candidate inside \boxed{}, for example \boxed{1}.
+"""  # noqa: E501 - a prompt is kept as sent: one line of text per line
+
+# The built-in answer extractors: the name a config keeps for each, and where it is.
+BUILTIN_EXTRACTORS = {
+    "boxed": "pacore_graph.coordination.answers:boxed_answer",
+    "last_boxed": "pacore_graph.coordination.answers:last_boxed",
+}
+
+
+class Budget(BaseModel):
+    """Limits of one run (one problem). When one runs out, the trajectories in flight are cancelled (their
+    HTTP requests closed, so the server stops generating), the round is collected with what finished and no
+    further round starts: the answer is chosen from what there is (:mod:`pacore_graph.coordination.ending`).
+
+    A run spends at most ``tokens`` plus what the trajectories in flight when it ran out had generated.
+    Tokens count as trajectories finish (servers report usage at the end of a request).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tokens: int | None = Field(None, ge=1, description="completion tokens over every round (reasoning included)")
+    seconds: float | None = Field(
+        None, gt=0, description="wall-clock deadline from the start of the run; a resumed run starts its clock again"
+    )
+
+    @property
+    def active(self) -> bool:
+        return self.tokens is not None or self.seconds is not None
+
+
+class EarlyStop(BaseModel):
+    """Stop a round once its answers agree (needs ``answer_extractor``): the rest of the round is cancelled.
+
+    Answers count as the same when their :func:`~pacore_graph.coordination.answers.answer_key` is equal.
+    The rules look at the trajectories of the round that finished with a conclusion, in finishing order.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    agree: int | None = Field(None, ge=2, description="stop once this many finished trajectories give one answer")
+    lead: int | None = Field(
+        None,
+        ge=1,
+        description="stop once the leading answer is ahead of the runner-up by this many (a sequential "
+        "test: it waits longer when the round is split)",
+    )
+    unbeatable: bool = Field(
+        False,
+        description="stop once the leading answer cannot be caught: its count exceeds the runner-up's plus the "
+        "trajectories still running (the round's vote can no longer change)",
+    )
+    skip_unanimous: bool = Field(
+        False,
+        description="after a round whose conclusions all give one answer, run no further round: the first "
+        "such conclusion (template order) is the answer",
+    )
+
+    @property
+    def active(self) -> bool:
+        return self.cancels or self.skip_unanimous
+
+    @property
+    def cancels(self) -> bool:
+        """Whether a rule may cut a round short (``skip_unanimous`` acts between rounds only)."""
+        return self.agree is not None or self.lead is not None or self.unbeatable
 
 
 class RetryPolicy(BaseModel):
@@ -235,3 +334,46 @@ def check_schedule_size(rounds: list[int], where: str) -> list[int]:
                 f"{MAX_TRAJECTORIES_PER_ROUND}"
             )
     return rounds
+
+
+def importable(name: str) -> Callable[..., Any]:
+    """The callable ``"module:function"`` names (``function`` may be ``Class.attribute``); ValueError otherwise."""
+    module_name, colon, attribute = name.partition(":")
+    if not colon or not module_name or not attribute:
+        raise ValueError(
+            f"unknown answer_extractor {name!r}: use {', '.join(map(repr, BUILTIN_EXTRACTORS))} or 'module:function'"
+        )
+    try:
+        found: object = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"answer_extractor {name!r} cannot be imported: {exc}") from None
+    if not callable(found):
+        raise ValueError(f"answer_extractor {name!r} is not callable")
+    return found
+
+
+def extractor_name(extractor: str | Callable[..., object]) -> str:
+    """The name a config keeps for an extractor, so that checkpoints and thread ids can hold it.
+
+    A callable must be reachable by import (a module-level function or a class attribute); a lambda or a
+    local function has no such name and is refused with a message that says what to do.
+    """
+    if isinstance(extractor, str):
+        if extractor not in BUILTIN_EXTRACTORS:
+            importable(extractor)
+        return extractor
+    module, qualname = getattr(extractor, "__module__", None), getattr(extractor, "__qualname__", "")
+    if module and qualname and "<" not in qualname:
+        name = f"{module}:{qualname}"
+        try:
+            if importable(name) is extractor:
+                builtin = [short for short, path in BUILTIN_EXTRACTORS.items() if path == name]
+                return builtin[0] if builtin else name
+        except ValueError:
+            pass
+    raise ValueError(
+        f"answer_extractor {extractor!r} has no importable name, and a checkpoint or thread id must record it: "
+        "define it at module level and pass it (or its 'module:function' name), or use 'boxed'"
+    )

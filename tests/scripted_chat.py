@@ -104,3 +104,8 @@ def fill(schema: dict[str, Any], prompt: str) -> Any:
         return next(quoted, None) or (re.findall(r"\b[A-Z][a-z]+\b", prompt) or [f"a {name}"])[-1]
 
     return value(schema, "")
+
+
+def tool_call(name: str, arguments: dict[str, Any], call_id: str) -> dict[str, Any]:
+    """A tool call in OpenAI's form, as a scripted reply carries it."""
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}

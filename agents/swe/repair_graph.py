@@ -58,6 +58,93 @@ def _sandbox() -> BaseSandbox:
     return sandbox
 
 
+class RepairLoop:
+    """What the nodes of one repair graph share (the model as each step calls it, the settings, the executor of
+    blocking sandbox calls), and the nodes and routes themselves."""
+
+    def __init__(
+        self,
+        model: BaseChatModel,
+        settings: RepairSettings,
+        executor: ThreadPoolExecutor | None,
+        model_step: Callable[[Runnable[Any, Any]], Runnable[Any, Any]] | None,
+    ):
+        self.settings = settings
+        self.executor = executor
+        runnable = _bound_model(model, settings)
+        self.step = model_step(runnable) if model_step is not None else runnable
+
+    async def blocking(self, function: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
+
+    async def agent(self, state: RepairState) -> dict[str, Any]:
+        """The model's next reply and the actions in it (a reminder when it holds none)."""
+
+        async def call() -> AIMessage:
+            return await self.step.ainvoke(state["messages"])
+
+        try:
+            reply, _ = await with_retries(call, self.settings.retry, None)
+        except ModelRequestError as exc:
+            if exc.status == 400 and "tool" in str(exc).lower():
+                raise ModelRequestError(
+                    f"the model server refused tool calling ({exc}); serve the model with tool calling "
+                    "(vLLM: --enable-auto-tool-choice --tool-call-parser ...) or use --tool-calling never",
+                    status=400,
+                ) from exc
+            raise
+        actions = parse_actions(reply)
+        update: dict[str, Any] = {
+            "messages": [reply] if actions else [reply, HumanMessage(NO_ACTION)],
+            "steps": state.get("steps", 0) + 1,
+            "pending": [action.model_dump() for action in actions],
+        }
+        return update
+
+    def after_agent(self, state: RepairState) -> str:
+        if state.get("pending"):
+            return "act"
+        return "finish" if state["steps"] >= self.settings.step_limit else "agent"
+
+    async def act(self, state: RepairState) -> dict[str, Any]:
+        """Each pending action's observation, in order: a command's output, or what became of a submit."""
+        sandbox = _sandbox()
+        update: dict[str, Any] = {"pending": [], "messages": []}
+        for action in (Action(**raw) for raw in state.get("pending", [])):
+            if action.kind == "submit":
+                update.update(submitted=True, stop_reason="submitted", note=action.note[: self.settings.note_chars])
+                text = "Submitted."
+            elif action.kind == "invalid":
+                text = f"Error: {action.error}. Tools: bash(command), submit(note)."
+            elif update.get("submitted"):
+                text = "Not run: the episode was already submitted."
+            else:
+                text = await self.run(sandbox, action.command)
+            update["messages"].append(
+                ToolMessage(text, tool_call_id=action.call_id) if action.call_id else HumanMessage(text)
+            )
+        return update
+
+    async def run(self, sandbox: BaseSandbox, command: str) -> str:
+        """One command in the sandbox, as the model reads it: its exit code and its output cut to head and tail."""
+        settings = self.settings
+        result = await self.blocking(sandbox.run, command, settings.command_timeout)
+        kept = settings.output_head + settings.output_tail
+        output = cut_middle(result.output, settings.output_head, settings.output_tail, _cut_marker(result, kept))
+        return format_observation(result.exit_code, output, result.timed_out, settings.command_timeout)
+
+    def after_act(self, state: RepairState) -> str:
+        return "finish" if state.get("submitted") or state["steps"] >= self.settings.step_limit else "agent"
+
+    async def finish(self, state: RepairState) -> dict[str, Any]:
+        """The patch (``git diff`` against the base commit), why the episode stopped, and the model's note."""
+        patch = await self.blocking(_sandbox().diff)
+        update: dict[str, Any] = {"patch": patch, "stop_reason": state.get("stop_reason") or "step_limit"}
+        if not state.get("note"):
+            update["note"] = _last_words(state["messages"], self.settings.note_chars)
+        return update
+
+
 def build_repair_graph(
     model: BaseChatModel,
     settings: RepairSettings | None = None,
@@ -73,84 +160,14 @@ def build_repair_graph(
     e.g. a PaCoRe run per call (:func:`~pacore_agents.swe.per_call.pacore_model_call`); by default the
     bound model itself.
     """
-    settings = settings or RepairSettings()
-    runnable = _bound_model(model, settings)
-    if model_step is not None:
-        runnable = model_step(runnable)
-
-    async def blocking(function: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(executor, function, *args)
-
-    async def agent(state: RepairState) -> dict[str, Any]:
-        async def call() -> AIMessage:
-            return await runnable.ainvoke(state["messages"])
-
-        try:
-            reply, _ = await with_retries(call, settings.retry, None)
-        except ModelRequestError as exc:
-            if exc.status == 400 and "tool" in str(exc).lower():
-                raise ModelRequestError(
-                    f"the model server refused tool calling ({exc}); serve the model with tool calling "
-                    "(vLLM: --enable-auto-tool-choice --tool-call-parser ...) or use --tool-calling never",
-                    status=400,
-                ) from exc
-            raise
-        steps = state.get("steps", 0) + 1
-        actions = parse_actions(reply)
-        update: dict[str, Any] = {"messages": [reply], "steps": steps, "pending": [a.model_dump() for a in actions]}
-        if not actions:
-            update["messages"] = [reply, HumanMessage(NO_ACTION)]
-        return update
-
-    def after_agent(state: RepairState) -> str:
-        if state.get("pending"):
-            return "act"
-        return "finish" if state["steps"] >= settings.step_limit else "agent"
-
-    async def act(state: RepairState) -> dict[str, Any]:
-        sandbox = _sandbox()
-        replies: list[BaseMessage] = []
-        update: dict[str, Any] = {"pending": []}
-        for action in (Action(**raw) for raw in state.get("pending", [])):
-            if action.kind == "submit":
-                update.update(submitted=True, stop_reason="submitted", note=action.note[: settings.note_chars])
-                text = "Submitted."
-            elif action.kind == "invalid":
-                text = f"Error: {action.error}. Tools: bash(command), submit(note)."
-            elif update.get("submitted"):
-                text = "Not run: the episode was already submitted."
-            else:
-                result = await blocking(sandbox.run, action.command, settings.command_timeout)
-                output = cut_middle(
-                    result.output,
-                    settings.output_head,
-                    settings.output_tail,
-                    _cut_marker(result, settings.output_head + settings.output_tail),
-                )
-                text = format_observation(result.exit_code, output, result.timed_out, settings.command_timeout)
-            replies.append(ToolMessage(text, tool_call_id=action.call_id) if action.call_id else HumanMessage(text))
-        update["messages"] = replies
-        return update
-
-    def after_act(state: RepairState) -> str:
-        if state.get("submitted") or state["steps"] >= settings.step_limit:
-            return "finish"
-        return "agent"
-
-    async def finish(state: RepairState) -> dict[str, Any]:
-        patch = await blocking(_sandbox().diff)
-        update: dict[str, Any] = {"patch": patch, "stop_reason": state.get("stop_reason") or "step_limit"}
-        if not state.get("note"):
-            update["note"] = _last_words(state["messages"], settings.note_chars)
-        return update
-
+    loop = RepairLoop(model, settings or RepairSettings(), executor, model_step)
     builder = StateGraph(RepairState)
-    builder.add_node("agent", agent)
-    builder.add_node("act", act)
-    builder.add_node("finish", finish)
+    builder.add_node("agent", loop.agent)
+    builder.add_node("act", loop.act)
+    builder.add_node("finish", loop.finish)
     builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", after_agent, ["act", "agent", "finish"])
-    builder.add_conditional_edges("act", after_act, ["agent", "finish"])
+    builder.add_conditional_edges("agent", loop.after_agent, ["act", "agent", "finish"])
+    builder.add_conditional_edges("act", loop.after_act, ["agent", "finish"])
     builder.add_edge("finish", END)
     return builder
 

@@ -13,7 +13,7 @@ from typing import Any
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
-from langchain_core.outputs import ChatResult
+from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr
 
 from pacore_graph import chat_model
@@ -48,7 +48,8 @@ class SpreadChatModel(BaseChatModel):
         index = min(range(len(self.replicas)), key=self._in_flight.__getitem__)
         self._in_flight[index] += 1
         try:
-            return await self.replicas[index]._agenerate(messages, stop=stop, **kwargs)
+            message = await self.replicas[index].ainvoke(messages, stop=stop, **kwargs)
+            return ChatResult(generations=[ChatGeneration(message=message)])
         finally:
             self._in_flight[index] -= 1
 

@@ -33,8 +33,8 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.graph.context import ProgressListener, RecordSink
 from pacore_graph.graph.own_thread import conversation_digest
+from pacore_graph.graph.run_state import ProgressListener, RecordSink
 from pacore_graph.graph.runner import MessagesInput, PaCoReRunner, build_result
 from pacore_graph.records import PaCoReResult
 
@@ -109,10 +109,10 @@ async def solve_resumable(
     status, finished = await thread_status(runner, thread)
     if finished is not None:
         return finished, status
-    config: RunnableConfig = {"configurable": {"thread_id": thread}}
+    on_thread: RunnableConfig = {"configurable": {"thread_id": thread}}
     result = await runner.arun(
         messages,
-        config,
+        on_thread,
         resume=status != "fresh",
         durability="sync",
         trace=trace,

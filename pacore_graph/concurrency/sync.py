@@ -6,8 +6,7 @@ portal would do this at twice the CPU per call (docs/performance.md, "Libraries 
 
 Ctrl-C: a sync caller waiting here gets the KeyboardInterrupt; the coroutine it started on the
 background loop is then cancelled (its HTTP requests closed) before the interrupt goes on, so an
-interrupted run stops spending tokens. :func:`call_interruptibly` extends that to a sync function (a
-sync LangGraph run, whose worker threads call :func:`run_sync`), stopped by a callback of the caller's.
+interrupted run stops spending tokens.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import concurrent.futures
 import contextvars
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -159,28 +158,3 @@ def iterate_sync(items: AsyncIterator[T]) -> Iterator[T]:
                 raise value
     finally:
         loop.call_soon_threadsafe(lambda: [task.cancel() for task in started])
-
-
-def call_interruptibly(function: Callable[[], T], on_interrupt: Callable[[], None]) -> T:
-    """Call a sync function in a helper thread so that a KeyboardInterrupt reaches this caller at once.
-
-    On an interrupt, ``on_interrupt`` stops the function's work (a PaCoRe run cancels its trajectories on
-    the background loop); the function then fails and its thread ends, and the interrupt is raised here.
-    """
-    context = contextvars.copy_context()
-    outcome: concurrent.futures.Future[T] = concurrent.futures.Future()
-
-    def work() -> None:
-        try:
-            outcome.set_result(context.run(function))
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            outcome.set_exception(exc)
-
-    threading.Thread(target=work, name="pacore-sync-run", daemon=True).start()
-    try:
-        return outcome.result()
-    except BaseException:
-        if not outcome.done():
-            on_interrupt()
-            concurrent.futures.wait([outcome], timeout=CANCEL_GRACE_SECONDS)
-        raise

@@ -11,9 +11,9 @@ Set them on :class:`~pacore_graph.config.PaCoReConfig`; the result's ``outcome``
 ``cut`` / ``answer`` / ``reference_indices`` say what they did.
 """
 
+from pacore_graph.config import VERIFIER_TEMPLATE, Budget, EarlyStop
 from pacore_graph.coordination.answers import answer_key, boxed_answer, extract_answer, last_boxed
-from pacore_graph.coordination.settings import Budget, EarlyStop
-from pacore_graph.coordination.templates import RSA_TEMPLATE, VERIFIER_TEMPLATE
+from pacore_graph.coordination.templates import RSA_TEMPLATE
 from pacore_graph.coordination.vote import VoteResult, majority_vote
 
 __all__ = [

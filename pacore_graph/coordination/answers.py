@@ -18,12 +18,12 @@ equality of meaning is the grader's business (``pacore_benchmarks.math.grading``
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Literal
 
+from pacore_graph.config import BUILTIN_EXTRACTORS, importable
 from pacore_graph.synthesis.compaction import compact
 
 Flag = Literal["no_conclusion", "no_boxed", "unboxed", "unparsable", "timeout"]
@@ -177,55 +177,12 @@ def boxed_answer(conclusion: str) -> str | None:
     return extract_answer(conclusion)[0]
 
 
-BUILTIN_EXTRACTORS: dict[str, AnswerExtractor] = {"boxed": boxed_answer, "last_boxed": last_boxed}
-
-
 @lru_cache(maxsize=64)
 def resolve_extractor(name: str) -> AnswerExtractor:
     """The extractor a config names: ``"boxed"``, ``"last_boxed"`` (only a complete box counts) or an
-    importable ``"module:function"``."""
-    if name in BUILTIN_EXTRACTORS:
-        return BUILTIN_EXTRACTORS[name]
-    module_name, colon, attribute = name.partition(":")
-    if not colon or not module_name or not attribute:
-        raise ValueError(
-            f"unknown answer_extractor {name!r}: use {', '.join(map(repr, BUILTIN_EXTRACTORS))} or 'module:function'"
-        )
-    try:
-        found: object = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"answer_extractor {name!r} cannot be imported: {exc}") from None
-    if not callable(found):
-        raise ValueError(f"answer_extractor {name!r} is not callable")
+    importable ``"module:function"`` (see :func:`pacore_graph.config.extractor_name`)."""
+    found: AnswerExtractor = importable(BUILTIN_EXTRACTORS.get(name, name))
     return found
-
-
-def extractor_name(extractor: str | Callable[..., object]) -> str:
-    """The name a config keeps for an extractor, so that checkpoints and thread ids can hold it.
-
-    A callable must be reachable by import (a module-level function or a class attribute); a lambda or a
-    local function has no such name and is refused with a message that says what to do.
-    """
-    if isinstance(extractor, str):
-        resolve_extractor(extractor)
-        return extractor
-    for name, builtin in BUILTIN_EXTRACTORS.items():
-        if builtin is extractor:
-            return name
-    module, qualname = getattr(extractor, "__module__", None), getattr(extractor, "__qualname__", "")
-    if module and qualname and "<" not in qualname:
-        name = f"{module}:{qualname}"
-        try:
-            if resolve_extractor(name) is extractor:
-                return name
-        except ValueError:
-            pass
-    raise ValueError(
-        f"answer_extractor {extractor!r} has no importable name, and a checkpoint or thread id must record it: "
-        "define it at module level and pass it (or its 'module:function' name), or use 'boxed'"
-    )
 
 
 _SPACES = re.compile(r"\s+")

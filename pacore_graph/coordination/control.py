@@ -18,8 +18,8 @@ from collections import Counter
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, TypeVar
 
+from pacore_graph.config import Budget, EarlyStop
 from pacore_graph.coordination.answers import AnswerExtractor, answer_key, resolve_extractor
-from pacore_graph.coordination.settings import Budget, EarlyStop
 from pacore_graph.records import TrajectoryData, usable
 
 T = TypeVar("T")

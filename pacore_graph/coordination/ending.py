@@ -40,7 +40,7 @@ def ending(
     round_data: RoundData,
     chosen: list[TrajectoryData],
     control: RunControl,
-    settings: PaCoReConfig,
+    config: PaCoReConfig,
     final_round: int,
 ) -> Ending | None:
     """The run's ending after ``round_data`` (``chosen``: its usable records, template order), or None to go on
@@ -49,15 +49,15 @@ def ending(
     if not chosen:
         return _rescue(rounds, round_data)
     if round_index == final_round:
-        return _verified(rounds[-1], chosen[0]) if settings.final_selector == "verifier" else None
+        return _verified(rounds[-1], chosen[0]) if config.final_selector == "verifier" else None
     stop = _cut_by_budget(round_data)
-    if stop is None and settings.budget.active:
+    if stop is None and config.budget.active:
         stop = control.exhausted(sum(_tokens(data) for data in (*rounds, round_data)))
     if stop is not None:
         return choose(round_data, chosen, stop=stop)
-    if settings.early_stop.skip_unanimous and _unanimous(chosen):
+    if config.early_stop.skip_unanimous and _unanimous(chosen):
         return choose(round_data, chosen, stop="unanimous")
-    if settings.final_selector == "vote" and round_index == final_round - 1:
+    if config.final_selector == "vote" and round_index == final_round - 1:
         return choose(round_data, chosen)
     return None
 

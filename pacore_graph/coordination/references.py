@@ -37,20 +37,20 @@ class References(NamedTuple):
 
 
 def next_round_references(
-    previous: RoundData | None, k: int, round_index: int, settings: PaCoReConfig
+    previous: RoundData | None, k: int, round_index: int, config: PaCoReConfig
 ) -> list[References]:
     """One :class:`References` per trajectory of round ``round_index`` (``previous`` is None for round 1)."""
     if previous is None:
         return [References([])] * k
     round_record = RoundRecord.model_validate(previous)
-    subset, dedup = settings.reference_subset, settings.dedup_references
+    subset, dedup = config.reference_subset, config.dedup_references
     if subset is None and not dedup:
         return [References(round_record.references)] * k
     by_index = {record.index: record for record in round_record.trajectories}
     pool = [by_index[index] for index in round_record.reference_order]
     if subset is None:
         return [_collapse(pool, dedup)] * k
-    draws = _subsets(len(pool), subset, k, round_index, settings.seed, settings.distinct_subsets)
+    draws = _subsets(len(pool), subset, k, round_index, config.seed, config.distinct_subsets)
     return [_collapse([pool[position] for position in draw], dedup) for draw in draws]
 
 

@@ -22,7 +22,7 @@ def rsa_config(population: int = 16, subset: int = 4, loops: int = 10, **overrid
     """RSA's setting (its eval_loop.py defaults: N=16, k=4, T=10) as a PaCoReConfig; ``overrides`` win."""
     if subset > population:
         raise ValueError(f"subset k={subset} is larger than the population N={population}")
-    settings: dict[str, Any] = {
+    fields: dict[str, Any] = {
         "rounds": [population] * loops,
         "reference_subset": subset,
         "template": RSA_TEMPLATE,
@@ -30,5 +30,5 @@ def rsa_config(population: int = 16, subset: int = 4, loops: int = 10, **overrid
         "answer_extractor": "boxed",
         "reference_order": "index",
     }
-    settings.update(overrides)
-    return PaCoReConfig(**settings)
+    fields.update(overrides)
+    return PaCoReConfig(**fields)

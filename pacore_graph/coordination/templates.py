@@ -1,24 +1,10 @@
-"""Prompts of the coordination options: the verifier's (a final selector) and RSA's aggregation prompt.
+"""RSA's aggregation prompt (the verifier's, a config default, is ``pacore_graph.config.VERIFIER_TEMPLATE``).
 
-Both render like the synthesis template (jinja2, default settings, ``original_prompt`` and
-``ref_responses``), so a run can use them in place of it.
+It renders like the synthesis template (jinja2, default settings, ``original_prompt`` and ``ref_responses``), so
+a run can use it in place of it.
 """
 
 from __future__ import annotations
-
-VERIFIER_TEMPLATE = r"""You are given a problem and a list of candidate responses. Check each candidate's reasoning and final answer, and decide which candidate is correct.
-
-Original Problem:
-{{ original_prompt }}
-
-Candidate Responses:
-{% for response in ref_responses %}
-Candidate {{ loop.index }}:
-{{ response }}
-{% endfor %}
-
-Reply with the number of the best candidate inside \boxed{}, for example \boxed{1}.
-"""
 
 # Recursive Self-Aggregation's math aggregation prompt, as HyperPotatoNeo/RSA's eval_loop.py
 # (aggregate_prompt, task "math") builds it: parts joined by newlines, problem and candidates stripped,

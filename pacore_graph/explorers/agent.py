@@ -18,7 +18,13 @@ import contextvars
 from collections.abc import Callable
 from typing import Any
 
-from langchain_core.callbacks import BaseCallbackHandler, Callbacks, UsageMetadataCallbackHandler
+from langchain_core.callbacks import (
+    AsyncCallbackManager,
+    BaseCallbackHandler,
+    BaseCallbackManager,
+    Callbacks,
+    UsageMetadataCallbackHandler,
+)
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import merge_configs
@@ -53,21 +59,22 @@ class AgentExplorer:
         output: Callable[[Any], AIMessage | str],
         input: Callable[[list[BaseMessage], EpisodeContext], Any] | None = None,
         record: Callable[[Any, EpisodeContext], Any] | None = None,
-        config: RunnableConfig | None = None,
+        runnable_config: RunnableConfig | None = None,
         isolate: bool = False,
     ):
         self.runnable = runnable
         self.output = output
         self.input = input or _default_input
         self.record = record
-        self.config = config
+        self.runnable_config = runnable_config
         self.isolate = isolate
 
     async def explore(self, messages: list[BaseMessage], episode: EpisodeContext) -> Trajectory:
-        config = merge_configs(self.config, episode.config) if self.config else episode.config
+        own = self.runnable_config
+        run = merge_configs(own, episode.runnable_config) if own else episode.runnable_config
         spent = UsageMetadataCallbackHandler()  # what a failed episode's model calls cost (its state is gone)
-        config = {**config, "callbacks": _with_handler(config.get("callbacks"), spent)}
-        episode_run = self.runnable.ainvoke(self.input(messages, episode), config)
+        run = {**run, "callbacks": with_handler(run.get("callbacks"), spent)}
+        episode_run = self.runnable.ainvoke(self.input(messages, episode), run)
         try:
             if self.isolate:
                 state = await asyncio.create_task(episode_run, context=contextvars.Context())
@@ -89,15 +96,17 @@ class AgentExplorer:
         return trajectory
 
 
-def _with_handler(callbacks: Callbacks, handler: BaseCallbackHandler) -> Callbacks:
-    """``callbacks`` (none, a list or a manager) plus ``handler``, inherited by every run below; the original
-    is left as it was. (``merge_configs`` would also pull in the config of the task running this.)"""
-    if callbacks is None:
-        return [handler]
-    if isinstance(callbacks, list):
-        return [*callbacks, handler]
-    manager = callbacks.copy()
-    manager.add_handler(handler, inherit=True)
+def with_handler(callbacks: Callbacks, handler: BaseCallbackHandler, *, inherit: bool = True) -> Callbacks:
+    """``callbacks`` (none, a list or a manager) plus ``handler``; ``inherit``: the runs below see it too (else only
+    the run these callbacks start). The original is left as it was. (``merge_configs`` would also pull in the
+    config of the task running this.)"""
+    if isinstance(callbacks, BaseCallbackManager):
+        manager = callbacks.copy()
+    elif inherit:
+        return [*(callbacks or ()), handler]
+    else:
+        manager = AsyncCallbackManager(handlers=list(callbacks or ()), inheritable_handlers=list(callbacks or ()))
+    manager.add_handler(handler, inherit=inherit)
     return manager
 
 

@@ -5,18 +5,13 @@ LangChain chat-model run: callbacks, tracing, ``astream_events`` and ``stream_mo
 trajectory, tagged with ``pacore_round`` / ``pacore_index``. The explorer has no road of its own to any model:
 what a call costs is the model's business (this project's client keeps a whole message cheap itself).
 
-Requests: PaCoReConfig's sampling (temperature, top_p, max_tokens, model_kwargs) fills in only what the
-model and its bindings leave unset, for models that take OpenAI's parameters (this project's client,
-ChatOpenAI); other chat models are called as configured. Earlier rounds never stream through LangChain
-(``stream=False``: K token streams nobody shows would cost client CPU); the final round streams when a
-streaming consumer is attached. ``PaCoReConfig.stream`` makes every request stream from the server: for
-this project's client that is its transport (``sse``), assembled without a LangChain chunk per token.
+What each round's call carries (PaCoReConfig's sampling where the model leaves it unset, whether it streams) is
+decided beside the models (:func:`~pacore_graph.models.calls.round_kwargs`): the explorer calls every model alike.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,7 +21,7 @@ from langchain_core.runnables import ensure_config
 
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.explorers.episode import EpisodeContext
-from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
+from pacore_graph.models.calls import as_pacore_calls_it, preconnector, round_kwargs
 from pacore_graph.models.sse import reasoning_of
 from pacore_graph.models.unwrap import WrappedChatModel, with_model, without_retries
 from pacore_graph.records import Trajectory
@@ -51,30 +46,6 @@ def trajectory_from_message(message: AIMessage, extra: dict[str, Any] | None = N
     )
 
 
-def as_pacore_calls_it(model: BaseChatModel, request_timeout: float | None) -> BaseChatModel:
-    """A ChatOpenAI that keeps vLLM's reasoning, leaves retries to PaCoRe and times out with it (see
-    models/chat_openai.py); any other model as it is. A process that never imported langchain-openai holds no
-    ChatOpenAI, and does not import it here (about 30 MB)."""
-    if "langchain_openai" not in sys.modules:
-        return model
-    from pacore_graph.models import chat_openai
-
-    return chat_openai.as_pacore_calls_it(model, request_timeout)
-
-
-def takes_openai_params(model: BaseChatModel) -> bool:
-    """Whether ``model`` sends PaCoReConfig's sampling settings as OpenAI request fields: this project's client
-    or langchain-openai's (ChatOpenAI, AzureChatOpenAI). A process that never imported langchain-openai holds
-    none of its models, and does not import it here."""
-    if isinstance(model, OpenAICompatibleChatModel):
-        return True
-    if "langchain_openai" not in sys.modules:
-        return False
-    from pacore_graph.models import chat_openai
-
-    return chat_openai.is_chat_openai(model)
-
-
 class ChatExplorer:
     """One trajectory = one chat completion; ``model`` is a chat model or a wrapper found around one."""
 
@@ -95,42 +66,24 @@ class ChatExplorer:
             found = dataclasses.replace(found, call=call)
         self.found = found
         self.model = found.model
-        self._early, self._final = self._request_kwargs()
-
-    def _fill_ins(self, configured: frozenset[str] = frozenset()) -> dict[str, Any]:
-        if not takes_openai_params(self.model):
-            return {}
-        settings = self.config
-        wanted = {"temperature": settings.temperature, "top_p": settings.top_p, "max_tokens": settings.max_tokens}
-        wanted.update(settings.model_kwargs)
-        return {
-            name: value for name, value in wanted.items() if value is not None and not self.found.sets(name, configured)
-        }
-
-    def _request_kwargs(self, configured: frozenset[str] = frozenset()) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The call kwargs of earlier rounds and of the final round."""
-        fill = self._fill_ins(configured)
-        if isinstance(self.model, OpenAICompatibleChatModel):
-            if self.config.stream:
-                fill["sse"] = True  # stream from the server; LangChain chunks only when someone listens
-            return {**fill, "stream": False}, fill
-        if self.found.sets_streaming():
-            return fill, fill
-        return {**fill, "stream": self.config.stream}, {**fill, "stream": True} if self.config.stream else fill
+        self._early, self._final = round_kwargs(found, self.config)
+        self._preconnect = preconnector(found.model)
 
     async def expect(self, requests: int) -> None:
-        """``requests`` requests are about to go out: our own chat model opens connections for them meanwhile."""
-        if isinstance(self.model, OpenAICompatibleChatModel):
-            await self.model.apreconnect(requests)
+        """``requests`` requests are about to go out: a model that can opens connections for them meanwhile."""
+        if self._preconnect is not None:
+            await self._preconnect(requests)
 
     async def explore(self, messages: list[BaseMessage], episode: EpisodeContext) -> Trajectory:
-        config = episode.config
+        runnable_config = episode.runnable_config
         kwargs = self._final if episode.final else self._early
         if self.found.configurable:  # configurable fields the run sets are the user's: do not override them
-            configured = frozenset(ensure_config(config).get("configurable") or ()) & set(self.found.configurable)
+            configured = frozenset(ensure_config(runnable_config).get("configurable") or ()) & set(
+                self.found.configurable
+            )
             if configured:
-                kwargs = self._request_kwargs(configured)[1 if episode.final else 0]
+                kwargs = round_kwargs(self.found, self.config, configured)[1 if episode.final else 0]
         if self.found.prefix is not None:
-            messages = await self.found.prefix.ainvoke(messages, config)
-        message = await self.found.call.ainvoke(messages, config, **kwargs)
+            messages = await self.found.prefix.ainvoke(messages, runnable_config)
+        message = await self.found.call.ainvoke(messages, runnable_config, **kwargs)
         return trajectory_from_message(message)

@@ -16,7 +16,7 @@ class EpisodeContext:
     - ``round_index`` / ``index``: which round (0-based; the final round is ``len(rounds)``) and which
       of its K trajectories this is.
     - ``final``: this is the final round, whose one conclusion becomes the answer.
-    - ``config``: the RunnableConfig for the child run (the model call or the agent graph). It carries
+    - ``runnable_config``: the RunnableConfig for the child run (the model call or the agent graph). It carries
       the caller's callbacks, tags and metadata, plus ``pacore_round`` / ``pacore_index`` in the
       metadata; when a handler sees the run, earlier rounds are tagged ``nostream`` so only the final round
       streams tokens. Pass it on, so every model call stays visible to tracing and streaming.
@@ -24,7 +24,7 @@ class EpisodeContext:
       row, say), or None; under ``PaCoReNode`` it is the enclosing graph's runtime context.
     - :meth:`record`: hands an episode record (anything, e.g. a JSON-ready dict) to the caller's sink.
     - ``unobserved``: no callback handler is attached to the run (none given, no tracing, no streaming of
-      messages or events), so model calls made under ``config`` would be seen by nobody; an explorer may
+      messages or events), so model calls made under ``runnable_config`` would be seen by nobody; an explorer may
       then skip building their LangChain runs. False unless the runner checked (once per run).
 
     Explorers used outside a PaCoRe run (a benchmark's own calls) build one with only the indices.
@@ -33,7 +33,7 @@ class EpisodeContext:
     round_index: int = 0
     index: int = 0
     final: bool = False
-    config: RunnableConfig = field(default_factory=RunnableConfig)
+    runnable_config: RunnableConfig = field(default_factory=RunnableConfig)
     payload: Any = None
     sink: Callable[[Any], None] | None = None
     unobserved: bool = False

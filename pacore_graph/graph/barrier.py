@@ -4,7 +4,7 @@ Why: LangGraph saves each finished task's output as the task ends and, when a th
 ``invoke(None, config)``, runs again exactly the tasks that had not finished or had raised. So a round
 with no usable conclusion must fail *in its trajectory tasks*, not in the collector after them (the
 collector would only see the same failure records again on resume). A trajectory that still fails after
-its retries therefore waits until its running siblings are done:
+its retries therefore waits until every sibling that runs in this process has started and none is running:
 
 - some sibling produced a usable conclusion: the failure is recorded and left out of the references;
 - none did, and all K trajectories of the round ran in this process: every failed one raises
@@ -14,10 +14,11 @@ its retries therefore waits until its running siblings are done:
   usable conclusion it raises; a later resume then reaches only the collector, which, seeing that no
   trajectory of the round ran in its process, runs the whole round again.
 
-Who counts as a sibling that is still to come: when this process fanned the round out, all K tasks run
-here, so a failed one waits until all K have started and none runs. When the round was fanned out
-before a restart (a resume), siblings saved earlier never start here; those that do start come in one
-burst, so a failed one waits until none has started or run for ``SETTLE_SECONDS``.
+How many siblings run here is state, said by whoever made the round (``here``): all K when this process fanned
+the round out; on a resume, the round's tasks the checkpoint holds no output for (the runner counts them in the
+checkpoint's pending tasks). When nobody said (a graph resumed with ``invoke(None, ...)`` without the runner),
+the trajectories that started are all there are: LangGraph starts a step's tasks together, and a failure comes
+after a request at least, so by then every sibling of the step has started.
 
 All trajectories of a run share one event loop (the graph's, or the sync loop for a sync run), so the
 counters need no lock.
@@ -29,15 +30,13 @@ import asyncio
 
 from pacore_graph.records import TrajectoryData
 
-SETTLE_SECONDS = 0.25
-
 
 class RoundBarrier:
-    """The trajectories of one round that run in this process; ``everyone_here``: all K will."""
+    """The trajectories of one round that run in this process: ``here`` of its ``k`` will (None: unknown)."""
 
-    def __init__(self, k: int, everyone_here: bool):
+    def __init__(self, k: int, here: int | None):
         self.k = k
-        self.everyone_here = everyone_here
+        self.here = here
         self.started = 0
         self.running = 0
         self.usable = False
@@ -60,28 +59,20 @@ class RoundBarrier:
         self.running -= 1
         self._change()
 
+    @property
+    def settled(self) -> bool:
+        """Every trajectory that runs here has started, and none is running."""
+        return self.running == 0 and self.started >= (self.started if self.here is None else self.here)
+
     async def fail(self, record: TrajectoryData) -> bool:
         """Record a trajectory that failed for good; True when the whole round failed here (raise)."""
         self.records[record["index"]] = record
         self.leave()
-        while not await self._settled():
-            pass
+        while not self.settled:
+            if self._changed is None:
+                self._changed = asyncio.Event()
+            await self._changed.wait()
         return not self.usable and self.started >= self.k
-
-    async def _settled(self) -> bool:
-        if self._changed is None:
-            self._changed = asyncio.Event()
-        changed = self._changed
-        if self.running > 0 or (self.everyone_here and self.started < self.k):
-            await changed.wait()
-            return False
-        if self.started >= self.k or self.everyone_here:
-            return True
-        try:
-            await asyncio.wait_for(changed.wait(), SETTLE_SECONDS)
-        except TimeoutError:
-            return True
-        return False
 
     def _change(self) -> None:
         if self._changed is not None:  # someone waits: wake them (each makes a new event to wait on)

@@ -62,10 +62,10 @@ def build_pacore_graph(
     :class:`~pacore_graph.graph.runner.PaCoReRunner` (``resume=True``): it gives a resumed round the conclusions
     it builds on. Async runs wait for the limiter to admit each round before it fans out.
     """
-    rounds = Rounds(model_or_explorer, config, limiter)  # `config` is LangGraph's name for a RunnableConfig
+    rounds = Rounds(model_or_explorer, config, limiter)
 
-    async def trajectory(task: TrajectoryTask, config: RunnableConfig) -> dict[str, Any]:
-        return await TrajectoryLife(rounds, current_run(), task).live(config)
+    async def trajectory(task: TrajectoryTask, runnable_config: RunnableConfig) -> dict[str, Any]:
+        return await TrajectoryLife(rounds, current_run(), task).live(runnable_config)
 
     builder = StateGraph(PaCoReState, context_schema=PaCoReContext)
     builder.add_node("begin", _Step("begin", rounds.begin, rounds.abegin), destinations=("trajectory",))

@@ -9,42 +9,36 @@ messages again, and the per-round message lists are rebuilt from them.
 Two objects, one per side of the run:
 
 - :class:`PaCoReContext`, frozen, is the caller's input: the conversation and where the run's outputs go.
-- :class:`~pacore_graph.graph.run_state.RunState` is what the operator keeps while the run goes: the
-  rounds' barriers and message lists, the early-stop and budget state, the trajectories in flight, the
-  admission it holds, whether the run was closed.
+- :class:`~pacore_graph.graph.run_state.RunState` is what the operator keeps while the run goes: its rounds
+  (each one's barrier, admission, references and message lists), the early-stop and budget state, the
+  trajectories in flight, whether the run was closed.
 
 Where the run state lives: LangGraph hands every node the very object passed as ``context=`` (the runtime
-context is not copied), and nothing else of the run reaches a Send task (no run id, only its argument). So
-the run state is found by the context's identity (:func:`run_state`: a map from ``id(context)``, whose entry
-goes when the context is collected), and the context itself stays a plain frozen value, never written to.
-One context runs one graph run at a time: a new input resets its run state
-(:meth:`RunState.begin`), so a context may be used again afterwards, but two runs at once need a context
+context is not copied), and nothing else of the run reaches a Send task (no run id, only its argument). So the
+context holds its run's state from its construction (``run_state``: not one of its fields, so equality and repr
+are those of the caller's input alone). One context runs one graph run at a time: a new input resets its run
+state (:meth:`RunState.begin`), so a context may be used again afterwards, but two runs at once need a context
 each (``PaCoReRunner`` makes one per run).
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManager
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig, ensure_config
 from langgraph.runtime import get_runtime
 
-from pacore_graph.graph.run_state import RunState
+from pacore_graph.graph.run_state import ProgressListener, RecordSink, RunState
 from pacore_graph.records import Trajectory
-
-ProgressListener: TypeAlias = Callable[[dict[str, Any]], None]  # progress events: round started, trajectory finished...
-RecordSink: TypeAlias = Callable[[Any], None]  # receives what explorers pass to EpisodeContext.record
 
 
 @dataclass(frozen=True)
 class PaCoReContext:
-    """The input of one PaCoRe run (``graph.invoke(input, config, context=PaCoReContext(messages=[...]))``).
+    """The input of one PaCoRe run (``graph.invoke(input, runnable_config, context=PaCoReContext(messages=[...]))``).
 
     - ``messages``: the conversation PaCoRe answers (round 1 sends it unchanged; it is read, never changed).
     - ``payload``: handed to every explorer as ``EpisodeContext.payload`` (e.g. a SWE task row).
@@ -58,7 +52,7 @@ class PaCoReContext:
       every episode, so a chat explorer skips chat-model runs nobody would see.
 
     Frozen: a run reads these and never changes them. What the operator keeps during the run is not here
-    but in its :class:`~pacore_graph.graph.run_state.RunState` (see the module's docstring).
+    but in ``run_state``, made with the context (see the module's docstring).
     """
 
     messages: Sequence[BaseMessage]
@@ -68,24 +62,19 @@ class PaCoReContext:
     trace: list[Trajectory] | None = None
     stream_metadata: Mapping[str, Any] = field(default_factory=dict)
     unobserved: bool = False
+    run_state: RunState = field(init=False, repr=False, compare=False)
 
-
-# by identity: a context compares by value (two with the same messages are equal) but is the input of one run
-_runs: dict[int, RunState] = {}
-_making = threading.Lock()  # a resumed sync run's trajectories may ask first, from threads of their own
-
-
-def run_state(context: PaCoReContext) -> RunState:
-    """The operator's state of the run ``context`` is the input of, made on first use and dropped when the
-    context is collected (before its id can be reused)."""
-    run = _runs.get(id(context))
-    if run is None:
-        with _making:
-            run = _runs.get(id(context))
-            if run is None:
-                run = _runs[id(context)] = RunState(context)
-                weakref.finalize(context, _runs.pop, id(context), None)
-    return run
+    def __post_init__(self) -> None:
+        run = RunState(
+            self.messages,
+            payload=self.payload,
+            on_event=self.on_event,
+            on_record=self.on_record,
+            trace=self.trace,
+            stream_metadata=self.stream_metadata,
+            unobserved=self.unobserved,
+        )
+        object.__setattr__(self, "run_state", run)  # a frozen dataclass sets its own derived field this way
 
 
 def current_run() -> RunState:
@@ -96,16 +85,16 @@ def current_run() -> RunState:
             "the PaCoRe graph reads its conversation from its runtime context: invoke it with "
             "context=PaCoReContext(messages=[...]) (PaCoReNode and PaCoReRunner do this for you)"
         )
-    return run_state(context)
+    return context.run_state
 
 
-def unobserved(config: RunnableConfig | None) -> bool:
-    """Whether no callback handler would see a run under ``config``: none among its callbacks and none
+def unobserved(runnable_config: RunnableConfig | None) -> bool:
+    """Whether no callback handler would see a run under ``runnable_config``: none among its callbacks and none
     from the environment or context (LangSmith tracing, ``collect_runs``, debug, configure hooks), as
     LangChain configures them. Asked once per PaCoRe run: its model calls inherit the same handlers
     (``stream_mode="messages"`` and ``astream_events`` attach theirs to the run's callbacks). The ambient
     config counts too: LangGraph merges its callbacks into the run's."""
     return not any(
         AsyncCallbackManager.configure((source or {}).get("callbacks"), None, False).handlers
-        for source in (config, ensure_config())  # ensure_config(): a copy of the ambient config
+        for source in (runnable_config, ensure_config())  # ensure_config(): a copy of the ambient config
     )

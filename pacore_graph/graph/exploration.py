@@ -26,7 +26,7 @@ from pacore_graph.synthesis.tokens import completion_tokens
 
 class Exploration:
     """``explorer.explore(messages, episode)`` as the operator runs it: retried on transient failures
-    (``settings.retry``), each attempt holding ``slot`` and limited to ``settings.request_timeout``.
+    (``config.retry``), each attempt holding ``slot`` and limited to ``config.request_timeout``.
 
     ``attempts`` counts the attempts made so far, also when the work is cancelled midway; ``failed_tokens`` the
     (prompt, completion) tokens that failed attempts spent, as far as their servers reported them. With
@@ -40,17 +40,17 @@ class Exploration:
         explorer: Explorer,
         messages: list[BaseMessage],
         episode: EpisodeContext,
-        settings: PaCoReConfig,
+        config: PaCoReConfig,
         *,
         uncapped: Explorer | None = None,
     ):
         self.explorer = explorer
         self.messages = messages
         self.episode = episode
-        self.settings = settings
+        self.config = config
         self.attempts = 0
         self.failed_tokens = (0, 0)
-        reference = settings.compat == "reference"
+        reference = config.compat == "reference"
         self._uncapped = uncapped or explorer
         self._retries = ReferenceRetries(capped=self._uncapped is not explorer) if reference else None
 
@@ -66,16 +66,16 @@ class Exploration:
 
     async def explore(self, *, slot: AbstractAsyncContextManager[Any] | None = None) -> Trajectory:
         """The trajectory; the last error when it still fails after its retries."""
-        settings = self.settings
+        config = self.config
         retryable = is_transient if self._retries is None else self._retries.retryable
         outcome, _ = await with_retries(
-            self._attempt, settings.retry, settings.request_timeout, slot=slot, retryable=retryable
+            self._attempt, config.retry, config.request_timeout, slot=slot, retryable=retryable
         )
         return outcome
 
     def record(self, outcome: Trajectory) -> TrajectoryData:
         """What a run keeps of it (see :func:`trajectory_data`), its failed attempts' tokens counted in."""
-        record = trajectory_data(outcome, self.episode, self.settings, self.attempts)
+        record = trajectory_data(outcome, self.episode, self.config, self.attempts)
         return with_failed_tokens(record, self.failed_tokens)
 
     def failure(self, exc: BaseException) -> TrajectoryData:
@@ -86,16 +86,16 @@ class Exploration:
 
 
 def trajectory_data(
-    outcome: Trajectory, episode: EpisodeContext, settings: PaCoReConfig, attempts: int = 0
+    outcome: Trajectory, episode: EpisodeContext, config: PaCoReConfig, attempts: int = 0
 ) -> TrajectoryData:
     """What a run keeps of it: its conclusion (compacted) and counts, tokens from usage or counted.
     With ``compat="reference"`` the conclusion is the reference pipeline's text: what follows the last
     ``</think>`` or the whole reply, and the final call's raw reply."""
     compacted = compact(outcome.content, outcome.reasoning, outcome.finish_reason)
     conclusion = compacted.conclusion if compacted.conclusion.strip() else ""
-    if settings.compat == "reference":
+    if config.compat == "reference":
         conclusion = outcome.content if episode.final else pipeline_conclusion(outcome.content)
-    elif not conclusion and compacted.truncated and settings.truncated_policy == "keep":
+    elif not conclusion and compacted.truncated and config.truncated_policy == "keep":
         conclusion = outcome.content  # the reference pipeline passes such raw text on
     tokens, approximate = completion_tokens(outcome.completion_tokens, outcome.content, outcome.reasoning)
     return TrajectoryData(
@@ -143,13 +143,13 @@ def _tool_call(call: dict[str, Any]) -> ToolCallData:
     return ToolCallData(name=call["name"], args=call.get("args") or {}, id=call.get("id") or f"call_{uuid.uuid4().hex}")
 
 
-def passed_on(trajectory: Trajectory, settings: PaCoReConfig) -> str | None:
-    """The text a first-round trajectory passes on to the next round under ``settings`` (its compacted
+def passed_on(trajectory: Trajectory, config: PaCoReConfig) -> str | None:
+    """The text a first-round trajectory passes on to the next round under ``config`` (its compacted
     conclusion, with its tool calls rendered), or None when the operator drops it (no conclusion).
 
     For work outside a run that must see trajectories exactly as the operator's next round does: the
     message sets of PaCoRe training data, say.
     """
-    record = trajectory_data(trajectory, EpisodeContext(round_index=0, index=0), settings)
-    passes = passes_on if settings.compat == "reference" else usable
+    record = trajectory_data(trajectory, EpisodeContext(round_index=0, index=0), config)
+    passes = passes_on if config.compat == "reference" else usable
     return TrajectoryRecord.model_validate(record).reference if passes(record) else None

@@ -11,7 +11,7 @@ from langgraph.runtime import get_runtime
 
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.explorers.protocol import ModelOrExplorer
-from pacore_graph.graph.context import ProgressListener
+from pacore_graph.graph.run_state import ProgressListener
 from pacore_graph.graph.runner import MessagesInput, PaCoReRunner
 
 

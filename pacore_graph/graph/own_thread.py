@@ -35,11 +35,11 @@ def conversation_digest(messages: Sequence[BaseMessage], *parts: Any) -> str:
 
 @dataclass(frozen=True)
 class OwnThread:
-    """The saver and thread of one PaCoRe run inside a checkpointed caller, and the config to run it with."""
+    """The saver and thread of one PaCoRe run inside a checkpointed caller, and the RunnableConfig to run it with."""
 
     saver: BaseCheckpointSaver[Any]
     thread_id: str
-    config: RunnableConfig
+    runnable_config: RunnableConfig
 
 
 def lent_saver(runnable_config: RunnableConfig | None) -> BaseCheckpointSaver[Any] | None:
@@ -62,9 +62,9 @@ def own_thread(runnable_config: RunnableConfig | None, messages: Sequence[BaseMe
         return None
     name = f"{caller}{THREAD_SEPARATOR}{configurable.get('checkpoint_ns', '')}|{conversation_digest(messages, shape)}"
     own = {key: value for key, value in configurable.items() if not key.startswith(("__", "checkpoint_"))}
-    config: RunnableConfig = {key: value for key, value in runnable_config.items() if key != CONF}  # type: ignore[assignment]
-    config[CONF] = {**own, "thread_id": name, CONFIG_KEY_CHECKPOINTER: saver}
-    return OwnThread(saver, name, config)
+    run: RunnableConfig = {key: value for key, value in runnable_config.items() if key != CONF}  # type: ignore[assignment]
+    run[CONF] = {**own, "thread_id": name, CONFIG_KEY_CHECKPOINTER: saver}
+    return OwnThread(saver, name, run)
 
 
 async def async_capable(saver: BaseCheckpointSaver[Any]) -> bool:
@@ -95,7 +95,10 @@ def claimed(thread: OwnThread) -> Iterator[OwnThread]:
         if name == thread.thread_id:
             yield thread
         else:
-            config: RunnableConfig = {**thread.config, CONF: {**thread.config[CONF], "thread_id": name}}
-            yield OwnThread(thread.saver, name, config)
+            renamed: RunnableConfig = {
+                **thread.runnable_config,
+                CONF: {**thread.runnable_config[CONF], "thread_id": name},
+            }
+            yield OwnThread(thread.saver, name, renamed)
     finally:
         _BUSY.discard(name)

@@ -2,7 +2,7 @@
 the next one (or sets the answer). Both return their Sends in a ``Command``: a router after them would
 read the whole state back (LangGraph copies every channel for it), about 3% of the client's CPU at [32, 4].
 
-A :class:`Rounds` is made once per built graph and holds what every node shares: the settings (with the
+A :class:`Rounds` is made once per built graph and holds what every node shares: the config (with the
 model's reported context window), the explorer, the limiter, the schedule.
 """
 
@@ -23,8 +23,8 @@ from pacore_graph.graph.compat import passes_on
 from pacore_graph.graph.context import current_run
 from pacore_graph.graph.run_state import RunState
 from pacore_graph.graph.state import PaCoReState, TrajectoryTask
+from pacore_graph.models.preflight import with_model_context
 from pacore_graph.records import RoundData, RoundRecord, RoundSummary, TrajectoryData, round_data_of, usable
-from pacore_graph.synthesis.context_window import with_model_context
 from pacore_graph.synthesis.prompt import last_user_index, order_references
 
 
@@ -35,21 +35,21 @@ class Rounds:
         self, model_or_explorer: ModelOrExplorer, config: PaCoReConfig | None, limiter: ConcurrencyLimiter | None
     ):
         # a server-reported context window fits the synthesis prompts
-        self.settings = settings = with_model_context(config or PaCoReConfig(), model_or_explorer)
-        self.explorer: Explorer = as_explorer(model_or_explorer, settings)
-        self.reference_mode = settings.compat == "reference"
+        self.config = config = with_model_context(config or PaCoReConfig(), model_or_explorer)
+        self.explorer: Explorer = as_explorer(model_or_explorer, config)
+        self.reference_mode = config.compat == "reference"
         self.passes = passes_on if self.reference_mode else usable  # which trajectories become references
         self.uncapped = self.explorer  # compat="reference": what a request refused as too long is retried with
-        if self.reference_mode and settings.max_tokens is not None:
-            self.uncapped = as_explorer(model_or_explorer, settings.model_copy(update={"max_tokens": None}))
-        self.limiter = limiter or ConcurrencyLimiter(settings.max_concurrency)
-        self.schedule = settings.schedule
+        if self.reference_mode and config.max_tokens is not None:
+            self.uncapped = as_explorer(model_or_explorer, config.model_copy(update={"max_tokens": None}))
+        self.limiter = limiter or ConcurrencyLimiter(config.max_concurrency)
+        self.schedule = config.schedule
         self.final_round = len(self.schedule) - 1
         self._expect = getattr(self.explorer, "expect", None)  # optional (see Explorer)
 
     # ---- begin ----------------------------------------------------------------------------------
 
-    def begin(self, state: PaCoReState, config: RunnableConfig) -> Command[Any]:
+    def begin(self, state: PaCoReState, runnable_config: RunnableConfig) -> Command[Any]:
         """A new input starts at round 1, also on a thread that already ran (checkpointer, next turn)."""
         run = current_run()
         run.begin()
@@ -68,14 +68,14 @@ class Rounds:
         }
         return Command(update=update, goto=self._fan_out(0, []))
 
-    async def abegin(self, state: PaCoReState, config: RunnableConfig) -> Command[Any]:
-        command = self.begin(state, config)
+    async def abegin(self, state: PaCoReState, runnable_config: RunnableConfig) -> Command[Any]:
+        command = self.begin(state, runnable_config)
         await self._admit(0)
         return command
 
     # ---- collect --------------------------------------------------------------------------------
 
-    def collect(self, state: PaCoReState, config: RunnableConfig) -> Command[Any]:
+    def collect(self, state: PaCoReState, runnable_config: RunnableConfig) -> Command[Any]:
         """Order and compact the round and fan out the next one; after the final round its one conclusion
         is the answer."""
         run = current_run()
@@ -84,7 +84,7 @@ class Rounds:
         start = state.get("round_start", 0)
         records = sorted(stored[start:], key=lambda record: record["index"])
         lengths = [record.get("content_length", 0) for record in records]
-        order = order_references(lengths, self.settings.seed, self.settings.reference_order)
+        order = order_references(lengths, self.config.seed, self.config.reference_order)
         chosen = [records[position] for position in order if self.passes(records[position])]
         summary = RoundSummary(
             round_index=round_index,
@@ -96,9 +96,9 @@ class Rounds:
         round_data = round_data_of(summary, stored)
         run.emit(round_finished_event(round_data, records))
         finished = [round_data_of(done, stored) for done in state.get("rounds", [])]
-        end = ending(finished, round_data, chosen, run.control(self.settings), self.settings, self.final_round)
+        end = ending(finished, round_data, chosen, run.control(self.config), self.config, self.final_round)
         if not chosen and end is None and not self.reference_mode:  # the reference pipeline carries on with none
-            if run.ran(round_index):
+            if run.round(round_index, self.schedule[round_index]).ran:
                 earlier = [RoundRecord.model_validate(data) for data in finished]
                 raise RoundFailedError(RoundRecord.model_validate(round_data), earlier)
             # A resume reached the collector of a round that failed before (its trajectories ran elsewhere,
@@ -108,7 +108,7 @@ class Rounds:
             self._announce(run, round_index)
             restart = {"round_start": len(stored), "round_index": round_index}
             return Command(update=restart, goto=self._fan_out(round_index, finished))
-        run.round_finished(round_data)  # the next round's trajectories read their references from here
+        run.finished(round_data)  # the next round's trajectories read their references from here
         update: dict[str, Any] = {"rounds": [summary], "round_start": len(stored), "round_index": round_index + 1}
         if end is not None:
             update.update(round_index=len(self.schedule), answer=answer_message(end.record), outcome=end.outcome)
@@ -120,8 +120,8 @@ class Rounds:
             return Command(update=update, goto=self._fan_out(round_index + 1, [*finished, round_data]))
         return Command(update=update)
 
-    async def acollect(self, state: PaCoReState, config: RunnableConfig) -> Command[Any]:
-        command = self.collect(state, config)
+    async def acollect(self, state: PaCoReState, runnable_config: RunnableConfig) -> Command[Any]:
+        command = self.collect(state, runnable_config)
         if command.goto:  # a round fans out next
             await self._admit(command.update["round_index"])  # type: ignore[index]
         return command
@@ -129,9 +129,9 @@ class Rounds:
     # ---- fanning out ----------------------------------------------------------------------------
 
     def _announce(self, run: RunState, round_index: int) -> None:
-        """The round is fanned out from this node's task, in this process (see RoundBarrier)."""
-        run.fanned_out(round_index)
+        """The round is fanned out from this node's task, in this process: all K run here (see RoundBarrier)."""
         k = self.schedule[round_index]
+        run.fan_out(round_index, k)
         run.emit({"event": "round_started", "round": round_index, "k": k, "rounds": len(self.schedule)})
 
     async def _admit(self, round_index: int) -> None:
@@ -142,7 +142,7 @@ class Rounds:
 
     def _fan_out(self, round_index: int, rounds: list[RoundData]) -> list[Send]:
         """The Send tasks of round ``round_index``, after the finished ``rounds``: indices only."""
-        spent = spent_tokens(rounds) if self.settings.budget.tokens is not None else None
+        spent = spent_tokens(rounds) if self.config.budget.tokens is not None else None
         sends = []
         for index in range(self.schedule[round_index]):
             task = TrajectoryTask(round_index=round_index, index=index)

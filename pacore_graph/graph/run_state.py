@@ -1,18 +1,17 @@
-"""What the operator keeps while one run goes: its finished rounds (the next round's references come from
-them, not from the Send arguments), its rounds' barriers and message lists, its coordination state, the
-trajectories in flight and the admission they hold, whether it was closed.
+"""What the operator keeps while one run goes: :class:`RunState`, and in it one :class:`Round` per round.
 
-Internal: a caller passes a :class:`~pacore_graph.graph.context.PaCoReContext` (frozen) and each holds one of
-these (see that module for why there). The context's fields are copied in once: they cannot change, and a
-trajectory then reads them in one attribute access each.
+A :class:`~pacore_graph.graph.context.PaCoReContext` (the caller's input, frozen) holds one of these from its
+construction: LangGraph hands every node that very object, so every node and trajectory reaches the run's state
+through it. The context's fields are copied in once: they cannot change, and a trajectory then reads them in one
+attribute access each. This module imports nothing of the context's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeAlias
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
@@ -28,12 +27,75 @@ from pacore_graph.records import RoundData, RoundRecord, Trajectory
 from pacore_graph.synthesis.context_window import fit_references
 from pacore_graph.synthesis.prompt import synthesis_messages
 
-if TYPE_CHECKING:
-    from pacore_graph.graph.context import PaCoReContext, ProgressListener, RecordSink
+ProgressListener: TypeAlias = Callable[[dict[str, Any]], None]  # progress events: round started, trajectory finished...
+RecordSink: TypeAlias = Callable[[Any], None]  # receives what explorers pass to EpisodeContext.record
+
+
+class Round:
+    """One round of one run, as this process sees it.
+
+    - ``k``, and ``barrier``: how a failed trajectory of it decides (graph/barrier.py). Whoever makes the round says
+      how many of its trajectories run here: all K when this process fans it out, the unfinished ones when a run
+      resumes it from a checkpoint, or (a graph resumed without the runner) unknown.
+    - ``ticket``: its admission under the run-wide limiter (async runs that fanned it out; None otherwise).
+    - ``data``: once it is finished, its records (from the collector, or from the checkpoint on a resume): the
+      next round's references come from here.
+    - what each trajectory sees (:meth:`references`, worked out once) and the message lists built over it (one
+      per distinct list of references: all K share one unless each sees its own subset).
+    """
+
+    __slots__ = ("index", "k", "barrier", "ticket", "data", "_references", "_messages")
+
+    def __init__(self, index: int, k: int, here: int | None):
+        self.index = index
+        self.k = k
+        self.barrier = RoundBarrier(k, here)
+        self.ticket: RoundTicket | None = None
+        self.data: RoundData | None = None
+        self._references: list[References] | None = None
+        self._messages: dict[tuple[str, ...], list[BaseMessage]] = {}
+
+    @property
+    def ran(self) -> bool:
+        """Whether a trajectory of this round started in this process (a resume may reach only its collector)."""
+        return self.barrier.started > 0
+
+    def references(self, index: int, previous: Round | None, config: PaCoReConfig) -> References:
+        """What trajectory ``index`` sees of the round before (``previous``; None for round 1)."""
+        if self._references is None:
+            if self.index > 0 and (previous is None or previous.data is None):
+                raise RuntimeError(
+                    f"round {self.index + 1} is resumed without round {self.index}'s conclusions: resume the "
+                    "PaCoRe graph through PaCoReRunner, PaCoReNode or PaCoReChatModel (they read them from the "
+                    "checkpoint)"
+                )
+            data = previous.data if previous is not None else None
+            self._references = next_round_references(data, self.k, self.index, config)
+        return self._references[index]
+
+    def messages(
+        self, references: Sequence[str], conversation: Sequence[BaseMessage], config: PaCoReConfig, template: str
+    ) -> list[BaseMessage]:
+        """The messages a trajectory that sees ``references`` sends: round 1 the conversation, later rounds the
+        paper's template over the references (fitted to the model's window) in place of the last user message."""
+        key = tuple(references)
+        messages = self._messages.get(key)
+        if messages is None:
+            messages = list(conversation)
+            if self.index > 0:
+                fitted = fit_references(references, messages, config, template)
+                messages = synthesis_messages(messages, fitted, template)
+            self._messages[key] = messages
+        return messages
+
+    def give_back_admission(self) -> None:
+        """What the round's admitted trajectories still hold goes back (they will not run, or not here)."""
+        if self.ticket is not None:
+            self.ticket.give_back_rest()
 
 
 class RunState:
-    """The per-run state of the operator for one :class:`~pacore_graph.graph.context.PaCoReContext`."""
+    """The per-run state of the operator: the rounds, the coordination state, the trajectories in flight."""
 
     __slots__ = (
         "messages",
@@ -44,33 +106,102 @@ class RunState:
         "stream_metadata",
         "unobserved",
         "started",
-        "_rounds",
-        "_finished",
-        "_references",
+        "rounds",
         "_control",
-        "_fanned_out",
         "_in_flight",
-        "_tickets",
         "_closed",
     )
 
-    def __init__(self, context: PaCoReContext):
-        self.messages: Sequence[BaseMessage] = context.messages
-        self.payload: Any = context.payload
-        self.on_event: ProgressListener | None = context.on_event
-        self.on_record: RecordSink | None = context.on_record
-        self.trace: list[Trajectory] | None = context.trace
-        self.stream_metadata: Mapping[str, Any] = context.stream_metadata
-        self.unobserved: bool = context.unobserved
+    def __init__(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        payload: Any = None,
+        on_event: ProgressListener | None = None,
+        on_record: RecordSink | None = None,
+        trace: list[Trajectory] | None = None,
+        stream_metadata: Mapping[str, Any] | None = None,
+        unobserved: bool = False,
+    ):
+        self.messages = messages
+        self.payload = payload
+        self.on_event = on_event
+        self.on_record = on_record
+        self.trace = trace
+        self.stream_metadata: Mapping[str, Any] = stream_metadata or {}
+        self.unobserved = unobserved
         self.started = time.monotonic()  # a budget's deadline counts from here
-        self._rounds: dict[int, tuple[dict[tuple[str, ...], list[BaseMessage]], RoundBarrier]] = {}
-        self._finished: dict[int, RoundData] = {}
-        self._references: dict[int, list[References]] = {}
+        self.rounds: dict[int, Round] = {}
         self._control: RunControl | None = None
-        self._fanned_out: set[int] = set()
         self._in_flight: set[asyncio.Task[Any]] = set()
-        self._tickets: dict[int, RoundTicket] = {}  # the admission of each round this run fanned out
         self._closed = False
+
+    # ---- the rounds -------------------------------------------------------------------------------
+
+    def round(self, index: int, k: int) -> Round:
+        """Round ``index`` of ``k`` trajectories, made on first use when nobody said how many of them run here
+        (a graph resumed without the runner)."""
+        found = self.rounds.get(index)
+        if found is None:
+            found = self.rounds[index] = Round(index, k, None)
+        return found
+
+    def fan_out(self, index: int, k: int) -> Round:
+        """This process sends round ``index``'s K tasks: all of them will run here (a round run again, after a
+        resume, starts afresh: what its earlier run was admitted with goes back)."""
+        return self._new_round(index, k, k)
+
+    def resume(self, index: int, k: int, unfinished: int) -> None:
+        """A checkpoint's round ``index`` goes on in this process with its ``unfinished`` trajectories (the rest
+        finished before the restart, their records saved)."""
+        self._new_round(index, k, unfinished)
+
+    def _new_round(self, index: int, k: int, here: int) -> Round:
+        earlier = self.rounds.get(index)
+        if earlier is not None:
+            earlier.give_back_admission()
+        made = self.rounds[index] = Round(index, k, here)
+        return made
+
+    def finished(self, data: RoundData) -> None:
+        """A finished round (from the collector, or from the checkpoint when a run resumes in a new process)."""
+        self.round(data["round_index"], data["k"]).data = data
+
+    def finished_before(self, index: int) -> list[RoundRecord]:
+        """The rounds finished before round ``index``, as records (what a failure of that round reports)."""
+        done = sorted((number, found.data) for number, found in self.rounds.items() if found.data is not None)
+        return [RoundRecord.model_validate(data) for number, data in done if number < index]
+
+    async def admit(self, limiter: ConcurrencyLimiter, index: int, k: int) -> RoundTicket:
+        """Wait until the run-wide limiter admits round ``index`` (see concurrency/limiter.py); its trajectories
+        each give back their share of the ticket."""
+        ticket = await limiter.admit(k)
+        admitted = self.round(index, k)
+        admitted.give_back_admission()  # a round admitted again (after a resume): its first run is over
+        admitted.ticket = ticket
+        if self._closed:  # closed while it waited: nothing of this run will take it
+            ticket.give_back_rest()
+        return ticket
+
+    # ---- the run ----------------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """A new input starts a run on this state: what an earlier run left (its rounds, its early-stop and budget
+        state) is dropped, so a context may be reused; its budget's deadline then counts from now. A resume does
+        not begin: it keeps what the interrupted run left."""
+        self.started = time.monotonic()
+        for left in self.rounds.values():  # an earlier run on this context gave back all it held as it closed
+            left.give_back_admission()
+        self.rounds.clear()
+        self._control = None
+
+    def control(self, config: PaCoReConfig) -> RunControl:
+        """The run's coordination state (budgets, early stop), made on first use."""
+        if self._control is None:
+            self._control = RunControl(
+                config.budget, config.early_stop, config.answer_extractor, self.started, self.emit
+            )
+        return self._control
 
     def trajectory_started(self) -> asyncio.Task[Any]:
         """The current task runs one trajectory of this run until :meth:`trajectory_ended` (see :meth:`close`).
@@ -89,21 +220,6 @@ class RunState:
     def trajectory_ended(self, task: asyncio.Task[Any]) -> None:
         self._in_flight.discard(task)
 
-    async def admit(self, limiter: ConcurrencyLimiter, round_index: int, k: int) -> RoundTicket:
-        """Wait until the run-wide limiter admits this round's K trajectories (see concurrency/limiter.py)."""
-        ticket = await limiter.admit(k)
-        earlier = self._tickets.get(round_index)  # a round run again (after a resume): its first run is over
-        if earlier is not None:
-            earlier.give_back_rest()
-        self._tickets[round_index] = ticket
-        if self._closed:  # closed while it waited: nothing of this run will take it
-            ticket.give_back_rest()
-        return ticket
-
-    def ticket(self, round_index: int) -> RoundTicket | None:
-        """The round's admission, when this run admitted it (async runs); each trajectory gives back its share."""
-        return self._tickets.get(round_index)
-
     def close(self) -> None:
         """The run is over (finished, failed or cancelled): cancel every trajectory still running.
 
@@ -115,8 +231,8 @@ class RunState:
         :mod:`pacore_graph.concurrency.sync`: they are cancelled through their own loop.
         """
         self._closed = True
-        for ticket in self._tickets.values():  # admitted trajectories that will not finish here
-            ticket.give_back_rest()
+        for left in self.rounds.values():  # admitted trajectories that will not finish here
+            left.give_back_admission()
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -128,53 +244,6 @@ class RunState:
             elif not loop.is_closed():
                 loop.call_soon_threadsafe(task.cancel)
 
-    def begin(self) -> None:
-        """A new input starts a run on this context: what an earlier run left on it (its rounds' barriers and
-        message lists, its early-stop and budget state) is dropped, so a context may be reused; its budget's
-        deadline then counts from now. A resume does not begin: it keeps what the interrupted run left."""
-        if self._rounds or self._control is not None or self._fanned_out:
-            self.started = time.monotonic()
-        self._rounds.clear()
-        self._finished.clear()
-        self._references.clear()
-        self._control = None
-        self._fanned_out.clear()
-        for ticket in self._tickets.values():  # an earlier run on this context gave back all it held as it closed
-            ticket.give_back_rest()
-        self._tickets.clear()
-
-    def round_finished(self, data: RoundData) -> None:
-        """A finished round (from the collector, or from the checkpoint when a run resumes in a new process)."""
-        self._finished[data["round_index"]] = data
-
-    def finished_before(self, round_index: int) -> list[RoundRecord]:
-        """The rounds finished before ``round_index``, as records (what a failure of that round reports)."""
-        finished = self._finished
-        return [RoundRecord.model_validate(finished[number]) for number in sorted(finished) if number < round_index]
-
-    def references(self, round_index: int, index: int, k: int, settings: PaCoReConfig) -> References:
-        """What trajectory ``index`` of round ``round_index`` sees of the round before (nothing in round 1),
-        worked out once per round."""
-        lists = self._references.get(round_index)
-        if lists is None:
-            previous = self._finished.get(round_index - 1) if round_index > 0 else None
-            if round_index > 0 and previous is None:
-                raise RuntimeError(
-                    f"round {round_index + 1} is resumed without round {round_index}'s conclusions: resume the "
-                    "PaCoRe graph through PaCoReRunner, PaCoReNode or PaCoReChatModel (they read them from the "
-                    "checkpoint)"
-                )
-            lists = self._references[round_index] = next_round_references(previous, k, round_index, settings)
-        return lists[index]
-
-    def fanned_out(self, round_index: int) -> None:
-        """This process sends the round's K tasks: all of them will run here (see RoundBarrier)."""
-        self._fanned_out.add(round_index)
-
-    def ran(self, round_index: int) -> bool:
-        """Whether a trajectory of the round ran in this process (a resume may reach only its collector)."""
-        return round_index in self._rounds
-
     def emit(self, event: dict[str, Any]) -> None:
         """A progress event to the listener, else to LangGraph's custom stream (about 0.2 ms an event)."""
         if self.on_event is not None:
@@ -185,42 +254,17 @@ class RunState:
         except RuntimeError:  # called outside a graph run
             pass
 
-    def round(
-        self, round_index: int, k: int, references: Sequence[str], settings: PaCoReConfig, template: str
-    ) -> tuple[list[BaseMessage], RoundBarrier]:
-        """The messages for ``references`` (one list shared by the trajectories that see the same ones: all
-        K of a round unless each sees its own subset) and the round's barrier, made on first use."""
-        entry = self._rounds.get(round_index)
-        if entry is None:
-            entry = self._rounds[round_index] = ({}, RoundBarrier(k, round_index in self._fanned_out))
-        by_references, barrier = entry
-        key = tuple(references)
-        messages = by_references.get(key)
-        if messages is None:
-            messages = list(self.messages)
-            if round_index > 0:
-                fitted = fit_references(references, messages, settings, template)
-                messages = synthesis_messages(messages, fitted, template)
-            by_references[key] = messages
-        return messages, barrier
-
-    def control(self, settings: PaCoReConfig) -> RunControl:
-        """The run's coordination state (budgets, early stop), made on first use."""
-        if self._control is None:
-            self._control = RunControl(
-                settings.budget, settings.early_stop, settings.answer_extractor, self.started, self.emit
-            )
-        return self._control
-
-    def child_config(self, node_config: RunnableConfig, round_index: int, index: int, final: bool) -> RunnableConfig:
-        """The config of one trajectory's model call or agent run: traced under the trajectory's task,
-        tagged with its round and index; only the final round may stream tokens. The nostream tag is for
-        handlers (LangGraph's messages stream is one): a run none sees goes without, which spares every
+    def child_config(
+        self, runnable_config: RunnableConfig, round_index: int, index: int, final: bool
+    ) -> RunnableConfig:
+        """The RunnableConfig of one trajectory's model call or agent run, from its task's: traced under the
+        trajectory's task, tagged with its round and index; only the final round may stream tokens. The nostream tag
+        is for handlers (LangGraph's messages stream is one): a run none sees goes without, which spares every
         call's callback configuration a tag merge (about 5 us)."""
-        config: RunnableConfig = {
-            "callbacks": node_config.get("callbacks"),
+        child: RunnableConfig = {
+            "callbacks": runnable_config.get("callbacks"),
             "metadata": {**self.stream_metadata, "pacore_round": round_index, "pacore_index": index},
         }
         if not final and not self.unobserved:
-            config["tags"] = [TAG_NOSTREAM]
-        return config
+            child["tags"] = [TAG_NOSTREAM]
+        return child

@@ -5,21 +5,24 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypedDict, Unpack
 
 from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages
 from langchain_core.runnables import RunnableConfig, ensure_config
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphInterrupt
+from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Checkpointer, Durability, Interrupt, StateSnapshot
 
 from pacore_graph.concurrency.limiter import ConcurrencyLimiter
-from pacore_graph.concurrency.sync import call_interruptibly, run_sync
+from pacore_graph.concurrency.sync import run_sync
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.explorers.protocol import ModelOrExplorer
 from pacore_graph.graph.builder import build_pacore_graph
-from pacore_graph.graph.context import PaCoReContext, ProgressListener, RecordSink, run_state, unobserved
+from pacore_graph.graph.context import PaCoReContext, unobserved
 from pacore_graph.graph.gc_policy import spaced_full_collections
 from pacore_graph.graph.own_thread import OwnThread, async_capable, claimed, lent_saver, own_thread
+from pacore_graph.graph.run_state import ProgressListener, RecordSink
 from pacore_graph.graph.state import PaCoReState
 from pacore_graph.graph.unseen import ambient_unseen_removed, unseen_removed
 from pacore_graph.records import (
@@ -104,7 +107,7 @@ class PaCoReRunner:
             try:
                 yield
             finally:
-                run_state(context).close()
+                context.run_state.close()
 
     def run_config(
         self, runnable_config: RunnableConfig | None, context: PaCoReContext, *, sync: bool
@@ -113,10 +116,10 @@ class PaCoReRunner:
         throttle them (PaCoReConfig.max_concurrency bounds the model calls), and a sync run gets a thread
         per trajectory instead of the default pool of a few. A run nobody observes leaves out what only
         callback handlers would read (see :mod:`pacore_graph.graph.unseen`)."""
-        config: RunnableConfig = runnable_config.copy() if runnable_config else {}
-        if sync or config.get("max_concurrency"):
-            config["max_concurrency"] = max(self.config.schedule)
-        return unseen_removed(config) if context.unobserved else config
+        run: RunnableConfig = runnable_config.copy() if runnable_config else {}
+        if sync or run.get("max_concurrency"):
+            run["max_concurrency"] = max(self.config.schedule)
+        return unseen_removed(run) if context.unobserved else run
 
     async def arun(
         self,
@@ -133,105 +136,93 @@ class PaCoReRunner:
         """Run (or with ``resume=True`` continue) PaCoRe over ``messages``.
 
         ``trace=True`` keeps every full trajectory (``result.trajectories``); ``on_event`` receives progress
-        events; ``payload`` and ``on_record`` reach the explorer (see :class:`PaCoReContext`).
+        events; ``payload`` and ``on_record`` reach the explorer (see :class:`PaCoReContext`). A saver that
+        serves sync runs only (``SqliteSaver``, ``PostgresSaver``: the runner's own, or the one a sync agent
+        lends) checkpoints a sync graph run, in a worker thread.
         """
-        saver = lent_saver(runnable_config) if self.borrows_saver else None
-        if saver is not None and not await async_capable(saver):  # e.g. a sync agent's SqliteSaver or PostgresSaver
-            return await asyncio.to_thread(
-                self.run,
-                messages,
-                runnable_config,
-                resume=resume,
-                durability=durability,
-                trace=trace,
-                on_event=on_event,
-                payload=payload,
-                on_record=on_record,
-            )
         context = self.context(
             messages, runnable_config, trace=trace, on_event=on_event, payload=payload, on_record=on_record
         )
-        config = self.run_config(runnable_config, context, sync=False)
-        with self.running(context), self.thread_of(config, context) as own:
-            snapshot = None
-            if own is not None or resume:
-                config = own.config if own is not None else config
-                snapshot = await self.graph.aget_state(config)
+        saver = lent_saver(runnable_config) if self.borrows_saver else self.graph.checkpointer
+        sync = isinstance(saver, BaseCheckpointSaver) and not await async_capable(saver)
+        run = self.run_config(runnable_config, context, sync=sync)
+        with self.running(context), self.thread_of(run, context) as own:
+            run = own.runnable_config if own is not None else run
+            graph = _SyncGraph(self.graph) if sync else self.graph
+            snapshot = await graph.aget_state(run) if own is not None or resume else None
             graph_input = self.graph_input(context, snapshot, resume)
-            output = await self.graph.ainvoke(graph_input, config, context=context, durability=durability, version="v2")
+            output = await graph.ainvoke(graph_input, run, context=context, durability=durability, version="v2")
             result = build_result(output.value, context.trace, output.interrupts, self.config.answer_records == "full")
             if own is not None:
-                await aforget(own)
+                await forget(own, sync)
         return result
 
     def run(
-        self,
-        messages: MessagesInput,
-        runnable_config: RunnableConfig | None = None,
-        *,
-        resume: bool = False,
-        durability: Durability | None = None,
-        trace: bool = False,
-        on_event: ProgressListener | None = None,
-        payload: Any = None,
-        on_record: RecordSink | None = None,
+        self, messages: MessagesInput, runnable_config: RunnableConfig | None = None, **options: Unpack[RunOptions]
     ) -> PaCoReResult:
-        """Sync :meth:`arun`: a sync LangGraph run (sync checkpointers work); Ctrl-C stops its requests."""
-        context = self.context(
-            messages, runnable_config, trace=trace, on_event=on_event, payload=payload, on_record=on_record
-        )
-        config = self.run_config(runnable_config, context, sync=True)
-        with self.running(context), self.thread_of(config, context) as own:
-            snapshot = None
-            if own is not None or resume:
-                config = own.config if own is not None else config
-                snapshot = self.graph.get_state(config)
-            graph_input = self.graph_input(context, snapshot, resume)
-            output = call_interruptibly(
-                lambda: self.graph.invoke(graph_input, config, context=context, durability=durability, version="v2"),
-                run_state(context).close,
-            )
-            result = build_result(output.value, context.trace, output.interrupts, self.config.answer_records == "full")
-            if own is not None:
-                forget(own)
-        return result
+        """Sync :meth:`arun`, on the background loop of :mod:`pacore_graph.concurrency.sync`: Ctrl-C closes the
+        run (its requests stop) before the interrupt goes on."""
+        return run_sync(self.arun(messages, runnable_config, **options))
 
     @contextmanager
-    def thread_of(self, config: RunnableConfig, context: PaCoReContext) -> Iterator[OwnThread | None]:
+    def thread_of(self, runnable_config: RunnableConfig, context: PaCoReContext) -> Iterator[OwnThread | None]:
         """The run's own thread, held for the run, when it runs inside a checkpointed graph (see
         :mod:`pacore_graph.graph.own_thread`); None when it has a saver of its own or none at all."""
-        own = own_thread(config, context.messages, self.config.schedule) if self.borrows_saver else None
+        own = own_thread(runnable_config, context.messages, self.config.schedule) if self.borrows_saver else None
         if own is None:
             yield None
             return
         with claimed(own) as held:
             yield held
 
-    @staticmethod
-    def graph_input(context: PaCoReContext, snapshot: StateSnapshot | None, resume: bool) -> Any:
+    def graph_input(self, context: PaCoReContext, snapshot: StateSnapshot | None, resume: bool) -> Any:
         """What the graph is invoked with: a new run's input, or (asked to resume, or finding its own thread
-        unfinished) None, after the run learns the rounds it finished before from the checkpoint (the next
-        round's trajectories read their references there: Send arguments carry indices only)."""
+        unfinished) None, after the run learns from the checkpoint the rounds it finished (the next round's
+        trajectories read their references there: Send arguments carry indices only) and how many trajectories
+        of the round it resumes are still to run (the round's barrier counts on them: graph/barrier.py)."""
         if snapshot is None or not (resume or snapshot.next):
             return START_INPUT
-        run = run_state(context)
+        run = context.run_state
         for data in finished_rounds(snapshot.values):
-            run.round_finished(data)
+            run.finished(data)
+        unfinished = sum(1 for task in snapshot.tasks if task.name == "trajectory" and task.result is None)
+        round_index = snapshot.values.get("round_index", 0)
+        if unfinished and round_index < len(self.config.schedule):
+            run.resume(round_index, self.config.schedule[round_index], unfinished)
         return None
 
 
-def forget(own: OwnThread) -> None:
+class RunOptions(TypedDict, total=False):
+    """The keyword options of :meth:`PaCoReRunner.arun`, for its sync form."""
+
+    resume: bool
+    durability: Durability | None
+    trace: bool
+    on_event: ProgressListener | None
+    payload: Any
+    on_record: RecordSink | None
+
+
+class _SyncGraph:
+    """A compiled graph whose saver serves sync runs only, run from async code: each call in a worker thread."""
+
+    def __init__(self, graph: CompiledStateGraph[Any, Any, Any, Any]):
+        self.graph = graph
+
+    async def aget_state(self, runnable_config: RunnableConfig) -> StateSnapshot:
+        return await asyncio.to_thread(self.graph.get_state, runnable_config)
+
+    async def ainvoke(self, graph_input: Any, runnable_config: RunnableConfig, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(lambda: self.graph.invoke(graph_input, runnable_config, **kwargs))
+
+
+async def forget(own: OwnThread, sync: bool) -> None:
     """Deletes a finished run's own thread (a saver that cannot delete keeps it: see docs/checkpointing.md)."""
     try:
-        own.saver.delete_thread(own.thread_id)
-    except NotImplementedError:
-        pass
-
-
-async def aforget(own: OwnThread) -> None:
-    """:func:`forget` with an async saver."""
-    try:
-        await own.saver.adelete_thread(own.thread_id)
+        if sync:
+            await asyncio.to_thread(own.saver.delete_thread, own.thread_id)
+        else:
+            await own.saver.adelete_thread(own.thread_id)
     except NotImplementedError:
         pass
 

@@ -27,10 +27,10 @@ TASK_METADATA = frozenset(
 )
 
 
-def unseen_removed(config: RunnableConfig) -> RunnableConfig:
-    """``config`` without its callbacks and the enclosing task's metadata; for runs no handler sees."""
-    kept: dict[str, Any] = {key: value for key, value in config.items() if key != "callbacks"}
-    metadata = config.get("metadata")
+def unseen_removed(runnable_config: RunnableConfig) -> RunnableConfig:
+    """``runnable_config`` without its callbacks and the enclosing task's metadata; for runs no handler sees."""
+    kept: dict[str, Any] = {key: value for key, value in runnable_config.items() if key != "callbacks"}
+    metadata = runnable_config.get("metadata")
     if metadata:
         kept["metadata"] = {key: value for key, value in metadata.items() if key not in TASK_METADATA}
     return kept  # type: ignore[return-value]

@@ -11,6 +11,11 @@ that callbacks and LangSmith see with the caller's tags and metadata (plus ``pac
 tokens: the final synthesis's, as the server sends them. A usage callback that adds up every chat-model run
 counts the tokens twice (each trajectory, then this run's total).
 
+All of it on LangChain's public callback API: every road into the model reaches :meth:`_agenerate` (or the
+protocol hook) with the model's run manager, whose handlers the trajectories' runs inherit; its tokens are the
+final trajectory's, told to this run's handlers as ``on_llm_new_token``. There is no ``_astream`` (LangChain calls
+it without the run manager); ``astream`` and ``stream`` listen to their own call's run instead.
+
 One call is one run, not a subgraph. Inside a checkpointed graph (an agent compiled with a saver) the run
 checkpoints with that saver on a thread of its own, deleted once it answers: a resumed step, or a call retried
 with the same messages, sends only the trajectories not yet finished (:mod:`pacore_graph.graph.own_thread`).
@@ -22,27 +27,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Hashable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Any, cast
-from uuid import UUID
+from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.callbacks import (
     AsyncCallbackManager,
     AsyncCallbackManagerForLLMRun,
-    BaseCallbackManager,
-    CallbackManager,
     CallbackManagerForLLMRun,
 )
 from langchain_core.language_models import BaseChatModel, LangSmithParams, LanguageModelInput
+from langchain_core.language_models._compat_bridge import achunks_to_events
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.runnables.config import set_config_context
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from langchain_core.utils.utils import LC_ID_PREFIX
 from langchain_core.utils.uuid import uuid7
 from langgraph.constants import TAG_NOSTREAM
 from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, SkipValidation
@@ -50,44 +51,21 @@ from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, SkipValidation
 from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.concurrency.sync import iterate_sync, run_sync
 from pacore_graph.config import PaCoReConfig
+from pacore_graph.explorers.agent import with_handler
 from pacore_graph.graph.node import enclosing_graph
 from pacore_graph.graph.own_thread import lent_saver
 from pacore_graph.graph.runner import PaCoReRunner, chosen_trajectory
-from pacore_graph.integrations.final_tokens import FinalRoundTokens
+from pacore_graph.integrations.final_tokens import FinalRoundTokens, RunTokens
 from pacore_graph.models.structured import StructuredOutputMixin
+from pacore_graph.models.tool_choice import strict_tools
 from pacore_graph.models.unwrap import WrappedChatModel, find_chat_model, with_model
 from pacore_graph.records import PaCoReResult, Trajectory
 
+if TYPE_CHECKING:
+    from langchain_protocol.protocol import MessagesData  # langchain-core's own dependency
+
 CACHED_RUNNERS = 32  # compiled PaCoRe graphs kept per model: one per distinct set of call arguments (tools, ...)
 _DONE = object()
-
-
-@dataclass(frozen=True)
-class _Call:
-    """One call of a PaCoReChatModel as its entry point (``invoke``, ``stream``, ...) began it: the id LangChain
-    gives the model's run (``RunnableConfig["run_id"]``, the public way to know a run's id before it starts), and
-    the run's callbacks, tags and metadata."""
-
-    model: PaCoReChatModel
-    run_id: UUID
-    callbacks: BaseCallbackManager  # configured once: the handlers the model's run has (an env tracer included)
-    tags: list[str]
-    metadata: dict[str, Any]
-
-
-# Why: LangChain hands ``_stream`` / ``_astream`` no run manager (``stream()``, ``astream()``, and ``invoke()``
-# when a streaming handler is attached: a LangGraph messages stream, ``astream_events``), yet the trajectories'
-# runs belong under this model's run. The entry point sets this for the call's first step only.
-_CALL: ContextVar[_Call | None] = ContextVar("pacore_chat_model_call", default=None)
-
-
-@contextmanager
-def _current(call: _Call) -> Iterator[None]:
-    token = _CALL.set(call)
-    try:
-        yield
-    finally:
-        _CALL.reset(token)
 
 
 class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
@@ -119,7 +97,7 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
     _found: WrappedChatModel = PrivateAttr()
     _base: Any = PrivateAttr()  # ``model`` with the api key applied
     _binds: dict[str, Any] = PrivateAttr(default_factory=dict)
-    _settings: PaCoReConfig = PrivateAttr()
+    _config: PaCoReConfig = PrivateAttr()
     _limiter: ConcurrencyLimiter = PrivateAttr()
     _runners: dict[Hashable, PaCoReRunner] = PrivateAttr(default_factory=dict)  # least recently used first
 
@@ -143,8 +121,8 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
             update["request_timeout"] = self.timeout
         if self.max_retries is not None:
             update["retry"] = self.config.retry.model_copy(update={"max_attempts": self.max_retries + 1})
-        self._settings = self.config.model_copy(update=update) if update else self.config
-        self._limiter = ConcurrencyLimiter(self._settings.max_concurrency)
+        self._config = self.config.model_copy(update=update) if update else self.config
+        self._limiter = ConcurrencyLimiter(self._config.max_concurrency)
         if self.profile is None:
             self.profile = found.model.profile
 
@@ -163,7 +141,7 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
-        return {"model": self.model_name, "rounds": self._settings.schedule}
+        return {"model": self.model_name, "rounds": self._config.schedule}
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
         """Provider "pacore": this run's usage is the sum of its trajectories', each traced under its provider."""
@@ -185,73 +163,72 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
         tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
         *,
         tool_choice: str | dict[str, Any] | bool | None = None,
+        strict: bool | None = None,
         **kwargs: Any,
     ) -> Runnable[LanguageModelInput, AIMessage]:
         """Every trajectory is offered ``tools`` (bound on ``model`` by its own ``bind_tools``, so ``tool_choice``
-        means what it means there: "any", a tool's name, ...); conclusions carry their calls to the next round
-        and the answer carries the final trajectory's."""
+        and ``strict`` mean what they mean there: "any", a tool's name, ...); conclusions carry their calls to the
+        next round and the answer carries the final trajectory's. ``strict`` is written into each tool here too:
+        the tools reach ``model`` in OpenAI form, which LangChain's formatting leaves as it is."""
         if not hasattr(self._base, "bind_tools"):
             raise TypeError(f"{type(self._found.model).__name__} has no bind_tools: PaCoRe cannot offer it tools")
-        formatted = [convert_to_openai_tool(tool) for tool in tools]
+        formatted = [convert_to_openai_tool(tool, strict=strict) for tool in tools]
+        if strict is not None:
+            formatted = strict_tools(formatted, strict)
+            kwargs["strict"] = strict
         if tool_choice is not None:
             kwargs["tool_choice"] = tool_choice
         self._base.bind_tools(formatted, **kwargs)  # refuses a bad tool_choice now, before a run is spent
         return self.bind(tools=formatted, **kwargs)
 
-    # ---- entry points: as BaseChatModel's, with this model's run id chosen up front ------------------
-
-    def _call(self, config: RunnableConfig | None) -> tuple[RunnableConfig, _Call]:
-        """The call's config with the id its run will have (the caller's ``run_id`` if given, as LangChain's) and
-        its callbacks configured once, so that the model's run and the runs under it share their handlers (a
-        LangSmith tracer from the environment is made anew by each configuration, and knows only its own runs)."""
-        config = ensure_config(config)
-        run_id = config.get("run_id") or uuid7()
-        callbacks = CallbackManager.configure(config.get("callbacks"))
-        config = {**config, "run_id": run_id, "callbacks": callbacks}
-        return config, _Call(self, run_id, callbacks, config.get("tags") or [], config.get("metadata") or {})
-
-    def invoke(self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any) -> AIMessage:
-        config, call = self._call(config)
-        with _current(call):
-            return super().invoke(input, config, **kwargs)
-
-    async def ainvoke(
-        self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> AIMessage:
-        config, call = self._call(config)
-        with _current(call):
-            return await super().ainvoke(input, config, **kwargs)
-
-    def stream(
-        self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> Iterator[AIMessageChunk]:
-        config, call = self._call(config)
-        chunks = cast(Generator[AIMessageChunk, None, None], super().stream(input, config, **kwargs))
-        try:
-            with _current(call):  # the first step starts the run; the caller's context is left as it was
-                first = next(chunks, None)
-            if first is None:
-                return
-            yield first
-            yield from chunks
-        finally:
-            chunks.close()
+    # ---- token streaming to a direct caller ---------------------------------------------------------
 
     async def astream(
-        self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
+        self,
+        input: LanguageModelInput,
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
     ) -> AsyncIterator[AIMessageChunk]:
-        config, call = self._call(config)
-        chunks = cast(AsyncGenerator[AIMessageChunk, None], super().astream(input, config, **kwargs))
+        """The final synthesis's tokens as the server sends them, then a last chunk with the usage of every
+        trajectory and the rounds (the whole answer there, when nothing streamed: a selector chose it, say).
+
+        Why not LangChain's own ``astream``: this model's tokens are those its final trajectory's model call streams
+        to this model's run (``on_llm_new_token``, see :meth:`_agenerate`), not a request of its own, so it has no
+        ``_astream`` and LangChain's ``astream`` would wait for the whole reply. This one runs ``ainvoke`` with a
+        handler of LangChain's callback API that listens to this call's run alone (its id chosen up front, as
+        ``RunnableConfig["run_id"]`` allows) and yields what it hears."""
+        config = ensure_config(config)
+        run_id = config.get("run_id") or uuid7()
+        received: asyncio.Queue[Any] = asyncio.Queue()
+        listener = RunTokens(received.put_nowait, [run_id])
+        call: RunnableConfig = {
+            **config,
+            "run_id": run_id,
+            "callbacks": with_handler(config.get("callbacks"), listener, inherit=False),
+        }
+        task = asyncio.ensure_future(self.ainvoke(input, call, stop=stop, stream=True, **kwargs))
+        task.add_done_callback(lambda _: received.put_nowait(_DONE))
         try:
-            with _current(call):  # the first step starts the run; the caller's context is left as it was
-                first = await anext(chunks, None)
-            if first is None:
-                return
-            yield first
-            async for chunk in chunks:
+            while (chunk := await received.get()) is not _DONE:
                 yield chunk
+            reply = await task
         finally:
-            await chunks.aclose()
+            task.cancel()
+        if not listener.sent:  # streaming disabled: the whole reply as one chunk, as LangChain's astream gives it
+            yield last_chunk(reply, whole=True)
+
+    def stream(
+        self,
+        input: LanguageModelInput,
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> Iterator[AIMessageChunk]:
+        """Sync :meth:`astream`, on the background loop of :mod:`pacore_graph.concurrency.sync`."""
+        yield from iterate_sync(self.astream(input, config, stop=stop, **kwargs))
 
     # ---- one call = one PaCoRe run -------------------------------------------------------------------
 
@@ -272,7 +249,7 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
             binds = {**self._binds, **call}
             if binds:
                 model = model.bind(**binds)
-            runner = PaCoReRunner(model, self._settings, limiter=self._limiter)
+            runner = PaCoReRunner(model, self._config, limiter=self._limiter)
         if key is not None:
             self._runners[key] = runner
             while len(self._runners) > CACHED_RUNNERS:
@@ -284,7 +261,6 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
         messages: list[BaseMessage],
         runner: PaCoReRunner,
         run_manager: AsyncCallbackManagerForLLMRun | CallbackManagerForLLMRun | None,
-        call: _Call | None,
         tokens: FinalRoundTokens | None = None,
     ) -> PaCoReResult:
         """One PaCoRe run, its model calls children of this model's run, a run of its own rather than a subgraph
@@ -292,20 +268,20 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
         that graph's saver)."""
         enclosing = enclosing_graph()
         caller = ensure_config()  # the enclosing node's config, if any: its saver
-        callbacks = child_callbacks(run_manager, call)
+        callbacks = child_callbacks(run_manager)
         if tokens is not None:
             callbacks.add_handler(tokens, inherit=True)
         outer = callbacks.inheritable_metadata
-        config: RunnableConfig = {
+        run_config: RunnableConfig = {
             "callbacks": callbacks,
             "tags": [TAG_NOSTREAM],  # the answer streams as this model's tokens, not as the final call's too
             "metadata": {key: value for key, value in outer.items() if key.startswith("langgraph_")},
         }
         if lent_saver(caller) is not None:
-            config["configurable"] = caller["configurable"]  # the runner keeps the saver and thread, no more
+            run_config["configurable"] = caller["configurable"]  # the runner keeps the saver and thread, no more
         # The run's ambient config is its own, as LangChain sets a child's: LangGraph then sees no enclosing graph.
-        with set_config_context(config) as context:
-            run = runner.arun(messages, config, trace=True, **enclosing)
+        with set_config_context(run_config) as context:
+            run = runner.arun(messages, run_config, trace=True, **enclosing)
             return await asyncio.get_running_loop().create_task(run, context=context)
 
     async def _agenerate(
@@ -315,8 +291,93 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | CallbackManagerForLLMRun | None = None,  # sync: from _generate
         **kwargs: Any,
     ) -> ChatResult:
-        result = await self._run(messages, self._runner(stop, kwargs), run_manager, self._entered())
-        return ChatResult(generations=[ChatGeneration(message=reply_message(result))])
+        """One PaCoRe run under this model's run. When the call streams (``stream=True``, ``streaming=True``, or a
+        handler that streams tokens is attached: a LangGraph messages stream, ``astream_events``), the final
+        round's tokens reach this run's handlers as they arrive, each as one of this run's tokens
+        (``on_llm_new_token``), and a last chunk carries the usage of every trajectory and the rounds."""
+        runner = self._runner(stop, kwargs)
+        if run_manager is None or not self._streams(kwargs, run_manager):
+            result = await self._run(messages, runner, run_manager)
+            return ChatResult(generations=[ChatGeneration(message=reply_message(result))])
+        reply = None
+        async for piece in self._pieces(messages, runner, run_manager):
+            if isinstance(piece, AIMessageChunk):
+                await _new_token(run_manager, piece)
+            else:
+                reply = piece
+        assert reply is not None  # the last piece
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+    async def _pieces(
+        self,
+        messages: list[BaseMessage],
+        runner: PaCoReRunner,
+        run_manager: AsyncCallbackManagerForLLMRun | CallbackManagerForLLMRun,
+    ) -> AsyncIterator[AIMessageChunk | AIMessage]:
+        """A streamed call: the final round's token chunks as they arrive, a last chunk with the usage of every
+        trajectory and the rounds (the whole answer there, when nothing streamed: a selector chose it, say), then
+        the reply. All under the id LangChain gives a streamed run's message."""
+        received: asyncio.Queue[Any] = asyncio.Queue()
+        tokens = FinalRoundTokens(len(self._config.schedule) - 1, received.put_nowait)
+        task = asyncio.ensure_future(self._run(messages, runner, run_manager, tokens))
+        task.add_done_callback(lambda _: received.put_nowait(_DONE))
+        message_id = f"{LC_ID_PREFIX}-{run_manager.run_id}"
+        try:
+            while (chunk := await received.get()) is not _DONE:
+                chunk.id = message_id
+                yield chunk
+            result = await task
+        finally:
+            task.cancel()
+        reply = reply_message(result)
+        reply.id = message_id
+        yield last_chunk(reply, whole=tokens.sent == 0)
+        yield reply
+
+    async def _astream_chat_model_events(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[MessagesData]:
+        """LangChain's content-block streaming protocol (``stream_events(version="v3")``, its v2 streaming
+        handlers): the streamed call's pieces as the protocol's events. LangChain hands this hook the run manager
+        (it gives ``_astream`` none on its other roads), so this model has no ``_astream``; the chunks become events
+        through LangChain's own bridge (see docs/architecture.md, "Other libraries' internals")."""
+        assert run_manager is not None  # LangChain's protocol road always has one
+
+        async def chunks() -> AsyncIterator[ChatGenerationChunk]:
+            async for piece in self._pieces(messages, self._runner(stop, kwargs), run_manager):
+                if isinstance(piece, AIMessageChunk):
+                    await _new_token(run_manager, piece)  # as a model's _astream tells its run of each token
+                    yield ChatGenerationChunk(message=piece)
+
+        async for event in achunks_to_events(chunks(), message_id=f"{LC_ID_PREFIX}-{run_manager.run_id}"):
+            yield event
+
+    def _stream_chat_model_events(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[MessagesData]:
+        yield from iterate_sync(self._astream_chat_model_events(messages, stop, run_manager, **kwargs))
+
+    def _streams(
+        self, kwargs: Mapping[str, Any], run_manager: AsyncCallbackManagerForLLMRun | CallbackManagerForLLMRun
+    ) -> bool:
+        """Whether this call streams its tokens, as LangChain decides it for a chat model (``stream`` of the call,
+        else ``streaming``, else whether a handler that streams tokens is attached), ``disable_streaming`` first."""
+        stream = kwargs.get("stream")
+        if self.disable_streaming is True or stream is False:
+            return False
+        if self.disable_streaming == "tool_calling" and kwargs.get("tools"):
+            return False
+        if stream or self.streaming:
+            return True
+        return any(hasattr(handler, "tap_output_aiter") for handler in run_manager.handlers)
 
     def _generate(
         self,
@@ -327,48 +388,14 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
     ) -> ChatResult:
         return run_sync(self._agenerate(messages, stop, run_manager, **kwargs))
 
-    async def _astream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> AsyncIterator[ChatGenerationChunk]:
-        """The final synthesis's tokens as they arrive, then a last chunk with the usage of every trajectory
-        and the rounds (the whole answer there, when nothing streamed: a selector chose it, say)."""
-        runner = self._runner(stop, kwargs)
-        call = self._entered()
-        received: asyncio.Queue[Any] = asyncio.Queue()
-        tokens = FinalRoundTokens(len(self._settings.schedule) - 1, received.put_nowait)
 
-        async def run() -> PaCoReResult:
-            try:
-                return await self._run(messages, runner, run_manager, call, tokens)
-            finally:
-                received.put_nowait(_DONE)
-
-        task = asyncio.ensure_future(run())
-        try:
-            while (chunk := await received.get()) is not _DONE:
-                yield ChatGenerationChunk(message=chunk)
-            result = await task
-        finally:
-            task.cancel()
-        yield ChatGenerationChunk(message=last_chunk(reply_message(result), whole=tokens.sent == 0))
-
-    def _stream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> Iterator[ChatGenerationChunk]:
-        yield from iterate_sync(self._astream(messages, stop, run_manager, **kwargs))
-
-    def _entered(self) -> _Call | None:
-        """The call of this model that its entry point began (None when LangChain was entered another way)."""
-        call = _CALL.get()
-        return call if call is not None and call.model is self else None
+async def _new_token(
+    run_manager: AsyncCallbackManagerForLLMRun | CallbackManagerForLLMRun, chunk: AIMessageChunk
+) -> None:
+    """``chunk`` as one of the run's tokens, to its handlers (a sync call's run manager calls them directly)."""
+    told = run_manager.on_llm_new_token(str(chunk.content), chunk=ChatGenerationChunk(message=chunk))
+    if told is not None:
+        await told
 
 
 def runner_key(call: Mapping[str, Any]) -> Hashable | None:
@@ -392,27 +419,17 @@ def _frozen(value: Any) -> Hashable:
 
 
 def child_callbacks(
-    run_manager: AsyncCallbackManagerForLLMRun | CallbackManagerForLLMRun | None, call: _Call | None
+    run_manager: AsyncCallbackManagerForLLMRun | CallbackManagerForLLMRun | None,
 ) -> AsyncCallbackManager:
     """Callbacks for runs under this model's run: its inheritable handlers, tags and metadata (what a chain's
-    ``run_manager.get_child()`` gives; a model's run manager has none, model runs being leaves usually).
-
-    Without a run manager (LangChain calls ``_astream`` without one) they are those of the call its entry point
-    began, under the run id it chose; a call begun otherwise (``generate``) has none."""
-    if run_manager is not None:
-        parent: UUID | None = run_manager.run_id
-        handlers, tags = run_manager.inheritable_handlers, run_manager.inheritable_tags
-        metadata = run_manager.inheritable_metadata
-    elif call is not None:
-        parent, handlers = call.run_id, call.callbacks.inheritable_handlers
-        tags = [*call.callbacks.inheritable_tags, *call.tags]
-        metadata = {**call.callbacks.inheritable_metadata, **call.metadata}
-    else:
+    ``run_manager.get_child()`` gives; a model's run manager has none, model runs being leaves usually). The
+    handlers are the run's own instances, so a tracer from the environment sees the children under its run."""
+    if run_manager is None:
         return AsyncCallbackManager(handlers=[])
-    manager = AsyncCallbackManager(handlers=[], parent_run_id=parent)
-    manager.set_handlers(handlers)
-    manager.add_tags(tags)
-    manager.add_metadata(metadata)
+    manager = AsyncCallbackManager(handlers=[], parent_run_id=run_manager.run_id)
+    manager.set_handlers(run_manager.inheritable_handlers)
+    manager.add_tags(run_manager.inheritable_tags)
+    manager.add_metadata(run_manager.inheritable_metadata)
     return manager
 
 

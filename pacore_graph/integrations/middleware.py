@@ -31,11 +31,12 @@ from langgraph.config import get_config
 from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.concurrency.sync import CANCEL_GRACE_SECONDS, CancelScope, cancel_scope, run_sync
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.explorers.chat import as_pacore_calls_it, trajectory_from_message
+from pacore_graph.explorers.chat import trajectory_from_message
 from pacore_graph.explorers.episode import EpisodeContext
 from pacore_graph.graph.own_thread import lent_saver
 from pacore_graph.graph.runner import PaCoReRunner
 from pacore_graph.integrations.chat_model import final_trajectory
+from pacore_graph.models.calls import as_pacore_calls_it
 from pacore_graph.records import PaCoReResult, Trajectory
 
 
@@ -62,12 +63,13 @@ class HandlerExplorer:
         request = call.request.override(messages=messages)  # type: ignore[arg-type]
         # The model node's callbacks, not the PaCoRe graph's: LangGraph keeps its messages-stream handler out of a
         # graph run detached from the agent's, and the final synthesis must stream as the agent's model node.
-        config: RunnableConfig = {
+        trajectory = episode.runnable_config
+        step: RunnableConfig = {
             **call.node_config,
-            "tags": [*call.node_config.get("tags", ()), *episode.config.get("tags", ())],
-            "metadata": {**call.node_config.get("metadata", {}), **episode.config.get("metadata", {})},
+            "tags": [*call.node_config.get("tags", ()), *trajectory.get("tags", ())],
+            "metadata": {**call.node_config.get("metadata", {}), **trajectory.get("metadata", {})},
         }
-        with set_config_context(config) as context:  # the handler's model call reads its config from there
+        with set_config_context(step) as context:  # the handler's model call reads its config from there
             if call.is_async:
 
                 async def handle() -> Any:
@@ -150,15 +152,15 @@ class PaCoReMiddleware(AgentMiddleware):
         if model is not request.model:  # a ChatOpenAI: no retries of its own, and its own timeout closes a hung call
             request = request.override(model=model)
         call = _ModelCall(request, handler, node_config, is_async)
-        config: RunnableConfig = {
+        run_config: RunnableConfig = {
             "callbacks": node_config.get("callbacks"),
             "metadata": node_config.get("metadata") or {},
         }
         if lent_saver(node_config) is not None:  # durable: the run keeps a thread of its own with the agent's saver
-            config["configurable"] = node_config["configurable"]
+            run_config["configurable"] = node_config["configurable"]
         # One model step is one PaCoRe run, not a subgraph: its ambient config is its own, as LangChain sets a child's.
-        with set_config_context(config) as context:
-            run = self._runner(call).arun(request.messages, config, trace=True)
+        with set_config_context(run_config) as context:
+            run = self._runner(call).arun(request.messages, run_config, trace=True)
             result = await asyncio.get_running_loop().create_task(run, context=context)
         return final_response(result)
 

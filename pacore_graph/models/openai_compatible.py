@@ -15,10 +15,9 @@ server-sent events and assembles the message client-side: a transport, cheap at 
 token streaming (``astream``, ``astream_events``, LangGraph's ``stream_mode="messages"``) goes through
 ``_astream`` and yields one chunk per delta to whoever listens.
 
-A whole message (no token streaming: PaCoRe's earlier rounds, any run nobody listens to) takes one road,
-whatever the callbacks: ``ainvoke`` sends the request and keeps LangChain's callback contract through its
-public API, without the base class's per-call costs (see ``ainvoke``). Token streaming, caches, rate
-limiters and ``output_version="v1"`` take the base class's road.
+Two roads (see ``ainvoke``): a whole message that no callback handler sees is its request and its message, without
+the base class's per-call costs; every other call (a handler attached, token streaming, caches, rate limiters,
+``output_version="v1"``) takes LangChain's own road, events and all.
 """
 
 from __future__ import annotations
@@ -36,7 +35,6 @@ import orjson
 from langchain_core.callbacks import AsyncCallbackManager, AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.globals import get_llm_cache
 from langchain_core.language_models import BaseChatModel, LangSmithParams, LanguageModelInput
-from langchain_core.load import dumpd
 from langchain_core.messages import (
     AIMessage,
     AIMessageChunk,
@@ -47,7 +45,7 @@ from langchain_core.messages import (
 )
 from langchain_core.messages.ai import UsageMetadata
 from langchain_core.messages.tool import tool_call_chunk
-from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult, LLMResult
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.tools import BaseTool
@@ -119,7 +117,6 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
     _pool: PerLoop[ConnectionPool] = PrivateAttr()
     _converted: dict[tuple[Any, ...], tuple[list[dict[str, Any]], str | None, int]] = PrivateAttr(default_factory=dict)
     _converted_chars: int = PrivateAttr(default=0)
-    _serialized_identity: dict[str, Any] | None = PrivateAttr(default=None)
 
     @field_validator("base_url", mode="before")
     @classmethod
@@ -145,10 +142,6 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
     @property
     def _identifying_params(self) -> dict[str, Any]:
         return {"model": self.model, "base_url": self.base_url}
-
-    def _get_invocation_params(self, stop: list[str] | None = None, **kwargs: Any) -> dict[str, Any]:
-        # What tracing records per call; the base class dumps the whole model under a warnings filter.
-        return {**self._identifying_params, "_type": self._llm_type, "stop": stop, **kwargs}
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
         model = kwargs.get("model") or self.model
@@ -203,16 +196,12 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         if stream:
             body["stream"] = True
             body.setdefault("stream_options", {"include_usage": True})
-        if not self.max_retries and self.request_timeout is None:  # the common road: no extra coroutine
-            return await (self._post_stream(body, headers, on_delta) if stream else self._post(body, headers))
-        send = partial(self._post_stream, body, headers, on_delta) if stream else partial(self._post, body, headers)
+        attempt = partial(self._post_stream, body, headers, on_delta) if stream else partial(self._post, body, headers)
         if self.request_timeout is not None:
-            send = partial(_within, self.request_timeout, send)
-        if not self.max_retries:
-            return await send()
-        # A streamed reply retried after some deltas went out would show them twice: only whole replies retry.
-        policy = RetryPolicy(max_attempts=self.max_retries + 1 if on_delta is None else 1)
-        return (await with_retries(send, policy, None))[0]
+            attempt = partial(_within, self.request_timeout, attempt)
+        if self.max_retries and on_delta is None:  # a streamed reply retried after deltas went out shows them twice
+            return (await with_retries(attempt, RetryPolicy(max_attempts=self.max_retries + 1), None))[0]
+        return await attempt()
 
     def _private(self) -> dict[str, Any]:
         """The private attributes in one slot read: pydantic looks each one up in about 2 us (``__getattr__``),
@@ -287,70 +276,28 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         stop: list[str] | None = None,
         **kwargs: Any,
     ) -> AIMessage:
-        """``BaseChatModel.ainvoke``. A whole message (no token streaming) takes one shorter road for every
-        caller, PaCoRe's explorer included, handlers attached or not; LangChain's own road takes token
-        streaming, caches, rate limiters and ``output_version="v1"``.
+        """``BaseChatModel.ainvoke``, with a shorter road for a call no callback handler sees.
 
-        Why: the base class's road costs about 0.1 ms more CPU per call (an asyncio task, tracing copies of the
-        messages, a signature inspection): at 1024 requests in flight, close to a tenth of the client's whole
-        cost per trajectory. The short road keeps LangChain's callback contract through its public API, as
-        ``BaseChatModel.agenerate`` does: ``AsyncCallbackManager.configure`` over the caller's callbacks, tags
-        and metadata (and tracing from the environment), ``on_chat_model_start`` (whose run id names the
-        message), then ``on_llm_end`` with usage or ``on_llm_error``. When configure finds no handler, the
-        events would tell nobody: none is built or fired, and the run id (the config's or a new one) still
-        names the message (a new one costs a counter: no handler will look it up). A call that does not say
-        ``stream=False`` while a handler is attached is LangChain's to decide (a handler may stream its tokens:
-        ``astream_events``, ``stream_mode="messages"``).
+        Two roads. LangChain's own (``agenerate``: its events, caches, rate limiters, token streaming) takes every
+        call that a handler sees, that streams tokens (``stream=True``) or that a cache, a rate limiter or
+        ``output_version="v1"`` concerns. A whole message that no handler sees is only its request and its message:
+        the callbacks are configured as ``BaseChatModel`` configures them (the caller's, this model's, tracing from
+        the environment or context), and when that finds no handler the base class's per-call costs (an asyncio
+        task, tracing copies of the messages, a signature inspection: about 0.1 ms of CPU, close to a tenth of the
+        client's cost per trajectory at 1024 requests in flight) would serve nobody. The message is named by the
+        config's run id, or a counter-made one (no handler will look it up).
         """
-        if kwargs.get("stream") or not self._plain_calls():
-            return await super().ainvoke(input, config, stop=stop, **kwargs)
-        # Callbacks given (as PaCoRe's explorer gives them) make the ambient config irrelevant to the run.
-        config = config if config and "callbacks" in config else ensure_config(config)
-        callbacks, tags = config.get("callbacks"), config.get("tags")
-        manager = AsyncCallbackManager.configure(callbacks, self.callbacks, self.verbose, tags, self.tags)
-        if not manager.handlers:
-            kwargs.pop("ls_structured_output_format", None)  # tracing only, never a request field
-            run_id = config.get("run_id") or _unseen_run_id()
-            return await self._amessage(_as_messages(input), stop, id=f"{LC_ID_PREFIX}-{run_id}-0", **kwargs)
-        if "stream" not in kwargs:
-            return await super().ainvoke(input, config, stop=stop, **kwargs)
-        return await self._ainvoke_observed(manager, input, config, stop, kwargs)
-
-    async def _ainvoke_observed(
-        self,
-        manager: AsyncCallbackManager,
-        input: LanguageModelInput,
-        config: RunnableConfig,
-        stop: list[str] | None,
-        kwargs: dict[str, Any],
-    ) -> AIMessage:
-        """The short road's events, for a run that has handlers: what ``BaseChatModel.agenerate`` tells them."""
-        metadata = {**(config.get("metadata") or {}), **self._get_ls_params(stop=stop, **kwargs)}
-        metadata["ls_integration"] = "langchain_chat_model"
-        manager.add_metadata(metadata)
-        if self.metadata:
-            manager.add_metadata(self.metadata, inherit=False)
-        options: dict[str, Any] = {"stop": stop}
-        structured = kwargs.pop("ls_structured_output_format", None)
-        if structured:
-            options["ls_structured_output_format"] = structured
-        messages = _as_messages(input)
-        (run_manager,) = await manager.on_chat_model_start(
-            self._tracing_identity(),
-            [messages],
-            invocation_params=self._get_invocation_params(stop=stop, **kwargs),
-            options=options,
-            name=config.get("run_name") or self.get_name(),
-            run_id=config.get("run_id"),
-            batch_size=1,
-        )
-        try:
-            message = await self._amessage(messages, stop, id=f"{LC_ID_PREFIX}-{run_manager.run_id}-0", **kwargs)
-        except BaseException as exc:
-            await run_manager.on_llm_error(exc, response=LLMResult(generations=[]))
-            raise
-        await run_manager.on_llm_end(LLMResult(generations=[[ChatGeneration(message=message)]]))
-        return message
+        if not kwargs.get("stream") and self._plain_calls():
+            # Callbacks given (as PaCoRe's explorer gives them) make the ambient config irrelevant to the run.
+            seen = config if config and "callbacks" in config else ensure_config(config)
+            manager = AsyncCallbackManager.configure(
+                seen.get("callbacks"), self.callbacks, self.verbose, seen.get("tags"), self.tags
+            )
+            if not manager.handlers:
+                kwargs.pop("ls_structured_output_format", None)  # tracing only, never a request field
+                run_id = seen.get("run_id") or _unseen_run_id()
+                return await self._amessage(_as_messages(input), stop, id=f"{LC_ID_PREFIX}-{run_id}-0", **kwargs)
+        return await super().ainvoke(input, config, stop=stop, **kwargs)
 
     async def apreconnect(self, connections: int) -> None:
         """Have ``connections`` connections to the server open or opening on this loop, opened in the
@@ -363,14 +310,6 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         """Whether a call is one request and its message: no cache, rate limiter or other output version."""
         llm_cache = self.cache if self.cache is not None else get_llm_cache()
         return not llm_cache and self.rate_limiter is None and self.output_version != "v1"
-
-    def _tracing_identity(self) -> dict[str, Any]:
-        """What tracers record as the model (``dumpd``), computed once."""
-        private = self._private()
-        identity: dict[str, Any] | None = private["_serialized_identity"]
-        if identity is None:
-            identity = private["_serialized_identity"] = dumpd(self)
-        return identity
 
     async def _agenerate(
         self,
@@ -460,10 +399,9 @@ class OpenAICompatibleChatModel(StructuredOutputMixin, BaseChatModel):
         """OpenAI tool calling, as vLLM serves it (``--enable-auto-tool-choice``). ``tool_choice``: LangChain's
         values ("any" or True: some tool; a tool's name: that tool) become OpenAI's; a name not among
         ``tools`` is refused here (vLLM would answer 400). Tools are sent strict (arguments held to their schemas,
-        so vLLM returns them as objects) unless ``strict=False`` or the tool itself says otherwise."""
-        formatted = [convert_to_openai_tool(tool, strict=strict) for tool in tools]
-        if strict is None:
-            formatted = strict_tools(formatted)
+        so vLLM returns them as objects) unless ``strict=False`` or the tool itself says otherwise; tools already
+        in OpenAI form get ``strict`` too (see :func:`~pacore_graph.models.tool_choice.strict_tools`)."""
+        formatted = strict_tools([convert_to_openai_tool(tool, strict=strict) for tool in tools], strict)
         choice = openai_tool_choice(tool_choice, formatted)
         if choice is not None:
             kwargs["tool_choice"] = choice

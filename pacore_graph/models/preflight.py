@@ -14,9 +14,11 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
+from pacore_graph.config import PaCoReConfig
 from pacore_graph.errors import PaCoReError
 from pacore_graph.models.embedded import EMBEDDED_MAX_TOKENS, MODEL_ALIAS
 from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
+from pacore_graph.models.unwrap import find_chat_model
 
 
 def served_models(base_url: str, api_key: str | None = None, timeout: float = 10.0) -> list[str]:
@@ -79,7 +81,7 @@ def server_defaults(base_url: str, model: str, api_key: str | None = None) -> di
 
     - ``profile["max_input_tokens"]``: the context (:func:`served_context`: llama.cpp's ``/props``, vLLM's
       ``/v1/models``); a PaCoRe run uses it as its ``context_window`` when its config sets none
-      (:func:`pacore_graph.synthesis.context_window.with_model_context`);
+      (:func:`with_model_context`);
     - the embedded SmolLM2 only: ``profile["max_output_tokens"]``, the cap of a reply that names no
       ``max_tokens`` (:data:`~pacore_graph.models.embedded.EMBEDDED_MAX_TOKENS`, at most a quarter of the context).
     """
@@ -100,6 +102,16 @@ def discover_model(base_url: str, api_key: str | None = None, timeout: float = 1
     return listed[0]
 
 
+def served_window(model: BaseChatModel) -> int | None:
+    """The context window ``model``'s server reported, for this project's client (:func:`server_defaults` put it in
+    its ``profile``); None for other models, whose profile says what their provider documents, not what a server
+    serves."""
+    if not isinstance(model, OpenAICompatibleChatModel):
+        return None
+    window = (model.profile or {}).get("max_input_tokens")
+    return window if isinstance(window, int) else None
+
+
 def check_server(model: BaseChatModel) -> None:
     """The server of an :class:`OpenAICompatibleChatModel` answers and serves its model name. Other chat
     models are not checked."""
@@ -111,3 +123,23 @@ def check_server(model: BaseChatModel) -> None:
             f"the server at {model.base_url} does not serve model {model.model!r}; it serves {', '.join(models)} "
             "(pass one of these with --model)"
         )
+
+
+def with_model_context(config: PaCoReConfig, model_or_explorer: object) -> PaCoReConfig:
+    """``config`` with the context its model's server reported as ``context_window``, when it sets none.
+
+    Only the project's own client carries a server-reported context (``chat_model`` sets it for llama.cpp
+    servers, whose small contexts make an overflowing synthesis prompt the common failure); other models, an
+    explicit ``context_window`` and ``compat="reference"`` (which fits nothing, as the reference pipeline) are
+    left as they are.
+    """
+    if config.context_window is not None or config.compat is not None:
+        return config
+    try:
+        found = find_chat_model(model_or_explorer)
+    except TypeError:
+        return config  # not a usable model: as_explorer says why
+    window = served_window(found.model) if found is not None else None
+    if not window or window < 256 or (config.max_tokens is not None and config.max_tokens >= window):
+        return config
+    return config.model_copy(update={"context_window": window})

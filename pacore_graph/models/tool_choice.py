@@ -32,17 +32,22 @@ def openai_tool_choice(
     return {"type": "function", "function": {"name": name}}
 
 
-def strict_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``tools`` (OpenAI form) with ``"strict": true`` on each function that does not set ``strict`` itself.
+def strict_tools(tools: list[dict[str, Any]], strict: bool | None = None) -> list[dict[str, Any]]:
+    """``tools`` (OpenAI form) with ``"strict": strict`` on each function that does not set ``strict`` itself;
+    ``strict=None`` (a caller that did not say) means strict.
 
-    vLLM holds a tool call's arguments to the tool's schema only for strict tools: for others its hermes parser can
-    hand a forced call's arguments back as a JSON string (``"\\"Paris\\""``) instead of an object. vLLM needs
-    nothing else of a strict schema (OpenAI's own API also wants every property required and no others allowed).
+    Why here: LangChain's ``convert_to_openai_tool(tool, strict=...)`` applies ``strict`` to a tool object or a
+    function, but leaves a tool already in OpenAI form as it is, so a tool list formatted once (by a wrapper, or
+    by an agent) would lose the caller's ``strict``. vLLM holds a tool call's arguments to the tool's schema only
+    for strict tools: for others its hermes parser can hand a forced call's arguments back as a JSON string
+    (``"\\"Paris\\""``) instead of an object. vLLM needs nothing else of a strict schema (OpenAI's own API also
+    wants every property required and no others allowed).
     """
+    value = True if strict is None else strict
     marked = []
     for tool in tools:
         function = tool.get("function")
         if tool.get("type") == "function" and isinstance(function, dict) and "strict" not in function:
-            tool = {**tool, "function": {**function, "strict": True}}
+            tool = {**tool, "function": {**function, "strict": value}}
         marked.append(tool)
     return marked

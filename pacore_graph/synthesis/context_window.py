@@ -9,25 +9,19 @@
 Token counts use the project's counter (exact with tiktoken, else about 4 characters a token).
 
 Where the window comes from: ``PaCoReConfig.context_window``, else the context the model's server reported
-(:func:`with_model_context`: the project's client of a llama.cpp server, the embedded model included, carries
-it as ``profile["max_input_tokens"]``).
+(:func:`pacore_graph.models.preflight.with_model_context`: the project's client of a llama.cpp server, the embedded
+model included, carries it as ``profile["max_input_tokens"]``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from langchain_core.messages import BaseMessage
 
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
-from pacore_graph.models.unwrap import find_chat_model
 from pacore_graph.synthesis.prompt import last_user_index, message_text, render_synthesis_prompt
 from pacore_graph.synthesis.tokens import count_tokens
-
-if TYPE_CHECKING:  # the type only: the synthesis prompt runs no explorer (see the import contracts)
-    from pacore_graph.explorers.protocol import ModelOrExplorer
 
 MIN_SHARE = 256
 MESSAGE_OVERHEAD = 8  # role markers of a chat template, per message
@@ -44,28 +38,6 @@ def cut_middle(text: str, head: int, tail: int, what: str | None = None) -> str:
         return text
     marker = what or f"{len(text) - head - tail} characters cut"
     return f"{text[:head]}\n[... {marker} ...]\n{text[len(text) - tail :] if tail else ''}"
-
-
-def with_model_context(config: PaCoReConfig, model_or_explorer: ModelOrExplorer) -> PaCoReConfig:
-    """``config`` with the context its model's server reported as ``context_window``, when it sets none.
-
-    Only the project's own client carries a server-reported context (``chat_model`` sets it for llama.cpp
-    servers, whose small contexts make an overflowing synthesis prompt the common failure); other models, an
-    explicit ``context_window`` and ``compat="reference"`` (which fits nothing, as the reference pipeline) are
-    left as they are.
-    """
-    if config.context_window is not None or config.compat is not None:
-        return config
-    try:
-        found = find_chat_model(model_or_explorer)
-    except TypeError:
-        return config  # not a usable model: as_explorer says why
-    if found is None or not isinstance(found.model, OpenAICompatibleChatModel):
-        return config
-    window = (found.model.profile or {}).get("max_input_tokens")
-    if not window or window < 256 or (config.max_tokens is not None and config.max_tokens >= window):
-        return config
-    return config.model_copy(update={"context_window": window})
 
 
 def cap_text(text: str, max_tokens: int) -> str:

@@ -1,7 +1,8 @@
-"""The synthesis template (paper Table 6) and the message surgery of rounds >= 2.
+"""The synthesis prompt (the paper's template, ``pacore_graph.config.DEFAULT_TEMPLATE``, by default) and the message
+surgery of rounds >= 2.
 
-PaCoRe-8B was trained on exactly this text, rendered by jinja2 with default settings (which drop the
-template's trailing newline), so the default must stay byte-identical to the reference rendering.
+PaCoRe-8B was trained on exactly the default text, rendered by jinja2 with default settings (which drop the
+template's trailing newline), so the rendering must stay byte-identical to the reference rendering.
 """
 
 from __future__ import annotations
@@ -13,21 +14,7 @@ from functools import lru_cache
 import jinja2
 from langchain_core.messages import BaseMessage, HumanMessage
 
-DEFAULT_TEMPLATE = """\
-You are given a problem and a list of reference responses. Your job is to analyze these references and provide your own response.
-
-Original Problem:
-{{ original_prompt }}
-
-Reference Responses:
-{% for response in ref_responses %}
-Reference {{ loop.index }}:
-{{ response }}
-{% endfor %}
-
-Now, based on the original problem and reference responses above, please provide your own comprehensive solution.
-"""
-
+from pacore_graph.config import DEFAULT_TEMPLATE
 
 _JINJA = jinja2.Environment()  # default settings, as jinja2.Template(text) has: the trailing newline dropped
 

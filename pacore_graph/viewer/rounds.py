@@ -14,8 +14,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pacore_graph.batch.show import compared_answer
+from pacore_graph.config import DEFAULT_TEMPLATE
 from pacore_graph.synthesis.compaction import reference_text
-from pacore_graph.synthesis.prompt import DEFAULT_TEMPLATE, render_synthesis_prompt
+from pacore_graph.synthesis.prompt import render_synthesis_prompt
 from pacore_graph.viewer.rows import Json
 
 # What a trajectory is compared by (its answer) and how it is shown in its cell; the SWE view compares patches.

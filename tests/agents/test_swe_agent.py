@@ -18,6 +18,7 @@ import pytest
 from fakes import PromptFunctionChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from mock_openai import MockOpenAIServer
+from scripted_chat import tool_call
 
 from pacore_agents.swe.actions import parse_actions
 from pacore_agents.swe.repair_episode import RepairEpisode
@@ -251,10 +252,6 @@ def test_cancelling_an_episode_closes_its_sandbox():
 # ------------------------------------------------------------------------------------------- real episodes
 
 ROMAN = "pacore__roman-1"
-
-
-def tool_call(name: str, arguments: dict, call_id: str) -> dict:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
 
 
 def tool_script(gold_patch: str):

@@ -10,7 +10,6 @@ import pytest
 
 from pacore_agents.swe.eval_cli import register_eval
 from pacore_agents.swe.evaluation import PredictionError, evaluate, load_predictions, run_swebench_harness
-from pacore_agents.swe.images import ensure_images
 from pacore_agents.swe.sandbox import open_sandbox
 from pacore_agents.swe.tasks import listed_tests, load_tasks
 from pacore_graph.command_kit import CommandParser, run_parsed
@@ -20,10 +19,8 @@ VERIFIED_ROWS = Path(__file__).parents[1] / "fixtures" / "swe" / "verified_rows.
 
 
 @pytest.fixture(scope="module")
-def rows(client) -> list[dict]:
-    tasks = load_tasks("local")
-    ensure_images(tasks, client)
-    return tasks
+def rows(local_tasks) -> list[dict]:
+    return local_tasks()
 
 
 def _report(summary_dir: Path, model: str, instance_id: str) -> dict:

@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from waits import still_running, wait_until
 
 from pacore_agents.swe.docker_sandbox import leftover_sandboxes
 from pacore_agents.swe.evaluation import GRADING_FILE, evaluate
-from pacore_agents.swe.images import ensure_images
 from pacore_agents.swe.tasks import load_tasks
 
 pytestmark = pytest.mark.docker
@@ -33,9 +32,8 @@ WAIT = (
 
 
 @pytest.fixture(scope="module")
-def row(client) -> dict:
-    [task] = load_tasks("local", instances=[ROMAN])
-    ensure_images([task], client)
+def row(local_tasks) -> dict:
+    [task] = local_tasks(ROMAN)
     return task
 
 
@@ -80,11 +78,8 @@ def test_a_second_eval_into_a_folder_in_use_is_refused_in_one_line(row, tmp_path
         stderr=subprocess.PIPE,
     )
     try:
-        deadline = time.monotonic() + 300
-        while not containers_of(first.pid):  # grading has begun: the folder is locked and work is under way
-            assert first.poll() is None, first.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "the first evaluation never started its container"
-            time.sleep(0.1)
+        # grading has begun: the folder is locked and work is under way
+        wait_until(lambda: still_running(first) and containers_of(first.pid), 300, what="the first grading began")
         second = subprocess.run(eval_args("gold", output), cwd=ROOT, capture_output=True, text=True, timeout=300)
         [container] = containers_of(first.pid)
         subprocess.run(["docker", "exec", container, "touch", "/tmp/go-on"], check=True, capture_output=True)

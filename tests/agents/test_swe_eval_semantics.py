@@ -16,10 +16,8 @@ from swebench.harness.reporting import make_run_report
 
 from pacore_agents.swe.eval_cli import register_eval
 from pacore_agents.swe.evaluation import PredictionError, evaluate, load_predictions
-from pacore_agents.swe.images import ensure_images
 from pacore_agents.swe.output_paths import folder_name, inside
 from pacore_agents.swe.run import trajectory_path
-from pacore_agents.swe.tasks import load_tasks
 from pacore_graph.command_kit import CommandParser, run_parsed
 
 pytestmark = pytest.mark.docker
@@ -40,10 +38,8 @@ NOT_APPLYING = (
 
 
 @pytest.fixture(scope="module")
-def rows(client) -> list[dict]:
-    tasks = load_tasks("local")
-    ensure_images(tasks, client)
-    return tasks
+def rows(local_tasks) -> list[dict]:
+    return local_tasks()
 
 
 def _cli(*argv: str) -> int:

@@ -11,11 +11,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 from mock_openai import MockOpenAIServer
+from scripted_chat import tool_call
+from waits import wait_until
 
 from pacore_agents.swe.local_sandbox import OWNER_FILE, PREFIX, UnsafeRuntimeWarning
 from pacore_agents.swe.prompts import task_messages
@@ -35,13 +36,6 @@ def sleeping(mark: str) -> list[str]:
     return subprocess.run(["pgrep", "-f", f"sleep {mark}"], capture_output=True, text=True).stdout.split()
 
 
-def wait_until(condition, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
-
-
 def owned_by(pid: int) -> list[Path]:
     """Local sandbox copies whose owner is process ``pid``."""
     found = []
@@ -52,10 +46,6 @@ def owned_by(pid: int) -> list[Path]:
         except (OSError, ValueError):
             continue
     return found
-
-
-def tool_call(name: str, arguments: dict, call_id: str) -> dict:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
 
 
 def test_every_process_of_an_episode_ends_when_pacore_is_killed_and_the_next_run_removes_its_copy(tmp_path):
@@ -94,7 +84,7 @@ def test_every_process_of_an_episode_ends_when_pacore_is_killed_and_the_next_run
         args += ["--base-url", server.base_url]
         killed = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
-            wait_until(lambda: len(sleeping(mark)) >= 3 or killed.poll() is not None, 120, "the command never started")
+            wait_until(lambda: len(sleeping(mark)) >= 3 or killed.poll() is not None, 120, what="the command started")
             assert killed.poll() is None, killed.stderr.read()[-2000:]
             os.kill(killed.pid, signal.SIGKILL)
             killed.wait(timeout=10)
@@ -103,7 +93,7 @@ def test_every_process_of_an_episode_ends_when_pacore_is_killed_and_the_next_run
                 killed.kill()
                 killed.wait()
             killed.stderr.close()
-        wait_until(lambda: not sleeping(mark), 20, f"processes outlived pacore: {sleeping(mark)}")
+        wait_until(lambda: not sleeping(mark), 20, what=lambda: f"processes outlived pacore: {sleeping(mark)}")
         [left] = owned_by(killed.pid)  # a SIGKILL leaves the copy; the next run's sweep removes it
         rerun = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
@@ -131,11 +121,9 @@ def test_the_prompt_names_the_folder_and_shell_the_commands_really_get(runtime, 
     """Issue 28: the local runtime used to say `/testbed` and `bash -lc` while it ran `bash -c` in a temporary
     copy, so a model following the prompt (`cd /testbed`) failed. Every folder the prompt names must exist in
     the sandbox, and the shell it names must be the one commands get."""
-    [row] = load_tasks("local", instances=[ROMAN])
-    if runtime == "docker":
-        from pacore_agents.swe.images import ensure_images
-
-        ensure_images([row], request.getfixturevalue("client"))
+    [row] = (
+        request.getfixturevalue("local_tasks")(ROMAN) if runtime == "docker" else load_tasks("local", instances=[ROMAN])
+    )  # noqa: E501
     system = task_messages(row, runtime=runtime)[0].content
     with pytest.warns(UnsafeRuntimeWarning) if runtime == "local" else contextlib.nullcontext():
         box = open_sandbox(row, runtime=runtime)

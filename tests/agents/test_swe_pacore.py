@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from fakes import PromptFunctionChatModel
 from langchain_core.messages import AIMessage, BaseMessage
+from scripted_chat import tool_call
 
 from pacore_agents.swe.episodes import InstanceOutcome, SweSolver, cap_patch, episode_conclusion
 from pacore_agents.swe.repair_settings import RepairSettings
@@ -202,10 +203,6 @@ def test_a_folder_made_with_other_episode_settings_is_refused_in_one_line(tmp_pa
 # ------------------------------------------------------------------------------------------- docker, CLI
 
 ROMAN = "pacore__roman-1"
-
-
-def tool_call(name: str, arguments: dict, call_id: str) -> dict:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
 
 
 def pacore_script(gold_patch: str):

@@ -22,7 +22,8 @@ import pytest
 from aiohttp import web
 from langchain_core.callbacks import BaseCallbackHandler
 from mock_openai import MockOpenAIServer
-from test_swe_pacore import pacore, sandbox_containers, tool_call
+from scripted_chat import tool_call
+from test_swe_pacore import pacore, sandbox_containers
 
 from pacore_agents.swe.per_call import per_call_solver
 from pacore_agents.swe.repair_settings import RepairSettings

@@ -13,8 +13,9 @@ import json
 from pathlib import Path
 
 import pytest
+from scripted_chat import tool_call
 from test_swe_offline_images import FIXTURES, ROWS, pacore
-from test_swe_pacore import sandbox_containers, tool_call
+from test_swe_pacore import sandbox_containers
 
 from pacore_agents.swe.run import PREDICTIONS_FILE, trajectory_path
 from pacore_agents.swe.tasks import load_tasks

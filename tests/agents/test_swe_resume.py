@@ -18,12 +18,12 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from mock_openai import MockOpenAIServer
 from test_swe_pacore import ROMAN, pacore, pacore_script, sandbox_containers
+from waits import still_running, wait_until
 
 from pacore_agents.swe.run import PREDICTIONS_FILE, trajectory_path
 
@@ -44,8 +44,7 @@ class HoldingServer(MockOpenAIServer):
         body = await request.json()  # aiohttp caches the body: the parent reads it again
         if self.holding and self.hold(body):
             self.held += 1
-            while not self.release.is_set():
-                await asyncio.sleep(0.05)
+            await asyncio.to_thread(self.release.wait)
         return await super()._chat(request)
 
 
@@ -132,11 +131,11 @@ def kill_then_resume(tmp_path: Path, runtime: str) -> None:
             text=True,
         )
         try:
-            deadline = time.monotonic() + 60
-            while finished_trajectory_writes(out) < 1 or server.held < 1:
-                assert process.poll() is None, f"the run ended before the kill: {process.stdout.read()[-3000:]}"
-                assert time.monotonic() < deadline, "the first episode did not finish within 60 s"
-                time.sleep(0.05)
+            wait_until(
+                lambda: still_running(process, "the run") and finished_trajectory_writes(out) >= 1 and server.held >= 1,
+                60,
+                what="the first episode finished",
+            )
             os.kill(process.pid, signal.SIGKILL)
             process.wait(timeout=10)
         finally:

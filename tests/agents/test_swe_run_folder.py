@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 from test_swe_pacore import ROMAN, pacore_script
 from test_swe_resume import ROOT, HoldingServer, release_at_exit
+from waits import still_running, wait_until
 
 from pacore_agents.swe.run import PREDICTIONS_FILE
 
@@ -48,11 +48,7 @@ def test_a_second_run_into_a_folder_in_use_refuses_in_one_line(tmp_path):
             [sys.executable, "-m", "pacore_graph.cli", *args], cwd=ROOT, stderr=subprocess.PIPE, text=True
         )
         try:
-            deadline = time.monotonic() + 60
-            while server.held < 1:
-                assert first.poll() is None, f"the first run ended early: {first.stderr.read()[-3000:]}"
-                assert time.monotonic() < deadline, "the first run sent no request within 60 s"
-                time.sleep(0.05)
+            wait_until(lambda: still_running(first, "the first run") and server.held >= 1, 60, what="a first request")
             command = [sys.executable, "-m", "pacore_graph.cli", *args]  # a refusal is quick; a wait is a failure
             second = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
             held = server.held

@@ -9,21 +9,25 @@ import time
 from pathlib import Path
 
 import pytest
+from waits import wait_until
 
 from pacore_agents.swe.docker_sandbox import DockerSandbox
-from pacore_agents.swe.images import ensure_images
 from pacore_agents.swe.local_sandbox import UnsafeRuntimeWarning
 from pacore_agents.swe.sandbox import CommandResult, Sandbox, SandboxError, open_sandbox
-from pacore_agents.swe.tasks import listed_tests, load_tasks
+from pacore_agents.swe.tasks import listed_tests
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("own_sandboxes_removed")]
 
 
 @pytest.fixture(scope="module")
-def row(client) -> dict:
-    [task] = load_tasks("local", instances=["pacore__lrucache-1"])
-    ensure_images([task], client)  # builds the base image once (debootstrap) and the thin task layer
+def row(local_tasks) -> dict:
+    [task] = local_tasks("pacore__lrucache-1")
     return task
+
+
+def sleeping(marker: str) -> list[str]:
+    """The processes of this host running ``sleep <marker>``."""
+    return subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True).stdout.split()
 
 
 def _gone(client, container_id: str) -> bool:
@@ -84,9 +88,8 @@ def test_hundreds_of_orphans_are_reaped_and_the_sandbox_keeps_working(row):
     """Docker's init is PID 1: exited orphans do not pile up as zombies against the process limit."""
     with open_sandbox(row, pids=256) as box:
         assert box.run("for i in $(seq 300); do (sleep 0.01 &); done; echo spawned").output.endswith("spawned\n")
-        time.sleep(1)
-        zombies = box.run("grep -l '^State:.*Z' /proc/[0-9]*/status 2>/dev/null | wc -l")
-        assert zombies.exit_code == 0 and int(zombies.output) == 0
+        zombies = "grep -l '^State:.*Z' /proc/[0-9]*/status 2>/dev/null | wc -l"
+        wait_until(lambda: int(box.run(zombies).output) == 0, 10, what="every exited orphan reaped")
         assert box.run("for i in $(seq 50); do true & done; wait; echo fine").output == "fine\n"
         box.run("printf 'x = 1\\n' > extra.py")
         assert "+x = 1" in box.diff()
@@ -246,13 +249,10 @@ def test_local_runtime_hides_secrets_and_ends_every_process_a_command_started(ro
             f" (setsid bash -c 'sleep {marker}' &); echo started"
         )
         assert started.output == "started\n"
-        time.sleep(0.5)
-        survivors = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True).stdout.split()
-        assert survivors == []
+        wait_until(lambda: not sleeping(marker), 5, what=lambda: f"outlived their command: {sleeping(marker)}")
         slow = box.run(f"setsid sleep {marker} & sleep 60", timeout=1)
         assert slow.timed_out
-        time.sleep(0.5)
-        assert subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True).stdout.split() == []
+        wait_until(lambda: not sleeping(marker), 5, what=lambda: f"outlived a timed-out command: {sleeping(marker)}")
 
 
 def test_local_runtime_needs_a_clone_for_swebench_rows(row, monkeypatch):

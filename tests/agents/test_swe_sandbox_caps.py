@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 from mock_openai import MockOpenAIServer
+from scripted_chat import tool_call
 
 from pacore_agents.swe.docker_sandbox import DockerSandbox, leftover_sandboxes
-from pacore_agents.swe.images import ensure_images
 from pacore_agents.swe.run import PREDICTIONS_FILE, trajectory_path
-from pacore_agents.swe.tasks import load_tasks
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,9 +30,8 @@ PROCESSES = "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done"
 
 
 @pytest.fixture(scope="module")
-def row(client) -> dict:
-    [task] = load_tasks("local", instances=[ROMAN])
-    ensure_images([task], client)
+def row(local_tasks) -> dict:
+    [task] = local_tasks(ROMAN)
     return task
 
 
@@ -131,10 +129,6 @@ def test_big_files_are_left_out_of_the_patch_and_noted(row):
 
 
 # --------------------------------------------------------------------------------- episodes, as a user runs them
-
-
-def tool_call(name: str, arguments: dict, call_id: str) -> dict:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
 
 
 def edit_then(command: str):

@@ -13,10 +13,10 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from waits import still_running, wait_until
 
 from pacore_benchmarks.perf.faults import (
     FaultSettings,
@@ -194,14 +194,13 @@ def test_pacore_node_in_a_checkpointed_user_graph_resumes_after_sigkill(tmp_path
     first_log, second_log = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen([sys.executable, str(script), str(tmp_path), str(first_log)], cwd=ROOT, env=env)
-    deadline = time.monotonic() + 60
-    while True:  # killed once three trajectories finished and every finished one is in the checkpoint
-        assert process.poll() is None, "the run ended before it could be killed"
-        assert time.monotonic() < deadline, "three trajectories did not finish and reach the checkpoint in 60 s"
+
+    def three_in_the_checkpoint() -> bool:  # three finished, and every finished one is in the checkpoint
         logged = _lines(first_log)
-        if logged >= 3 and asyncio.run(saved_trajectories(tmp_path, set())) >= logged == _lines(first_log):
-            break
-        time.sleep(0.02)
+        saved = logged >= 3 and asyncio.run(saved_trajectories(tmp_path, set())) >= logged == _lines(first_log)
+        return still_running(process, "the run") and saved
+
+    wait_until(three_in_the_checkpoint, 60, what="three trajectories finished and reached the checkpoint")
     process.send_signal(signal.SIGKILL)
     process.wait()
     finished = {tuple(json.loads(line)) for line in first_log.read_text().splitlines()}
@@ -245,9 +244,8 @@ def test_a_sigkilled_writer_loses_at_most_the_row_it_was_writing(tmp_path):
     for _ in range(4):
         before = _lines(path)
         process = subprocess.Popen([sys.executable, "-c", writer])
-        deadline = time.monotonic() + 60
-        while _lines(path) < before + 20 and time.monotonic() < deadline:  # kill it mid-stream of appends
-            time.sleep(0.005)
+        # killed mid-stream of appends
+        wait_until(lambda start=before: _lines(path) >= start + 20, 60, what="20 rows appended", every=0.005)
         process.send_signal(signal.SIGKILL)
         process.wait()
         reread = ResultsFile(path, key=lambda row: row["id"])
@@ -298,15 +296,14 @@ def test_embedded_model_run_killed_mid_problem_resumes_without_redoing_work(embe
     ]
     per_problem = 3 + 1
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    while True:  # killed once a problem is written, the next partly done, and every finished call is on disk
-        assert process.poll() is None, "the run ended before it could be killed"
-        assert time.monotonic() < deadline, "no problem was written and another partly done in 300 s"
+
+    def one_written_one_partly_done() -> bool:  # and every finished call on disk (none finished meanwhile)
         answered = _lines(calls)
-        if _lines(out / "results.jsonl") == 1 and answered > per_problem:
-            if trajectories_on_disk(out, per_problem) >= answered == _lines(calls):  # none finished meanwhile
-                break
-        time.sleep(0.01)
+        partly = _lines(out / "results.jsonl") == 1 and answered > per_problem
+        done = partly and trajectories_on_disk(out, per_problem) >= answered == _lines(calls)
+        return still_running(process, "the run") and done
+
+    wait_until(one_written_one_partly_done, 300, what="a problem written and the next partly done", every=0.01)
     process.send_signal(signal.SIGKILL)
     process.wait()
     finished_before = _lines(calls)

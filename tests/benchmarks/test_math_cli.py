@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from waits import still_running, wait_until
 
 from pacore_graph.cli import main
 
@@ -150,7 +151,6 @@ def test_two_identical_runs_into_one_folder_one_runs_the_other_refuses_with_one_
     """The second run is refused at once (before a server or a call), naming the first run's pid; the first
     writes every row once."""
     import subprocess
-    import time
 
     from pacore_emulator import Emulator, EmulatorConfig
 
@@ -175,10 +175,12 @@ def test_two_identical_runs_into_one_folder_one_runs_the_other_refuses_with_one_
             str(out),
         ]
         first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 60
-        while not ((out / ".lock").exists() and (out / ".lock").read_text().strip() == str(first.pid)):
-            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
-            time.sleep(0.05)
+        lock = out / ".lock"
+        wait_until(
+            lambda: still_running(first) and lock.exists() and lock.read_text().strip() == str(first.pid),
+            60,
+            what="the first run holds the folder's lock",
+        )
         second = subprocess.run(command, capture_output=True, text=True, timeout=60)
         assert first.poll() is None, "the first run must still be running"
         stdout, stderr = first.communicate(timeout=120)

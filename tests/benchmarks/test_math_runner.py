@@ -11,12 +11,12 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from waits import still_running, wait_until
 
 from pacore_benchmarks.math.data import load_problems
 from pacore_benchmarks.math.runner import MathBenchmark, MathRunSettings
@@ -205,7 +205,7 @@ def test_bad_settings_get_one_clear_message(tmp_path: Path, overrides: dict, mes
 KILL_SCRIPT = """
 import asyncio, os, sys
 from pathlib import Path
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [{tests!r}, str(Path({tests!r}).parent)]  # this folder, and the suite's helpers (waits)
 from test_math_runner import AIME, FakeMathExplorer, _settings
 from pacore_benchmarks.math.runner import MathBenchmark
 block = (1, 1) if os.environ["PHASE"] == "1" else None
@@ -234,16 +234,14 @@ def test_sigkill_mid_round_resumes_without_redoing_finished_trajectories(tmp_pat
     env = {**os.environ, "OUT": str(output), "PHASE": "1", "CALLS": str(first_calls)}
     process = subprocess.Popen([sys.executable, str(script)], env=env, cwd=ROOT)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:  # round 2's first trajectory finished and saved, the second blocked
+
+        def one_saved_one_blocked() -> bool:  # round 2's first trajectory finished and saved, the second blocked
             calls = _calls(first_calls)
             events = {(c["event"], c["round"], c["index"]) for c in calls}
-            if {("finish", 1, 0), ("start", 1, 1)} <= events and saved_all(output, calls):
-                break
-            assert process.poll() is None, "the run ended before it could be killed"
-            time.sleep(0.1)
-        else:
-            pytest.fail("round 2 never reached the blocked trajectory with the finished one saved")
+            done = {("finish", 1, 0), ("start", 1, 1)} <= events and saved_all(output, calls)
+            return still_running(process, "the run") and done
+
+        wait_until(one_saved_one_blocked, 120, what="round 2 with one trajectory saved and one blocked", every=0.1)
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
     finally:

@@ -13,11 +13,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from multichallenge_mock import MockServer, write_data
+from waits import wait_until
 
 from pacore_benchmarks.multichallenge.runner import problem_id
 from pacore_benchmarks.perf.faults import saved_trajectories
@@ -58,15 +58,6 @@ def saved_trajectories_of(output: Path) -> int:
     return asyncio.run(saved_trajectories(output, written))
 
 
-def wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.mark.timeout(300)
 def test_sigkill_then_rerun_redoes_nothing_finished(tmp_path):
     data, output = tmp_path / "data.jsonl", tmp_path / "out"
@@ -77,9 +68,9 @@ def test_sigkill_then_rerun_redoes_nothing_finished(tmp_path):
         log = (tmp_path / "run1.log").open("wb")
         proc = subprocess.Popen(cli_command(data, output, server.url), cwd=REPO, env=env, stdout=log, stderr=log)
         try:
-            wait_for(lambda: server.held.is_set() and len(result_rows(output)) == 3, 120, "3 rows and a held call")
+            wait_until(lambda: server.held.is_set() and len(result_rows(output)) == 3, 120, what="3 rows, a held call")
             # the kill lands once the three finished trajectories of c3 are in its checkpoint
-            wait_for(lambda: saved_trajectories_of(output) == 3, 60, "c3's three finished trajectories saved")
+            wait_until(lambda: saved_trajectories_of(output) == 3, 60, what="c3's three trajectories saved", every=0.1)
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait()

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 
 import pytest
+from waits import await_until
 
 from pacore_graph import PaCoReConfig, PaCoReContext, asolve, build_pacore_graph, chat_model, solve
 from pacore_graph.batch.resume import open_checkpointer, solve_resumable, thread_id
@@ -65,10 +65,8 @@ def references_in(text: str) -> list[str]:
 
 
 async def disconnects(server, expected: int) -> int:
-    """How many clients closed early, once the server has noticed ``expected`` of them (or after 10 s)."""
-    deadline = time.monotonic() + 10
-    while server.disconnected < expected and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
+    """How many clients closed early, once the server has noticed ``expected`` of them."""
+    await await_until(lambda: server.disconnected >= expected, 10, what=lambda: f"{server.disconnected} closed")
     return server.disconnected
 
 

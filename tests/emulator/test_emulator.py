@@ -9,6 +9,7 @@ import sys
 
 import aiohttp
 import pytest
+from waits import await_until
 
 from pacore_emulator import Emulator, EmulatorConfig, FaultRates
 from pacore_emulator.gpu import GpuClock, PrefixCache
@@ -441,6 +442,11 @@ async def test_default_config_keeps_no_cache_and_reports_no_cached_tokens(emu):
     assert emu.stats()["cached_tokens"] == 0
 
 
+async def decoding(server: Emulator) -> None:
+    """Until the emulator serves a request (with no time to first token: decodes it)."""
+    await await_until(lambda: server.stats()["active"] >= 1, 10, what="a request being decoded")
+
+
 async def test_a_prefill_stalls_the_sequences_decoding_on_its_replica():
     """A short reply alone would finish long before a long prompt's first token; a prefill holds it back."""
     config = EmulatorConfig.gpu_replica(
@@ -456,7 +462,7 @@ async def test_a_prefill_stalls_the_sequences_decoding_on_its_replica():
                 events.append("short reply done")
 
             async def long() -> None:
-                await asyncio.sleep(0.05)  # the short one is decoding when this prefill starts
+                await decoding(server)  # the short one is decoding when this prefill starts
                 payload = body(long_prompt(8000), stream=True)
                 async with session.post(server.base_url + "/chat/completions", json=payload) as response:
                     await response.content.readany()
@@ -490,7 +496,7 @@ async def test_a_long_context_sibling_slows_decoding_until_it_leaves():
                 return asyncio.get_running_loop().time() - started
 
             async def a_after_b() -> float:
-                await asyncio.sleep(0.05)  # B is decoding when A arrives: A's first estimate is at B's pace
+                await decoding(server)  # B is decoding when A arrives: A's first estimate is at B's pace
                 return await timed(body("short"))
 
             b, a = await asyncio.gather(timed({**body(long_prompt(12_000)), "max_tokens": 100}), a_after_b())
@@ -543,11 +549,7 @@ async def test_a_client_closing_mid_generation_is_counted_with_the_tokens_made_s
     with Emulator(config) as server:
         with pytest.raises(asyncio.TimeoutError):
             await post(server.base_url, body(), timeout=0.5)
-        for _ in range(200):
-            stats = server.stats()
-            if stats["cancelled"]:
-                break
-            await asyncio.sleep(0.02)
+        stats = await await_until(lambda: (found := server.stats())["cancelled"] and found, 4, what="a cancel counted")
     assert stats["cancelled"] == 1 and stats["completed"] == 0 and stats["active"] == 0
     assert 0 < stats["cancelled_tokens"] < 1000
 

@@ -12,6 +12,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
+from waits import await_until
 
 from pacore_graph import PaCoReConfig, PaCoReNode, RoundFailedError, chat_model
 from pacore_graph.batch.resume import checkpoint_serde
@@ -168,9 +169,7 @@ async def test_a_round_left_without_a_conclusion_across_an_interruption_is_run_a
         async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "a.sqlite")) as saver:
             graph = chat_graph(model, saver, rounds=(4,))
             task = asyncio.ensure_future(graph.ainvoke(turn(1), config, durability="sync"))
-            while len(server.requests) < 4:
-                await asyncio.sleep(0.02)
-            await asyncio.sleep(0.3)  # the two empty conclusions are saved
+            await await_until(lambda: saved_records(saver, 2), 30, what="the two empty conclusions saved")
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
@@ -185,6 +184,18 @@ async def test_a_round_left_without_a_conclusion_across_an_interruption_is_run_a
     resumed = server.requests[sent_before:]
     assert [first_round(body) for body in resumed] == [True] * 4 + [False]  # the whole round, then the synthesis
     assert out["messages"][-1].content == "the synthesis"
+
+
+async def saved_records(saver, count: int) -> bool:
+    """Whether ``saver`` holds at least ``count`` trajectory records as the writes of finished tasks (of any thread:
+    the PaCoRe run checkpoints on a thread of its own)."""
+    saved = 0
+    async for item in saver.alist(None):
+        writes = item.pending_writes or ()  # `begin`'s reset of the channel is an Overwrite, not a record list
+        saved += sum(
+            len(value) for _, channel, value in writes if channel == "trajectories" and isinstance(value, list)
+        )
+    return saved >= count
 
 
 def synthesis_fails_once():

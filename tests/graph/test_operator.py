@@ -393,7 +393,7 @@ async def test_agent_episodes_get_the_payload_and_hand_records_to_the_sink(tmp_p
         namespaces = {c.config["configurable"]["checkpoint_ns"] async for c in saver.alist(None)}
     assert result.answer == "did T-7 after 1 message(s)"
     assert sorted((r["round"], r["index"], r["final"]) for r in records) == [(0, 0, False), (0, 1, False), (1, 0, True)]
-    assert all(e.config["metadata"]["pacore_round"] == e.round_index for e in seen)
+    assert all(e.runnable_config["metadata"]["pacore_round"] == e.round_index for e in seen)
     agent_checkpoints = [ns for ns in namespaces if ns.startswith("trajectory:")]
     # isolated episodes are not subgraphs of the PaCoRe graph: their steps are not checkpointed
     assert (agent_checkpoints == []) is isolate

@@ -7,6 +7,7 @@ All on the serving emulator over real loopback HTTP.
 from __future__ import annotations
 
 import pytest
+from waits import wait_until
 
 from pacore_benchmarks.perf.faults import FaultSettings, run_fault_scenario
 from pacore_emulator import Emulator, EmulatorConfig, FaultRates
@@ -253,7 +254,6 @@ def test_a_timed_out_call_of_a_sync_agent_is_closed_before_its_retry(mock_server
     requests are closed upstream as they time out (before their retries go out), and no handler thread
     outlives the call. A default ChatOpenAI (2 retries of its own, no timeout) sends no request more."""
     import threading
-    import time
 
     from langchain.agents import create_agent
 
@@ -282,8 +282,7 @@ def test_a_timed_out_call_of_a_sync_agent_is_closed_before_its_retry(mock_server
         for thread in handlers:  # the last call's thread may be in its last lines; a hung one would block 28 s more
             thread.join(timeout=1)
         assert not [thread for thread in handlers if thread.is_alive()]
-        deadline = time.monotonic() + 2  # the server notices a closed connection on its next poll (20 ms)
-        while server.disconnected < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert server.disconnected == 2  # both hung requests closed (they hang 30 s otherwise)
+        # the server notices a closed connection on its next poll (20 ms); both hung requests closed (30 s otherwise)
+        wait_until(lambda: server.disconnected >= 2, 2, what=lambda: f"{server.disconnected} of 2 closed")
+        assert server.disconnected == 2
     assert len(server.requests) == 4 + 2 + 1

@@ -72,6 +72,7 @@ def entries(model: PaCoReChatModel):
         "ainvoke": lambda config: asyncio.run(model.ainvoke("hello", config)),
         "astream": lambda config: asyncio.run(_collect(model.astream("hello", config))),
         "astream_events": lambda config: asyncio.run(_collect(model.astream_events("hello", config, version="v2"))),
+        "stream_events v3": lambda config: list(model.stream_events("hello", config, version="v3")),
         "batch": lambda config: model.batch(["hello"], config),
     }
 
@@ -191,13 +192,26 @@ def test_runners_are_kept_by_the_calls_arguments(mock_server, monkeypatch):
     assert len(server.requests) == 4 * CALLS
 
 
-def test_a_streaming_call_not_begun_through_an_entry_point_still_answers(mock_server):
-    """``generate`` (LangChain's older entry point) asking for a stream: neither a run manager nor an entry point
-    tells ``_astream`` the run's id; the call answers all the same."""
+def test_a_streaming_generate_runs_under_the_models_run_and_streams_only_the_synthesis(mock_server):
+    """``generate`` (LangChain's older entry point) asking for a stream reaches the model with its run manager as
+    every other road does: the trajectories lie under the model's run, and only the synthesis streams."""
     with mock_server(scripted_reply) as server:
         model = PaCoReChatModel(
             model=OpenAICompatibleChatModel(base_url=server.base_url, model="m"), config=PaCoReConfig(rounds=ROUNDS)
         )
-        result = model.generate([[HumanMessage("hello")]], stream=True)
+        runs = Runs()
+        result = model.generate([[HumanMessage("hello")]], callbacks=[runs], stream=True)
     assert result.generations[0][0].message.content == TEXT
     assert [body.get("stream", False) for body in server.requests] == [False] * sum(ROUNDS) + [True]
+    (own,) = runs.own_runs()
+    assert all(own in runs.ancestors(run_id) for run_id, _ in runs.trajectories())
+
+
+def test_the_model_keeps_langchains_entry_points_and_has_no_astream():
+    """No entry point of LangChain's is redone to carry the run's identity; the tokens come through callbacks, so
+    there is no ``_astream`` for LangChain to call without a run manager."""
+    from langchain_core.language_models import BaseChatModel
+
+    for name in ("invoke", "ainvoke", "batch", "abatch", "generate", "agenerate"):
+        assert getattr(PaCoReChatModel, name) is getattr(BaseChatModel, name), name
+    assert PaCoReChatModel._astream is BaseChatModel._astream and PaCoReChatModel._stream is BaseChatModel._stream

@@ -238,3 +238,39 @@ def test_a_tool_choice_naming_no_bound_tool_is_refused_at_bind_time(mock_server)
         with pytest.raises(ValueError, match="'get_wether', which is not among the bound tools"):
             model.bind_tools([get_weather], tool_choice="get_wether")
     assert server.requests == []
+
+
+def strict_of(requests) -> set:
+    """What the requests said of their tools' ``strict`` (``"absent"`` where a tool said nothing)."""
+    return {tool["function"].get("strict", "absent") for body in requests for tool in body["tools"]}
+
+
+@pytest.mark.parametrize("strict", [None, True, False])
+def test_strict_reaches_the_server_from_every_langchain_entry_point(mock_server, strict):
+    """``bind_tools(strict=...)`` on the client and on PaCoReChatModel, and ``model_settings={"strict": ...}`` of
+    ``create_agent`` on both PaCoRe entry points: True sends strict tools, False sends none, unset stays strict."""
+    from langchain.agents.middleware import wrap_model_call
+
+    @wrap_model_call
+    def settings(request, handler):
+        if strict is None:
+            return handler(request)
+        return handler(request.override(model_settings={**request.model_settings, "strict": strict}))
+
+    wanted = {False} if strict is False else {True}
+    kwargs = {} if strict is None else {"strict": strict}
+    with mock_server(scripted_reply) as server:
+        base = OpenAICompatibleChatModel(base_url=server.base_url, model="m")
+        pacore = PaCoReChatModel(model=base, config=PaCoReConfig(rounds=ROUNDS))
+        for model in (base, pacore):
+            model.bind_tools([get_weather], tool_choice="get_weather", **kwargs).invoke("Weather in Paris?")
+            assert strict_of(server.requests) == wanted, type(model).__name__
+            server.requests.clear()
+        config = PaCoReConfig(rounds=ROUNDS)
+        for agent in (
+            create_agent(PaCoReChatModel(model=base, config=config), [get_weather], middleware=[settings]),
+            create_agent(base, [get_weather], middleware=[settings, PaCoReMiddleware(config)]),
+        ):
+            agent.invoke({"messages": [("user", "What is the weather in Paris?")]})
+            assert len(server.requests) == 2 * CALLS and strict_of(server.requests) == wanted
+            server.requests.clear()

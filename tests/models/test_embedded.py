@@ -8,11 +8,11 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
 from langgraph.graph import END, START, MessagesState, StateGraph
+from waits import wait_until
 
 from pacore_graph import PaCoReConfig, PaCoReNode, asolve, chat_model
 from pacore_graph.concurrency.sync import run_sync
@@ -97,15 +97,16 @@ def test_serve_local_serves_and_stops():
         env=_clean_env(),
     )
     try:
-        deadline = time.monotonic() + 180
-        while True:
+
+        def served() -> str | None:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2) as response:
-                    assert json.load(response)["data"][0]["id"] == "smollm2-135m-instruct"
-                    break
+                    return str(json.load(response)["data"][0]["id"])
             except OSError:
-                assert time.monotonic() < deadline, "serve-local never answered"
-                time.sleep(0.05)  # often answers before the CLI saw it ready: Ctrl-C then lands in its start-up
+                return None
+
+        # it often answers before the CLI saw it ready: Ctrl-C then lands in its start-up
+        assert wait_until(served, 180, what="serve-local answered", every=0.05) == "smollm2-135m-instruct"
     finally:
         process.send_signal(signal.SIGINT)
         try:
@@ -122,8 +123,7 @@ def test_the_embedded_client_reads_the_servers_context_and_caps_replies(embedded
     """The context comes from the server (``/props``, as llama.cpp's own server reports it) and fits PaCoRe's
     synthesis prompts; a reply that names no max_tokens is capped; one that names it is not."""
     from pacore_graph.models.embedded import EMBEDDED_MAX_TOKENS
-    from pacore_graph.models.preflight import served_context
-    from pacore_graph.synthesis.context_window import with_model_context
+    from pacore_graph.models.preflight import served_context, with_model_context
 
     assert served_context(embedded_server.base_url) == embedded_server.n_ctx == 8192
     model = chat_model(embedded_server.base_url)
@@ -153,7 +153,6 @@ def test_an_abandoned_serve_request_stops_generating_on_the_embedded_server(embe
     closes its upstream requests, and each generation they started stops (here it was asked for 4000 tokens
     at least: minutes on two cores)."""
     from endpoint import ProbedServer, send_request
-    from waits import wait_until
 
     from pacore_graph.server import create_app
 

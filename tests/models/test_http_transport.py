@@ -11,6 +11,7 @@ import asyncio
 import json
 
 import pytest
+from waits import await_until
 
 from pacore_graph.errors import ModelRequestError, is_transient
 from pacore_graph.models.http import ConnectionPool
@@ -72,11 +73,8 @@ class ScriptedServer:
 
 
 async def closed_within(server: ScriptedServer, seconds: float = 2.0) -> bool:
-    """Whether the server saw one connection close within ``seconds``."""
-    for _ in range(int(seconds / 0.01)):
-        if server.closed == 1:
-            return True
-        await asyncio.sleep(0.01)
+    """Whether the server saw one connection close within ``seconds`` (and no other)."""
+    await await_until(lambda: server.closed >= 1, seconds, what="the server saw the connection close")
     return server.closed == 1
 
 
@@ -205,8 +203,7 @@ async def test_a_cancelled_request_closes_its_connection_so_the_server_stops(str
             return await pool.post(b"{}")
 
         task = asyncio.create_task(request())
-        while not server.requests:
-            await asyncio.sleep(0.01)
+        await await_until(lambda: server.requests, 5, what="the request reached the server")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -245,10 +242,7 @@ async def test_preconnected_connections_carry_the_burst_that_follows():
         assert server.connections == 4
         assert [body for _, body in server.requests] == [b'{"i": %d}' % i for i in range(4)]
         pool.preconnect(6)  # 4 idle now: 2 more, which the pool keeps
-        for _ in range(100):
-            if len(pool._idle) + len(pool._spares) == 6:
-                break
-            await asyncio.sleep(0.01)
+        await await_until(lambda: len(pool._idle) + len(pool._spares) == 6, 5, what="six connections kept")
         assert server.connections == 6 and len(pool._idle) == 4 and len(pool._spares) == 2
         await pool.aclose()
 
@@ -285,9 +279,6 @@ async def test_the_chat_explorer_opens_connections_for_the_requests_it_is_told_t
         model = OpenAICompatibleChatModel(base_url=server.url.removesuffix("/chat/completions"), model="m")
         explorer = as_explorer(model, PaCoReConfig())
         await explorer.expect(3)
-        for _ in range(100):
-            if server.connections == 3:
-                break
-            await asyncio.sleep(0.01)
-        assert server.connections == 3 and not server.requests
+        await await_until(lambda: server.connections == 3, 5, what=lambda: f"{server.connections} of 3 connections")
+        assert not server.requests
         await model.aclose()

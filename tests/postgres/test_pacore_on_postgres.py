@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psycopg
@@ -24,6 +23,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from pg_storage import stored_bytes, thread_ids
+from waits import still_running, wait_until
 
 from pacore_graph import PaCoReChatModel, PaCoReConfig, PaCoReNode, chat_model
 from pacore_graph.extend import PaCoReRunner, RetryPolicy
@@ -103,14 +103,12 @@ async def test_a_chat_thread_grows_like_a_plain_chats_and_nothing_is_left(mock_s
 
 def kill_after_three(process: subprocess.Popen, log: Path, pg_url: str) -> set[tuple[int, int]]:
     """SIGKILL once three trajectories finished and the saver holds each one's record (its pending write)."""
-    deadline = time.monotonic() + 90
-    while True:
-        assert process.poll() is None, "the run ended before it could be killed"
-        assert time.monotonic() < deadline, "three trajectories did not finish and reach PostgreSQL in 90 s"
+
+    def three_saved() -> bool:
         logged = len(log.read_text().splitlines()) if log.exists() else 0
-        if logged >= 3 and saved_records(pg_url) >= logged:
-            break
-        time.sleep(0.02)
+        return still_running(process, "the run") and logged >= 3 and saved_records(pg_url) >= logged
+
+    wait_until(three_saved, 90, what="three trajectories finished and reached PostgreSQL")
     process.send_signal(signal.SIGKILL)
     process.wait()
     return {tuple(json.loads(line)) for line in log.read_text().splitlines()}

@@ -58,7 +58,7 @@ def test_the_contracts_hold():
         ),
         (
             "pacore_emulator/replies.py",
-            "from pacore_graph.synthesis.prompt import DEFAULT_TEMPLATE",
+            "from pacore_graph.config import DEFAULT_TEMPLATE",
             "the serving emulator stands alone",
         ),
         (
@@ -95,7 +95,17 @@ def test_the_contracts_hold():
         (
             "pacore_graph/synthesis/prompt.py",
             "from pacore_graph.explorers import episode",
-            "the synthesis prompt reads the model's window but runs no trajectory",
+            "the synthesis prompt is text over messages: it calls no model and runs no trajectory",
+        ),
+        (
+            "pacore_graph/synthesis/context_window.py",
+            "from pacore_graph.models import preflight",
+            "the synthesis prompt is text over messages: it calls no model and runs no trajectory",
+        ),
+        (
+            "pacore_graph/config.py",
+            "from pacore_graph.coordination import answers",
+            "the config is a leaf: it imports nothing of the library, so every folder may read one",
         ),
     ],
 )
@@ -107,6 +117,56 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract
     assert run.returncode == 1, run.stdout + run.stderr
     broken = [text for text in run.stdout.splitlines() if text.endswith(" BROKEN") or " BROKEN (" in text]
     assert any(text.startswith(contract) for text in broken), run.stdout
+
+
+def test_no_import_runs_in_a_circle_between_modules_or_folders():
+    """No circle of imports in the library, type-checking imports included: between modules, nor between its folders
+    (each root module counting as a folder of its own), so every folder reads as above what it uses."""
+    import grimp
+
+    graph = grimp.build_graph("pacore_graph", exclude_type_checking_imports=False)
+    modules = [name for name in graph.modules if name != "pacore_graph"]
+
+    def folder(name: str) -> str:
+        return ".".join(name.split(".")[:2])
+
+    arrows = {
+        name: {found for found in graph.find_modules_directly_imported_by(name) if found != "pacore_graph"}
+        for name in modules
+    }
+    folders = {folder(name): set() for name in modules}
+    for name, targets in arrows.items():
+        folders[folder(name)] |= {folder(target) for target in targets if folder(target) != folder(name)}
+    assert circles(arrows) == [] and circles(folders) == []
+
+
+def circles(arrows: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected parts of more than one node (Tarjan), each a circle of imports."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in arrows.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            part = []
+            while (top := stack.pop()) != node:
+                part.append(top)
+            if part:
+                found.append(sorted([node, *part]))
+
+    for node in list(arrows):
+        if node not in index:
+            visit(node)
+    return found
 
 
 def test_the_public_modules_are_open_to_agents_and_benchmarks(tmp_path):

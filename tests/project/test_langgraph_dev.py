@@ -9,13 +9,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from waits import still_running, wait_until
 
 from pacore_graph.models.embedded import free_port
 
@@ -80,14 +80,15 @@ def langgraph_dev(folder: Path, env: dict[str, str]) -> Iterator[tuple[str, subp
         start_new_session=True,  # its own process group: a kill reaches whatever it started
     )
     try:
-        deadline = time.monotonic() + 180
-        while True:
+
+        def answers() -> bool:
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/ok", timeout=2)
-                break
             except OSError:
-                assert process.poll() is None and time.monotonic() < deadline, "langgraph dev did not start"
-                time.sleep(1)
+                return not still_running(process, "langgraph dev")
+            return True
+
+        wait_until(answers, 180, what="langgraph dev answered /ok", every=1)
         yield f"http://127.0.0.1:{port}", process
     finally:
         process.terminate()

@@ -10,9 +10,9 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
+from waits import still_running, wait_until
 
 SCRIPT = textwrap.dedent(
     """
@@ -64,15 +64,14 @@ def test_sessions_are_closed_at_exit(mock_server, tmp_path, how):
 def test_ctrl_c_in_a_sync_run_cancels_its_requests(mock_server, tmp_path, how):
     with mock_server(lambda body, attempt: {"content": "late", "delay": 60}) as server:
         process = run_script(tmp_path, server.base_url, how)
-        deadline = time.monotonic() + 60
-        while len(server.requests) < 4:  # all four trajectories of round 1 are in flight
-            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
-            time.sleep(0.05)
+        wait_until(  # round 1's four trajectories in flight
+            lambda: still_running(process) and len(server.requests) >= 4,
+            60,
+            what=lambda: f"{len(server.requests)} of round 1's 4 requests",
+        )
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=30)
-        deadline = time.monotonic() + 10
-        while server.disconnected < 4 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: server.disconnected >= 4, 10, what=lambda: f"{server.disconnected} of 4 requests closed")
     assert out.strip() == "interrupted" and process.returncode == 130, err
     assert server.disconnected == 4, "every in-flight request was closed, not left to run on"
     assert len(server.requests) == 4, "no request was sent after the interrupt"

@@ -11,7 +11,6 @@ import asyncio
 import contextvars
 import socket
 import threading
-import time
 import warnings
 from typing import Any, TypedDict
 
@@ -26,6 +25,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
 from pydantic import BaseModel, PrivateAttr
+from waits import wait_until
 
 # What LangGraph puts in each task's config metadata (pacore_graph.graph.unseen.TASK_METADATA lists the same).
 TASK_METADATA = {"langgraph_step", "langgraph_node", "langgraph_triggers", "langgraph_path", "langgraph_checkpoint_ns"}
@@ -176,6 +176,79 @@ def test_a_handler_with_tap_output_aiter_makes_a_plain_ainvoke_stream():
     )
 
 
+def test_chat_models_call_their_native_protocol_hook_with_the_run_manager():
+    """pacore_graph.integrations.chat_model gives PaCoReChatModel LangChain's content-block protocol
+    (``stream_events(version="v3")``) through the hook ``_stream_chat_model_events``, which LangChain calls with
+    the model's run manager (its ``_stream`` / ``_astream`` get none on LangChain's other roads), and turns its
+    chunks into the protocol's events with ``langchain_core.language_models._compat_bridge.achunks_to_events``."""
+    from langchain_core.language_models._compat_bridge import achunks_to_events, chunks_to_events
+    from langchain_core.messages import AIMessageChunk
+    from langchain_core.outputs import ChatGenerationChunk
+
+    managers: list[Any] = []
+
+    class Native(BaseChatModel):
+        @property
+        def _llm_type(self) -> str:
+            return "native"
+
+        def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any):
+            return ChatResult(generations=[ChatGeneration(message=AIMessage("one two"))])
+
+        def _stream_chat_model_events(
+            self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+        ):
+            managers.append(run_manager)
+            chunks = (ChatGenerationChunk(message=AIMessageChunk(content=text)) for text in ("one ", "two"))
+            yield from chunks_to_events(chunks, message_id="m")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # v3 is beta
+        stream = Native().stream_events("hi", version="v3")
+        events = list(stream)
+    assert isinstance(managers[0], CallbackManagerForLLMRun), (
+        "LangChain no longer calls _stream_chat_model_events with the run manager: fix "
+        "pacore_graph.integrations.chat_model (PaCoReChatModel's protocol hooks)"
+    )
+    assert events[0]["event"] == "message-start" and events[-1]["event"] == "message-finish"
+    assert stream.output.text == "one two", "the protocol's stream no longer assembles the hook's events"
+
+    async def chunks():
+        for text in ("a", "b"):
+            yield ChatGenerationChunk(message=AIMessageChunk(content=text))
+
+    async def converted() -> list[Any]:
+        return [event async for event in achunks_to_events(chunks(), message_id="m")]
+
+    kinds = [event["event"] for event in asyncio.run(converted())]
+    assert kinds[0] == "message-start" and kinds[-1] == "message-finish" and "content-block-delta" in kinds, (
+        f"achunks_to_events no longer makes a message's events ({kinds}): fix pacore_graph.integrations.chat_model"
+    )
+
+
+def test_chat_openai_builds_its_messages_through_the_two_methods_reasoning_chat_openai_overrides(mock_server):
+    """pacore_graph.models.chat_openai keeps vLLM's reasoning in ChatOpenAI's messages by overriding
+    ``_create_chat_result`` (a whole reply) and ``_convert_chunk_to_generation_chunk`` (each streamed chunk):
+    langchain-openai has no public hook for fields of a reply it does not know."""
+    from pacore_graph.models.chat_openai import ReasoningChatOpenAI
+
+    def handler(body, attempt):
+        return {"content": "42", "reasoning_content": "I thought."}
+
+    with mock_server(handler) as server:
+        model = ReasoningChatOpenAI(base_url=server.base_url, api_key="k", model="mock-model", max_retries=0)
+        whole = model.invoke("q")
+        streamed = list(model.stream("q"))
+    assert whole.additional_kwargs.get("reasoning_content") == "I thought.", (
+        "ChatOpenAI no longer builds a reply through _create_chat_result: fix pacore_graph.models.chat_openai"
+    )
+    reasoning = "".join(chunk.additional_kwargs.get("reasoning_content", "") for chunk in streamed)
+    assert reasoning == "I thought.", (
+        "ChatOpenAI no longer builds a streamed chunk through _convert_chunk_to_generation_chunk: fix "
+        "pacore_graph.models.chat_openai"
+    )
+
+
 def test_the_checkpointer_config_key_still_lends_a_saver_to_a_graph():
     """pacore_graph.graph.own_thread reads the saver LangGraph lends a node, and hands it to the PaCoRe graph, by
     ``langgraph.constants.CONF`` / ``CONFIG_KEY_CHECKPOINTER`` (kept there for backwards compatibility only)."""
@@ -285,10 +358,7 @@ def test_uvicorn_takes_a_wrapping_protocol_and_its_request_tasks_inherit_the_rea
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 10
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert server.started, "uvicorn did not start with a wrapping protocol class"
+        wait_until(lambda: server.started, 10, what="uvicorn started with a wrapping protocol class")
         request = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
         with socket.create_connection(("127.0.0.1", port), timeout=5) as connection:
             connection.sendall(request * 2)  # the second one is pipelined: started from the first one's task
@@ -350,6 +420,31 @@ def test_docker_py_api_client_is_a_requests_session_with_its_base_url_and_versio
     with left, right:
         wrapped = socket.SocketIO(left, "rwb")  # what exec_start(socket=True) returns over a unix socket
         assert getattr(wrapped, "_sock", None) is left, "socket.SocketIO no longer keeps its socket in _sock"
+
+
+def test_docker_py_frames_iter_demultiplexes_an_exec_stream():
+    """pacore_agents.swe.docker_sandbox reads an exec's output with ``docker.utils.socket.frames_iter`` (undocumented),
+    which splits Docker's multiplexed stream (an 8-byte header per frame: stream, 0, 0, 0, size) into stdout and
+    stderr."""
+    import struct
+
+    from docker.utils.socket import STDERR, STDOUT, frames_iter
+
+    left, right = socket.socketpair()
+    with left, right:
+        frames = [(STDOUT, b"out\n"), (STDERR, b"err\n"), (STDOUT, b"more")]
+        right.sendall(b"".join(struct.pack(">BxxxL", stream, len(data)) + data for stream, data in frames))
+        right.shutdown(socket.SHUT_WR)
+        read = list(frames_iter(socket.SocketIO(left, "rb"), tty=False))
+    assert read == frames, f"docker-py's frames_iter no longer demultiplexes an exec stream: {read}"
+
+
+def test_argparse_subcommands_are_a_subparsers_action():
+    """Type annotations only (the commands' ``register(subparsers)``): typeshed types ``add_subparsers()`` as
+    ``argparse._SubParsersAction``; mypy checks the annotations, this the runtime class."""
+    import argparse
+
+    assert isinstance(argparse.ArgumentParser().add_subparsers(), argparse._SubParsersAction)
 
 
 def test_pip_evaluates_markers_through_its_vendored_default_environment():

@@ -240,16 +240,18 @@ def raw_socket(server, timeout: float = 10.0) -> socket.socket:
 
 def read_reply(connection: socket.socket) -> tuple[int, dict | None, bytes]:
     """(status, JSON body or None, raw) of the one reply on the connection; reads until the server closes."""
-    data = b""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+    received = bytearray()
+
+    def closed() -> bool:
         try:
             chunk = connection.recv(65536)
-        except (ConnectionResetError, TimeoutError):
-            break
-        if not chunk:
-            break
-        data += chunk
+        except (ConnectionResetError, TimeoutError):  # reset, or nothing more within the socket's timeout
+            return True
+        received.extend(chunk)
+        return not chunk
+
+    wait_until(closed, 20, what="the server closed the connection", every=0)
+    data = bytes(received)
     if not data:
         return 0, None, data
     head, _, payload = data.partition(b"\r\n\r\n")
@@ -314,14 +316,17 @@ def test_idle_and_trickling_connections_are_closed_while_others_are_served(serve
         head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
         answered = post(server, body_of())  # served while the idle ones are open
         sent = 0
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:  # a byte every 50 ms: each would restart a keep-alive timer
+
+        def closed_while_trickling() -> bool:  # a byte every 50 ms: each would restart a keep-alive timer
+            nonlocal sent
             try:
                 trickling.sendall(head[sent % len(head) : sent % len(head) + 1])
             except (BrokenPipeError, ConnectionResetError):
-                break
+                return True
             sent += 1
-            time.sleep(0.05)
+            return False
+
+        wait_until(closed_while_trickling, 5, what="the server closed the trickling connection", every=0.05)
         status, body, _ = read_reply(trickling)
         closed = [read_reply(connection)[2] == b"" for connection in idle]
     assert answered.status_code == 200

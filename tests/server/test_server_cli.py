@@ -7,10 +7,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import httpx
 from openai import OpenAI
+from waits import still_running, wait_until
 
 from pacore_emulator import Emulator, EmulatorConfig
 
@@ -23,18 +23,12 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def wait_until_serving(process: subprocess.Popen, url: str, seconds: float = 60.0) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"pacore serve exited: {process.stderr.read()}")
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("pacore serve did not start")
+def serving(process: subprocess.Popen, url: str) -> bool:
+    """Whether pacore serve answers ``url``; fails at once if it exited."""
+    try:
+        return still_running(process, "pacore serve") and httpx.get(url, timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 def test_pacore_serve_in_front_of_the_emulator(tmp_path):
@@ -62,7 +56,7 @@ def test_pacore_serve_in_front_of_the_emulator(tmp_path):
             text=True,
         )
         try:
-            wait_until_serving(process, f"http://127.0.0.1:{port}/health")
+            wait_until(lambda: serving(process, f"http://127.0.0.1:{port}/health"), 60, what="pacore serve answered")
             client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="s3cret")
             plain = client.chat.completions.create(model=emu.config.model, messages=QUESTION)
             chunks = list(

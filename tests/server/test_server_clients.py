@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from endpoint import FINAL_ANSWER, endpoint, is_synthesis, last_user_text, upstream_tokens
+from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from openai import OpenAI
 
@@ -78,6 +79,26 @@ def tool_calling_upstream(body: dict, attempt: int) -> dict:
     call = {"id": "call_x", "type": "function", "function": {"name": "bash", "arguments": arguments}}
     usage = {"prompt_tokens": 9, "completion_tokens": 7 if is_synthesis(body) else 3, "total_tokens": 0}
     return {"content": "", "tool_calls": [call], "finish_reason": "tool_calls", "usage": usage}
+
+
+def test_a_clients_strict_reaches_every_trajectory_and_tools_that_say_nothing_go_strict():
+    """ChatOpenAI's ``bind_tools(strict=...)`` through ``pacore serve``: True and False are passed on as the client
+    sent them; a tool that says nothing goes strict (vLLM then returns its arguments as an object)."""
+
+    @tool
+    def bash(command: str) -> str:
+        """Run a command."""
+        return command
+
+    sent = {}
+    with endpoint(tool_calling_upstream, rounds=[2]) as (upstream, server):
+        client = ChatOpenAI(base_url=server.base_url, api_key="unused", model="mock-model", max_retries=0)
+        for strict in (None, True, False):
+            kwargs = {} if strict is None else {"strict": strict}
+            client.bind_tools([bash], tool_choice="bash", **kwargs).invoke("List the files.")
+            sent[strict] = {tool["function"].get("strict") for body in upstream.requests for tool in body["tools"]}
+            upstream.requests.clear()
+    assert sent == {None: {True}, True: {True}, False: {False}}
 
 
 def test_openai_sdk_tools_every_trajectory_offered_and_reply_carries_final_calls():

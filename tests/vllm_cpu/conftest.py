@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from real_vllm import HERE, MODEL, SECOND_NAME, START_TIMEOUT, WINDOW, VllmServer, setup_vllm
+from waits import wait_until
 
 from pacore_benchmarks.perf.engine_server import alive, descendants, setup_vllm_executable
 from pacore_graph.extend import ServerProcess, free_port
@@ -43,7 +43,6 @@ def vllm() -> Iterator[VllmServer]:
     fails if any process it forked is still there after."""
     model_dir = setup_vllm()
     port = free_port()
-    log = Path(os.environ.get("PACORE_VLLM_TEST_LOG", f"/tmp/pacore-vllm-test-{port}.log"))
     pacore = str(Path(sys.executable).parent / "pacore")
     command = [
         pacore,
@@ -60,8 +59,43 @@ def vllm() -> Iterator[VllmServer]:
         str(WINDOW),
     ]
     env = {"PACORE_VLLM": setup_vllm_executable(), "VLLM_CPU_KVCACHE_SPACE": "2"}
+    yield from _served("pacore serve-vllm", command, port, model_dir, env)
+
+
+@pytest.fixture(scope="module")
+def plain_vllm() -> Iterator[VllmServer]:
+    """``vllm serve DIR`` started plainly, as vLLM's documentation starts a model for tool calling (the hermes
+    parser): none of ``pacore serve-vllm``'s additions (no chat template that shows tools, no
+    ``--tool-strict-level``), so what a client sends (a tool's ``strict``) is all that decides. Module-scoped: the
+    one module that needs it runs before the folder's ``vllm`` starts (its name sorts first), so the two servers are
+    not up together."""
+    model_dir = setup_vllm()
+    port = free_port()
+    command = [
+        setup_vllm_executable(),
+        "serve",
+        model_dir,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--served-model-name",
+        MODEL,
+        "--max-model-len",
+        str(WINDOW),
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
+        "--enforce-eager",
+    ]
+    yield from _served("vllm serve", command, port, model_dir, {"VLLM_CPU_KVCACHE_SPACE": "2"})
+
+
+def _served(name: str, command: list[str], port: int, model_dir: str, env: dict[str, str]) -> Iterator[VllmServer]:
+    """The server ``command`` starts, until the fixture ends; then every process it forked must be gone."""
+    log = Path(os.environ.get("PACORE_VLLM_TEST_LOG", f"/tmp/pacore-vllm-test-{port}.log"))
     log.unlink(missing_ok=True)
-    server = ServerProcess("pacore serve-vllm", command, f"http://127.0.0.1:{port}", log, env).start()
+    server = ServerProcess(name, command, f"http://127.0.0.1:{port}", log, env).start()
     assert server.process is not None
     pid = server.process.pid
     try:
@@ -70,8 +104,5 @@ def vllm() -> Iterator[VllmServer]:
     finally:
         started = descendants(pid)
         server.stop(grace=60)
-    deadline = time.monotonic() + 15  # a killed process takes a moment to go
-    while (left := [pid for pid in started if alive(pid)]) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not left, f"vLLM processes left behind by pacore serve-vllm: {left}"
+    wait_until(lambda: not [pid for pid in started if alive(pid)], 15, what=f"processes {name} left behind")
     log.unlink(missing_ok=True)

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from waits import wait_until
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -63,10 +64,7 @@ class VllmServer:
 
     def wait_idle(self, timeout: float = 60.0) -> None:
         """Until vLLM runs and queues nothing (earlier tests' requests finished or aborted)."""
-        deadline = time.monotonic() + timeout
-        while self.running() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not self.running(), f"vLLM still has requests after {timeout} s"
+        wait_until(lambda: not self.running(), timeout, what="vLLM ran or queued nothing")
 
 
 def setup_vllm() -> str:
@@ -76,3 +74,15 @@ def setup_vllm() -> str:
         errors = [line for line in done.stderr.splitlines() if "error:" in line] or done.stderr.splitlines()[-1:]
         pytest.fail(f"vLLM's CPU build is not set up: {errors[-1] if errors else done.returncode}", pytrace=False)
     return done.stdout.strip().splitlines()[-1]
+
+
+def pacore_agent(entry: str, base: Any, tools: list[Any], first: Any, config: Any) -> Any:
+    """LangChain's ``create_agent`` over ``base`` with ``first`` as its first middleware and PaCoRe as its model
+    (``entry="model"``: ``PaCoReChatModel``) or as the middleware after ``first`` (``"middleware"``)."""
+    from langchain.agents import create_agent
+
+    from pacore_graph import PaCoReChatModel, PaCoReMiddleware
+
+    if entry == "model":
+        return create_agent(PaCoReChatModel(model=base, config=config), tools, middleware=[first])
+    return create_agent(base, tools, middleware=[first, PaCoReMiddleware(config)])

@@ -8,13 +8,12 @@ arguments as an object, and the tool runs with them. Greedy, as sampling at temp
 from __future__ import annotations
 
 import pytest
-from langchain.agents import create_agent
 from langchain.agents.middleware import wrap_model_call
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
-from real_vllm import MODEL, REPLY_CAP
+from real_vllm import MODEL, REPLY_CAP, pacore_agent
 
-from pacore_graph import PaCoReChatModel, PaCoReConfig, PaCoReMiddleware, chat_model
+from pacore_graph import PaCoReConfig, chat_model
 
 ROUNDS = [2]
 CALLED: list[dict] = []
@@ -41,10 +40,7 @@ def test_create_agent_on_vllm_reaches_its_tool(vllm, entry):
     CALLED.clear()
     base = chat_model(vllm.base_url, MODEL, max_tokens=REPLY_CAP, temperature=0)
     config = PaCoReConfig(rounds=ROUNDS)
-    if entry == "model":
-        agent = create_agent(PaCoReChatModel(model=base, config=config), [get_weather], middleware=[tool_first])
-    else:
-        agent = create_agent(base, [get_weather], middleware=[tool_first, PaCoReMiddleware(config)])
+    agent = pacore_agent(entry, base, [get_weather], tool_first, config)
     before = vllm.finished()
     out = agent.invoke({"messages": [("user", "What is the weather in Paris?")]}, {"recursion_limit": 8})
     steps = [message for message in out["messages"] if message.type == "ai"]

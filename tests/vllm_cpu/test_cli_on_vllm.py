@@ -12,12 +12,12 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from aiohttp import ClientSession, web
 from mock_openai import LoopbackApp
 from real_vllm import MODEL, REPLY_CAP
+from waits import still_running, wait_until
 
 
 def done_requests(vllm) -> float:
@@ -77,10 +77,8 @@ def test_solve_output_resumes_after_ctrl_c_without_buying_round_one_again(vllm, 
         first = subprocess.Popen(
             solve_command(gate.base_url, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-        deadline = time.monotonic() + 120
-        while gate.held == 0:  # round 1 answered, round 2 asked
-            assert first.poll() is None and time.monotonic() < deadline, "round 2 never started"
-            time.sleep(0.05)
+        # round 1 answered, round 2 asked
+        wait_until(lambda: still_running(first, "pacore solve") and gate.held > 0, 120, what="round 2 started")
         first.send_signal(signal.SIGINT)  # Ctrl-C while round 2 runs
         _, err = first.communicate(timeout=60)
     assert first.returncode == 130, err

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from openai import OpenAI
 from real_vllm import MODEL, REPLY_CAP
+from waits import wait_until
 
 from pacore_graph.extend import ServerProcess, free_port
 
@@ -111,12 +111,7 @@ def test_a_client_that_hangs_up_mid_stream_stops_vllm(vllm, endpoint):
         max_tokens=1500,
         extra_body={"min_tokens": 1500},
     )
-    deadline = time.monotonic() + 60
-    while vllm.metrics().get("vllm:num_requests_running", 0) < 2:
-        assert time.monotonic() < deadline, "the proposals never reached vLLM"
-        time.sleep(0.05)
+    running = vllm.metrics
+    wait_until(lambda: running().get("vllm:num_requests_running", 0) >= 2, 60, what="the proposals reached vLLM")
     stream.close()  # the client hangs up
-    deadline = time.monotonic() + 5
-    while vllm.running() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert vllm.running() == 0
+    wait_until(lambda: vllm.running() == 0, 5, what=lambda: f"vLLM still runs {vllm.running()} requests")

@@ -11,6 +11,7 @@ import pytest
 from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.graph import END, START, MessagesState, StateGraph
 from real_vllm import MODEL, REPLY_CAP, WINDOW
+from waits import await_until
 
 from pacore_graph import PaCoReConfig, PaCoReNode, RoundFailedError, asolve, chat_model, solve
 from pacore_graph.synthesis.tokens import count_tokens
@@ -106,19 +107,11 @@ async def test_cancelling_a_run_empties_vllms_running_requests(vllm):
     model = chat_model(vllm.base_url, MODEL, max_tokens=1500, extra_body={"min_tokens": 1500})
     before = vllm.metrics()
     run = asyncio.create_task(asolve(model, QUESTION, PaCoReConfig(rounds=[4])))
-    for _ in range(600):
-        if vllm.metrics().get("vllm:num_requests_running", 0) == 4:
-            break
-        await asyncio.sleep(0.05)
-    assert vllm.metrics()["vllm:num_requests_running"] == 4
+    await await_until(lambda: vllm.metrics().get("vllm:num_requests_running", 0) == 4, 30, what="4 requests in vLLM")
     run.cancel()
     with pytest.raises(asyncio.CancelledError):
         await run
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 5
-    while vllm.running() and loop.time() < deadline:
-        await asyncio.sleep(0.05)
-    assert vllm.running() == 0
+    await await_until(lambda: vllm.running() == 0, 5, what=lambda: f"vLLM still runs {vllm.running()} requests")
     after = vllm.metrics()
     finished = [f"vllm:request_success_total{{{reason}}}" for reason in ("stop", "length")]
     assert sum(after[name] - before[name] for name in finished) == 0  # aborted, none ran to its end

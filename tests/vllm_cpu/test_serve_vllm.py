@@ -14,8 +14,8 @@ from real_vllm import MODEL, SECOND_NAME, WINDOW
 from pacore_benchmarks.perf.engine_server import setup_vllm_executable
 from pacore_graph import PaCoReConfig
 from pacore_graph.models import chat_model
+from pacore_graph.models.preflight import with_model_context
 from pacore_graph.models.vllm_flags import serve_profile
-from pacore_graph.synthesis.context_window import with_model_context
 
 
 def test_serve_vllm_serves_the_model_with_flags_read_from_it(vllm):
