@@ -201,7 +201,7 @@ def _show(args: argparse.Namespace) -> int:
 
 def _view(args: argparse.Namespace) -> int:
     """``pacore view``: serve the folder's page on loopback until Ctrl-C, or write it into one HTML file."""
-    from pacore_graph.viewer.folder import open_folder
+    from pacore_graph.viewer.kinds import open_folder
 
     if args.port:
         check_port(args.port)

@@ -15,7 +15,7 @@ import pytest
 from viewer_folders import HOSTILE, ROMAN, ROOT, jsonl
 from viewer_serving import served
 
-from pacore_graph.viewer.folder import open_folder
+from pacore_graph.viewer.kinds import open_folder
 
 STATIC = ROOT / "pacore_graph" / "viewer" / "static"
 
