@@ -19,6 +19,7 @@ from pacore_graph.command_kit import (
     add_run_arguments,
     check_port,
     config_from_args,
+    is_loopback,
     item_counts,
     print_summary,
     register_plugins,
@@ -212,7 +213,7 @@ def _view(args: argparse.Namespace) -> int:
         out, problems = write_report(view, args.html)
         say(f"wrote {out}: {problems} problem(s) of {args.folder}, self-contained (open it in any browser)")
         return 0
-    from pacore_graph.viewer.server import ViewServer, is_loopback
+    from pacore_graph.viewer.server import ViewServer
 
     view.index()  # read once now: rows that cannot be read are refused in one line, before the URL is printed
     try:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import ipaddress
 import json
 import sqlite3
 import sys
@@ -316,6 +317,17 @@ def config_from_args(args: argparse.Namespace, **overrides: Any) -> PaCoReConfig
             fields[name] = getattr(args, name)
     fields.update(overrides)
     return PaCoReConfig(**fields)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a ``--host`` is this machine only (``localhost``, 127.0.0.0/8, ``::1``, also as ``[::1]``): a
+    server bound elsewhere warns that others can reach it."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def check_port(port: int | None) -> None:

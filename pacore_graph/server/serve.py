@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 
 import uvicorn
 
-from pacore_graph.command_kit import say, warn
+from pacore_graph.command_kit import is_loopback, say, warn
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.models import serving
 from pacore_graph.server.app import create_app
 from pacore_graph.server.connections import uvicorn_config
 from pacore_graph.server.errors import log
 from pacore_graph.server.limits import ServerLimits, connection_limit, raise_open_file_limit
-
-LOOPBACK_NAMES = ("localhost",)
-
-
-def is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host in LOOPBACK_NAMES
 
 
 def show_log() -> None:

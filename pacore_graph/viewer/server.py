@@ -16,7 +16,6 @@ the folder through a DNS name that points at 127.0.0.1.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import shutil
 import socket
@@ -29,6 +28,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import orjson
 
+from pacore_graph.command_kit import is_loopback
 from pacore_graph.viewer.folder import FolderView
 from pacore_graph.viewer.paths import OutsideFolder
 
@@ -48,15 +48,6 @@ LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 def static_text(name: str) -> str:
     """A file of the page, shipped as package data."""
     return files("pacore_graph.viewer").joinpath("static", name).read_text(encoding="utf-8")
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class ViewServer(ThreadingHTTPServer):
