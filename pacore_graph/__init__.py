@@ -6,7 +6,9 @@ One way to run it per use:
 - inside a LangGraph graph: ``PaCoReNode(model, config)`` in place of a model call, or the uncompiled
   ``build_pacore_graph(model, config)`` run with ``context=PaCoReContext(messages=...)``;
 - wherever LangChain takes a chat model (``create_agent``, LCEL): ``PaCoReChatModel(model=..., config=...)``;
-  as ``create_agent`` middleware: ``PaCoReMiddleware(config=...)`` (needs ``langchain``).
+  as ``create_agent`` middleware: ``PaCoReMiddleware(config=...)`` (needs ``langchain``);
+- as a tool an agent decides to call (escalation): ``pacore_tool(strong_model, config, thread_tokens=...)``, with
+  ``PaCoReToolState`` as the agent's state for per-thread budgets.
 
 Benchmark and agent authors find the parts these are made of in :mod:`pacore_graph.extend`.
 """
@@ -26,6 +28,8 @@ if TYPE_CHECKING:  # a type checker sees every name; at run time each is importe
     from pacore_graph.graph.runner import asolve, solve
     from pacore_graph.integrations import PaCoReChatModel
     from pacore_graph.integrations.middleware import PaCoReMiddleware
+    from pacore_graph.integrations.tool import pacore_tool
+    from pacore_graph.integrations.tool_state import PaCoReToolState
     from pacore_graph.models import chat_model
     from pacore_graph.records import PaCoReResult
 
@@ -39,12 +43,14 @@ __all__ = [
     "PaCoReMiddleware",
     "PaCoReNode",
     "PaCoReResult",
+    "PaCoReToolState",
     "Problem",
     "RoundFailedError",
     "RunFolder",
     "asolve",
     "build_pacore_graph",
     "chat_model",
+    "pacore_tool",
     "solve",
 ]
 
@@ -61,12 +67,14 @@ _HOMES = {
     "PaCoReMiddleware": "pacore_graph.integrations.middleware",  # needs the langchain package
     "PaCoReNode": "pacore_graph.graph.node",
     "PaCoReResult": "pacore_graph.records",
+    "PaCoReToolState": "pacore_graph.integrations.tool_state",  # needs the langchain package
     "Problem": "pacore_graph.batch.folder",
     "RoundFailedError": "pacore_graph.errors",
     "RunFolder": "pacore_graph.batch.folder",
     "asolve": "pacore_graph.graph.runner",
     "build_pacore_graph": "pacore_graph.graph.builder",
     "chat_model": "pacore_graph.models",
+    "pacore_tool": "pacore_graph.integrations.tool",
     "solve": "pacore_graph.graph.runner",
 }
 

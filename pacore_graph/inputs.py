@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, HumanMessage
 
 from pacore_graph.synthesis.prompt import message_text
 
@@ -198,3 +198,11 @@ def check_problem_text(messages: Sequence[BaseMessage], position: int, where: st
             "its synthesis prompt, so it needs the problem in words (images alone cannot be quoted)",
             f"{where}[{position}].content",
         )
+
+
+def question_message(question: str, context: str | None = None) -> HumanMessage:
+    """A question handed over by a tool call (``pacore_tool``, ``pacore mcp``) as the one user message PaCoRe
+    answers: the context first, labelled, when there is one (the synthesis prompt quotes the whole message)."""
+    if context is None or not context.strip():
+        return HumanMessage(question.strip())
+    return HumanMessage(f"Context:\n{context.strip()}\n\nQuestion:\n{question.strip()}")

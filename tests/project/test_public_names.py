@@ -19,12 +19,14 @@ PUBLIC = {
         "PaCoReMiddleware",
         "PaCoReNode",
         "PaCoReResult",
+        "PaCoReToolState",
         "Problem",
         "RoundFailedError",
         "RunFolder",
         "asolve",
         "build_pacore_graph",
         "chat_model",
+        "pacore_tool",
         "solve",
     ],
     "pacore_graph.extend": [
@@ -80,6 +82,7 @@ PUBLIC = {
         "check_port",
         "comma_list",
         "config_from_args",
+        "is_loopback",
         "item_counts",
         "print_summary",
         "register_plugins",
@@ -115,7 +118,13 @@ PUBLIC = {
         "serving",
     ],
     "pacore_graph.server": ["BackgroundServer", "ServerLimits", "create_app"],
-    "pacore_graph.integrations": ["PaCoReChatModel", "PaCoReMiddleware"],
+    "pacore_graph.integrations": [
+        "PaCoReChatModel",
+        "PaCoReMiddleware",
+        "PaCoReTool",
+        "PaCoReToolState",
+        "pacore_tool",
+    ],
 }
 
 # Names pacore_graph.extend once re-exported, and their one public module now: the command kit's, and those of
