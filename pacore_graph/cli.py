@@ -341,6 +341,94 @@ def _serve(args: argparse.Namespace) -> int:
     )
 
 
+def _mcp(args: argparse.Namespace) -> int:
+    """``pacore mcp``: everything given is checked (and the token read) before a server starts."""
+    from pacore_graph.models import configured_url
+
+    config = config_from_args(args)
+    check_api_keys(args)
+    check_port(args.port)
+    try:
+        from pacore_graph.mcp.limits import McpLimits
+        from pacore_graph.mcp.serve import read_token, serve_mcp
+    except ImportError as exc:
+        raise PaCoReError(
+            f"pacore mcp needs the mcp extra: pip install -e '.[mcp]' in the pacore-graph clone ({exc})"
+        ) from None
+    fields = {name: getattr(args, name) for name in ("max_calls", "call_tokens", "max_trajectories")}
+    limits = McpLimits(**{name: value for name, value in fields.items() if value is not None})
+    calls = sum(config.schedule)
+    if calls > limits.max_trajectories:
+        raise ValueError(
+            f"the default rounds {config.rounds} make {calls} model calls, above --max-trajectories "
+            f"{limits.max_trajectories}"
+        )
+    if args.token_file is not None and args.transport != "http":
+        raise ValueError("--token-file is for --transport http (a stdio server is its client's own child process)")
+    token = read_token(args.token_file) if args.transport == "http" else None
+    return serve_mcp(
+        config,
+        limits,
+        transport=args.transport,
+        base_url=configured_url(args.base_url),
+        model=args.model,
+        upstream_api_key=args.api_key,
+        host=args.host,
+        port=args.port,
+        token=token,
+    )
+
+
+def _add_mcp(commands: Subcommands) -> None:
+    """``pacore mcp``'s arguments."""
+    mcp = commands.add_parser(
+        "mcp",
+        help="PaCoRe as an MCP server (tool pacore_solve) for Claude Desktop, IDE agents and other MCP clients",
+        description="Serve one MCP tool, pacore_solve (question, context, preset or rounds, max_tokens), that runs "
+        "PaCoRe on the upstream --base-url names (default: the embedded SmolLM2-135M), over stdio (the client starts "
+        "this command) or streamable HTTP (needs a bearer token; loopback unless --host says otherwise). The model "
+        "and the limits are this server's options, never a caller's. Each finished round is a progress notification; "
+        "a cancelled call closes its upstream requests.",
+    )
+    mcp.add_argument(
+        "--transport",
+        choices=("stdio", "http"),
+        default="stdio",
+        help="stdio (default: the MCP client runs this command) or http (streamable HTTP at /mcp)",
+    )
+    mcp.add_argument("--host", default="127.0.0.1", help="http: interface to listen on (default: loopback only)")
+    mcp.add_argument("--port", type=int, default=8765, help="http: port to listen on (default 8765)")
+    mcp.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="http: a file whose first line is the bearer token clients must send (default: $PACORE_MCP_TOKEN; "
+        "never on the command line)",
+    )
+    add_run_arguments(
+        mcp,
+        output=None,
+        role="upstream",
+        concurrency="trajectories in flight upstream at most, over all calls (default 256)",
+    )
+    mcp.add_argument(
+        "--max-calls", type=int, metavar="N", help="pacore_solve calls at once; one more is refused (default 4)"
+    )
+    mcp.add_argument(
+        "--call-tokens",
+        type=int,
+        metavar="N",
+        help="the largest budget of one call, in completion tokens over all its model calls; a caller's max_tokens "
+        "may only lower it (default: no limit)",
+    )
+    mcp.add_argument(
+        "--max-trajectories",
+        type=int,
+        metavar="N",
+        help="model calls of the largest schedule a caller may ask for, sum(K) + 1 (default 37: the high preset)",
+    )
+    mcp.set_defaults(func=_mcp)
+
+
 def _add_view(commands: Subcommands) -> None:
     """``pacore view``'s arguments (its own small parser too: see :func:`main`)."""
     view = commands.add_parser(
@@ -516,6 +604,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="a connection that sends no complete request head this long is closed (default 30)",
     )
     endpoint.set_defaults(func=_serve)
+
+    _add_mcp(commands)
 
     plugins = entry_points(group="pacore.commands")
     register_plugins(commands, [(f"plugin {p.name!r} ({p.value})", p.load) for p in plugins])
