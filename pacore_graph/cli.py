@@ -19,6 +19,7 @@ from pacore_graph.command_kit import (
     add_run_arguments,
     check_port,
     config_from_args,
+    extra_needed,
     is_loopback,
     item_counts,
     print_summary,
@@ -312,13 +313,9 @@ def _serve(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     check_api_keys(args)
     check_port(args.port)
-    try:
+    with extra_needed("pacore serve", "server"):
         from pacore_graph.server.limits import ServerLimits
         from pacore_graph.server.serve import serve
-    except ImportError as exc:
-        raise PaCoReError(
-            f"pacore serve needs the server extra: pip install -e '.[server]' in the pacore-graph clone ({exc})"
-        ) from None
     fields: dict[str, Any] = {}  # what is not given keeps ServerLimits' default
     if args.request_timeout is not None:
         fields["request_timeout"] = args.request_timeout or None  # 0: no limit
@@ -348,13 +345,9 @@ def _mcp(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     check_api_keys(args)
     check_port(args.port)
-    try:
+    with extra_needed("pacore mcp", "mcp"):
         from pacore_graph.mcp.limits import McpLimits
         from pacore_graph.mcp.serve import read_token, serve_mcp
-    except ImportError as exc:
-        raise PaCoReError(
-            f"pacore mcp needs the mcp extra: pip install -e '.[mcp]' in the pacore-graph clone ({exc})"
-        ) from None
     fields = {name: getattr(args, name) for name in ("max_calls", "call_tokens", "max_trajectories")}
     limits = McpLimits(**{name: value for name, value in fields.items() if value is not None})
     calls = sum(config.schedule)

@@ -24,12 +24,14 @@ Arguments
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import ipaddress
 import json
+import logging
 import sqlite3
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TypeAlias
 
@@ -54,6 +56,16 @@ def say(message: str) -> None:
 def warn(message: str) -> None:
     """``pacore: warning: MESSAGE`` on stderr."""
     say(f"warning: {message}")
+
+
+def log_to_stderr(logger: logging.Logger, label: str) -> None:
+    """A server command's own log (a failed request's whole story) on stderr, each line marked ``pacore LABEL``,
+    apart from the root logger's handlers (the command owns its process; a library user's logging is theirs)."""
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter(f"%(levelname)s:  {label}: %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
 
 
 def error_message(exc: BaseException) -> str:
@@ -175,6 +187,17 @@ def summarised(command: str) -> Callable[[Callable[[argparse.Namespace], int]], 
         return run
 
     return decorate
+
+
+@contextlib.contextmanager
+def extra_needed(command: str, extra: str) -> Iterator[None]:
+    """Around a command's imports of an optional extra: a missing one is one line saying what to install."""
+    try:
+        yield
+    except ImportError as exc:
+        raise PaCoReError(
+            f"{command} needs the {extra} extra: pip install -e '.[{extra}]' in the pacore-graph clone ({exc})"
+        ) from None
 
 
 # -- arguments ------------------------------------------------------------------------------------------------

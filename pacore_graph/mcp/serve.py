@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -11,7 +10,7 @@ import anyio
 from mcp.server.lowlevel.server import Server
 from mcp.server.stdio import stdio_server
 
-from pacore_graph.command_kit import is_loopback, say, warn
+from pacore_graph.command_kit import is_loopback, log_to_stderr, say, warn
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.errors import UsageError
 from pacore_graph.mcp.http import MCP_PATH, http_app
@@ -73,7 +72,7 @@ def serve_mcp(
     ``$OPENAI_BASE_URL``) in front of the embedded model, started and stopped here."""
     if transport == "http" and token is None:
         raise UsageError("pacore mcp --transport http needs a bearer token")
-    show_log()
+    log_to_stderr(log, "pacore mcp")
     with serving(base_url, model, upstream_api_key) as chat:
         check_server(chat)  # a clear error now if the upstream is down or lacks the model
         server = create_server(chat, defaults, limits)
@@ -110,16 +109,6 @@ def _serve_http(server: Server[Any], token: str, host: str, port: int) -> None:
 
     app = http_app(server, token, host)
     uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run()
-
-
-def show_log() -> None:
-    """The server's own log (a failed call's whole story) on stderr: stdout is the MCP stream under stdio."""
-    if not log.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(levelname)s:  pacore mcp: %(message)s"))
-        log.addHandler(handler)
-        log.propagate = False
-        log.setLevel(logging.INFO)
 
 
 def _url_host(host: str) -> str:

@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-import logging
-
 import uvicorn
 
-from pacore_graph.command_kit import is_loopback, say, warn
+from pacore_graph.command_kit import is_loopback, log_to_stderr, say, warn
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.models import serving
 from pacore_graph.server.app import create_app
 from pacore_graph.server.connections import uvicorn_config
 from pacore_graph.server.errors import log
 from pacore_graph.server.limits import ServerLimits, connection_limit, raise_open_file_limit
-
-
-def show_log() -> None:
-    """The endpoint's own log (a failed request's whole story) on stderr, beside uvicorn's lines."""
-    if not log.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(levelname)s:  pacore: %(message)s"))
-        log.addHandler(handler)
-        log.propagate = False
 
 
 def serve(
@@ -41,7 +30,7 @@ def serve(
     limits = limits or ServerLimits()
     if not is_loopback(host) and api_key is None:
         warn(f"listening on {host} without --api-key: anyone who reaches this port spends your upstream's tokens")
-    show_log()
+    log_to_stderr(log, "pacore")
     raise_open_file_limit()
     connections = connection_limit(limits, defaults.max_concurrency)
     if connections < limits.max_connections:
