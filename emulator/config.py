@@ -152,6 +152,12 @@ class EmulatorConfig(BaseModel):
     prefix_cache_tokens: int = Field(0, ge=0, description="prefix cache capacity in tokens (LRU); 0: no cache")
     block_size: int = Field(16, ge=1, description="tokens per cached block, as vLLM's --block-size")
     answers: AnswerMix = Field(default_factory=AnswerMix, description="per-problem answer distributions")
+    tool_call_reasoning: bool = Field(
+        False,
+        description="a forced tool call (a named or required tool_choice) comes after reasoning of the drawn length, "
+        "as a reasoning model's does under vLLM's reasoning parser (reasoning styles with a field of their own); "
+        "off: the call alone, a few tokens",
+    )
     faults: FaultRates = Field(default_factory=FaultRates)
     hang_seconds: float = Field(3600.0, ge=0, description="how long a 'timeout' fault holds the connection")
     retry_after: float | None = Field(

@@ -196,7 +196,9 @@ def _plan_one(config: EmulatorConfig, body: dict[str, Any], occurrence: int) -> 
     pieces = _pieces(config.reasoning, rng, length, conclusion, answer)
     tool_call = None
     if body.get("tools") and body.get("tool_choice") not in (None, "auto", "none"):
+        thought = [piece for piece in pieces if piece[0] == "reasoning"] if config.tool_call_reasoning else []
         tool_call, pieces = _forced_tool_call(body, digest)
+        pieces = thought + pieces
     elif body.get("response_format"):
         pieces = _structured_pieces(body["response_format"]) or pieces
     limit = body.get("max_completion_tokens") or body.get("max_tokens")
@@ -321,7 +323,9 @@ def _message(config: EmulatorConfig, plan: ReplyPlan) -> dict[str, Any]:
         call_id, name, arguments = plan.tool_call
         arguments = "".join(text for channel, text in plan.pieces if channel == "arguments")
         call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-        return {"role": "assistant", "content": "", "tool_calls": [call], **_reasoning_fields(config.reasoning, None)}
+        thought = "".join(text for channel, text in plan.pieces if channel == "reasoning") or None
+        reasoning_fields = _reasoning_fields(config.reasoning, thought)
+        return {"role": "assistant", "content": "", "tool_calls": [call], **reasoning_fields}
     content = "".join(text for channel, text in plan.pieces if channel == "content")
     reasoning = "".join(text for channel, text in plan.pieces if channel == "reasoning")
     message: dict[str, Any] = {"role": "assistant", "content": content or None}

@@ -562,3 +562,23 @@ def test_mix_and_minority_length_flags():
         config_from_args(build_parser().parse_args(["--mix", "easy"]))
     with pytest.raises(ValueError, match="unknown answer kinds"):
         EmulatorConfig(answers={"weights": {"medium": 1.0}})
+
+
+@pytest.mark.parametrize("reasoned", [False, True])
+async def test_a_forced_tool_call_comes_alone_or_after_reasoning(reasoned):
+    """``tool_call_reasoning``: a reasoning model thinks before the call a named tool_choice forces."""
+    tool = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+    request = body(tools=[tool], tool_choice={"type": "function", "function": {"name": "lookup"}})
+    with Emulator(EmulatorConfig(model=MODEL, tool_call_reasoning=reasoned, **FAST)) as emu:
+        status, raw = await post(emu.base_url, request)
+        _, streamed = await post(emu.base_url, {**request, "stream": True})
+    reply = json.loads(raw)
+    message = reply["choices"][0]["message"]
+    assert status == 200 and message["tool_calls"][0]["function"] == {"name": "lookup", "arguments": "{}"}
+    call_tokens = 2  # the name, then "{}"
+    if reasoned:  # the drawn 40 tokens, less the conclusion a call has instead
+        assert 30 <= len(message["reasoning"].split()) < 40
+        assert reply["usage"]["completion_tokens"] == len(message["reasoning"].split()) + call_tokens
+    else:
+        assert message.get("reasoning") is None and reply["usage"]["completion_tokens"] == call_tokens
+    assert bool(assemble(sse_events(streamed))["reasoning"]) == reasoned  # a stream thinks first too
