@@ -17,6 +17,7 @@ BENCHMARKS = {
     "instructions": "pacore_benchmarks.perf.instructions_cli",
     "replicas": "pacore_benchmarks.perf.replicas_cli",
     "coordination": "pacore_benchmarks.perf.coordination_cli",
+    "escalation": "pacore_benchmarks.perf.escalation_cli",
     "engine": "pacore_benchmarks.perf.engine_cli",
     "viewer": "pacore_benchmarks.perf.viewer_cli",
 }
