@@ -8,15 +8,15 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from waits import still_running, wait_until
 
 from pacore_benchmarks.perf.engine_server import alive, descendants
@@ -58,10 +58,14 @@ class HttpServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/mcp"
 
-    def client(self, token: str | None = None, mode: str = "auto") -> Client:
+    @asynccontextmanager
+    async def client(self, token: str | None = None, mode: str = "auto") -> AsyncIterator[Client]:
+        """An official client session with ``token`` (default: the right one) as its bearer token."""
         headers = {"Authorization": f"Bearer {token or self.token}"}
-        transport = streamable_http_client(self.url, http_client=create_mcp_http_client(headers=headers))
-        return Client(transport, mode=mode)
+        timeout = httpx2.Timeout(30, read=300)  # the SDK's own defaults
+        async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
+            async with Client(streamable_http_client(self.url, http_client=http), mode=mode) as client:
+                yield client
 
     def answering(self) -> bool:
         assert self.process is not None

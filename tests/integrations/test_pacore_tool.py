@@ -244,3 +244,30 @@ def test_in_memory_checkpoints_keep_the_spend_across_turns(mock_server):
         out = agent.invoke({"messages": [("user", "Another one.")]}, thread)
     assert [m.status for m in tool_messages(out["messages"])] == ["success", "error"]
     assert len(strong.requests) == CALLS
+
+
+async def test_a_step_resumed_after_its_run_was_stopped_sends_only_what_had_not_finished(mock_server):
+    """The agent is stopped while the tool's synthesis runs (its proposals finished and checkpointed); resuming the
+    thread runs the tool call again, and its PaCoRe run finds the proposals on its own thread."""
+
+    def reply(body, attempt):
+        synthesis = "Reference Responses:" in body["messages"][-1]["content"]
+        return {**strong_reply(body, attempt), "delay": 60 if synthesis and attempt == 1 else 0}
+
+    thread = {"configurable": {"thread_id": "resumed"}}
+    with mock_server(cheap_script(steps=1)) as cheap, mock_server(reply) as strong:
+        tool = pacore_tool(model(strong, "strong"), PaCoReConfig(rounds=[3]), thread_runs=1)
+        agent = create_agent(
+            model(cheap, "cheap"), tools=[tool], state_schema=PaCoReToolState, checkpointer=InMemorySaver()
+        )
+        run = asyncio.ensure_future(agent.ainvoke({"messages": [("user", "One product.")]}, thread))
+        await await_until(lambda: len(strong.requests) == 4, what=lambda: f"{len(strong.requests)} requests")
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        out = await agent.ainvoke(None, thread)
+        spend = (await agent.aget_state(thread)).values["pacore_spend"]
+    (message,) = tool_messages(out["messages"])
+    assert message.status == "success" and message.artifact["calls"] == 4
+    assert len(strong.requests) == 3 + 1 + 1  # the proposals once, the synthesis twice (the first was cancelled)
+    assert spend == {"pacore": {"tokens": 4 * TOKENS, "runs": 1}}  # each proposal counted once

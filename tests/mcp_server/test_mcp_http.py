@@ -113,3 +113,15 @@ def _environment() -> dict[str, str]:
     import os
 
     return {key: value for key, value in os.environ.items() if key != "PACORE_MCP_TOKEN"}
+
+
+@pytest.mark.embedded
+async def test_on_the_embedded_model_over_http():
+    with HttpServer("--rounds", "2", "--max-tokens", "32") as server:  # no --base-url: the embedded SmolLM2
+        async with server.client(mode="legacy") as client:
+            progress = Progress()
+            result = await client.call_tool(
+                "pacore_solve", {"question": "What is 2+2? Answer briefly."}, progress_callback=progress
+            )
+    assert not result.is_error and text(result).strip()
+    assert [p[:2] for p in progress.seen] == [(1, 2), (2, 2)] and result.structured_content["calls"] == 3

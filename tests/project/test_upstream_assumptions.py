@@ -439,6 +439,47 @@ def test_docker_py_frames_iter_demultiplexes_an_exec_stream():
     assert read == frames, f"docker-py's frames_iter no longer demultiplexes an exec stream: {read}"
 
 
+def test_a_content_and_artifact_tool_may_answer_a_command_and_a_tool_node_injects_a_runtime_schema_field():
+    """pacore_graph.integrations.tool: a BaseTool with response_format="content_and_artifact" whose args_schema has a
+    field named ``runtime`` gets LangGraph's ToolRuntime there from a ToolNode, and a ``(Command, None)`` reply comes
+    out of the tool as that Command (the tool's state update), not as a ToolMessage around it."""
+    from typing import Annotated
+
+    from langchain_core.messages import ToolMessage
+    from langchain_core.tools import BaseTool, InjectedToolArg
+    from langgraph.prebuilt import ToolNode, ToolRuntime
+    from langgraph.types import Command
+
+    class Input(BaseModel):
+        question: str
+        runtime: Annotated[Any, InjectedToolArg] = None
+
+    seen: list[Any] = []
+
+    class Probe(BaseTool):
+        name: str = "probe"
+        description: str = "a probe"
+        args_schema: type[BaseModel] = Input
+        response_format: str = "content_and_artifact"
+
+        def _run(self, question: str, runtime: Any = None) -> tuple[Any, Any]:
+            seen.append(runtime)
+            message = ToolMessage("answer", artifact={"a": 1}, tool_call_id=runtime.tool_call_id, name=self.name)
+            return Command(update={"messages": [message]}), None
+
+    from langgraph.graph import MessagesState
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("tools", ToolNode([Probe()]))
+    graph.add_edge(START, "tools")
+    call = {"name": "probe", "args": {"question": "q"}, "id": "c1", "type": "tool_call"}
+    out = graph.compile().invoke({"messages": [AIMessage("", tool_calls=[call])]})
+    assert isinstance(seen[0], ToolRuntime), "integrations/tool.py: the ToolNode no longer injects ToolRuntime"
+    assert seen[0].tool_call_id == "c1"
+    messages = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert [(m.content, m.artifact) for m in messages] == [("answer", {"a": 1})], "integrations/tool.py: Command lost"
+
+
 def test_argparse_subcommands_are_a_subparsers_action():
     """Type annotations only (the commands' ``register(subparsers)``): typeshed types ``add_subparsers()`` as
     ``argparse._SubParsersAction``; mypy checks the annotations, this the runtime class."""
