@@ -7,8 +7,8 @@ One way to run it per use:
   ``build_pacore_graph(model, config)`` run with ``context=PaCoReContext(messages=...)``;
 - wherever LangChain takes a chat model (``create_agent``, LCEL): ``PaCoReChatModel(model=..., config=...)``;
   as ``create_agent`` middleware: ``PaCoReMiddleware(config=...)`` (needs ``langchain``);
-- as a tool an agent decides to call (escalation): ``pacore_tool(strong_model, config, thread_tokens=...)``, with
-  ``PaCoReToolState`` as the agent's state for per-thread budgets.
+- as a tool an agent decides to call (escalation): ``pacore_tool(strong_model, config, thread_tokens=...)``;
+  ``PaCoReToolState`` as the agent's state keeps its per-thread spend apart from the history.
 
 Benchmark and agent authors find the parts these are made of in :mod:`pacore_graph.extend`.
 """

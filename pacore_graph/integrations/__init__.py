@@ -1,5 +1,6 @@
 """PaCoRe wherever LangChain expects a chat model (``PaCoReChatModel``), agent middleware (``PaCoReMiddleware``)
-or a tool an agent decides to call (``pacore_tool``, with ``PaCoReToolState`` for its per-thread budgets).
+or a tool an agent decides to call (``pacore_tool``; ``PaCoReToolState`` keeps its per-thread spend in a key of its
+own).
 
 ``PaCoReMiddleware`` and ``PaCoReToolState`` need the ``langchain`` package (its ``create_agent``): imported on
 first use.

@@ -7,9 +7,11 @@ stronger model only when it needs to, instead of paying sum(K) + 1 strong calls 
 - The agent's context gets the answer only; the artifact (``response_format="content_and_artifact"``) carries
   the rounds' counts, effective TTC, the call's token budget and the thread's spend.
 - Budgets (:mod:`.spend`): a call past the budget is refused in one line the model reads as a tool error, before
-  anything is sent. The thread's spend is kept in the agent's state (``PaCoReToolState``), so it is checkpointed
-  with the conversation and survives a resume. Each call runs with what it may still spend as its token budget
-  (``PaCoReConfig.budget``): once its finished trajectories reach it, the rest are cancelled and no round starts.
+  anything is sent. The thread's spend is in the agent's state, so it is checkpointed with the conversation and
+  survives a resume: under its own key when the agent's state has one (``PaCoReToolState``), else in the tool's
+  own messages of the thread (each call's artifact holds its spend). Each call runs with what it may still spend
+  as its token budget (``PaCoReConfig.budget``): once its finished trajectories reach it, the rest are cancelled
+  and no round starts.
 - A citizen of the graph: cancelling the agent's run cancels the trajectories (their requests closed); progress
   events (round started, trajectory finished, round finished) go to the agent's ``stream_mode="custom"``, marked
   with the tool's name and call id; the agent's callbacks, tags and metadata reach every trajectory's model run
@@ -54,9 +56,9 @@ DESCRIPTION = (
     "questions yourself. It does not see this conversation: put everything it needs into question and context. "
     "It returns its answer."
 )
-STATE_HINT = (
-    "pacore_tool keeps a thread's spend in the agent's state: create the agent with "
-    "state_schema=PaCoReToolState (from pacore_graph), or give your state its pacore_spend key"
+NO_THREAD = (
+    "thread_tokens and thread_runs count over an agent's thread, and this call has none: give the tool to an agent "
+    "(create_agent, a ToolNode), or set only call_tokens"
 )
 
 
@@ -122,9 +124,9 @@ class PaCoReTool(BaseTool):
             raise ToolException("refused: the question is empty; put the whole question into question")
         state = getattr(runtime, "state", None)
         tool_call_id = getattr(runtime, "tool_call_id", None)
-        spent = thread_spend(state, self.name)
+        spent, kept = thread_spend(state, self.name)
         if spent is None and self.budget.per_thread:
-            raise ValueError(STATE_HINT)
+            raise ValueError(NO_THREAD)
         position, siblings = sibling_calls(state, tool_call_id, self.name)
         try:
             tokens = self.budget.allowance(spent or NOTHING, position, siblings)
@@ -139,17 +141,16 @@ class PaCoReTool(BaseTool):
         try:
             result = await self._run_isolated(runner, question_message(question, context), run_manager, progress)
         except PaCoReError as exc:
-            spend = failed_spend(exc)
             text = f"failed: {one_line(str(exc), 400)}"
-            if spent is None or tool_call_id is None:
+            if tool_call_id is None:
                 raise ToolException(text) from None
-            artifact = {"ttc": spend, "error": text, "thread": after(spent, spend)}
-            return self._recorded(text, artifact, tool_call_id, spend, status="error"), None
+            spend = failed_spend(exc)
+            artifact: dict[str, Any] = {"ttc": spend, "error": text}
+            return self._reply(text, artifact, tool_call_id, spent, kept, status="error"), None
         artifact = {**result.accounting(full=False), "budget_tokens": tokens, "calls": calls(result)}
-        if spent is None or tool_call_id is None:
+        if tool_call_id is None:
             return result.answer, artifact
-        artifact["thread"] = after(spent, result.ttc)
-        return self._recorded(result.answer, artifact, tool_call_id, result.ttc), None
+        return self._reply(result.answer, artifact, tool_call_id, spent, kept), None
 
     async def _run_isolated(
         self,
@@ -171,12 +172,23 @@ class PaCoReTool(BaseTool):
             run = runner.arun([message], run_config, on_event=progress)
             return await asyncio.get_running_loop().create_task(run, context=context)
 
-    def _recorded(
-        self, content: str, artifact: dict[str, Any], tool_call_id: str, tokens: int, **kw: Any
-    ) -> Command[Any]:
-        """The tool's message and the call's spend, as one update of the agent's state."""
-        message = ToolMessage(content, artifact=artifact, tool_call_id=tool_call_id, name=self.name, **kw)
-        spend: Spend = {"tokens": tokens, "runs": 1}
+    def _reply(
+        self,
+        content: str,
+        artifact: dict[str, Any],
+        tool_call_id: str,
+        spent: Spend | None,
+        kept: bool,
+        status: Literal["success", "error"] = "success",
+    ) -> ToolMessage | Command[Any]:
+        """The tool's message, its artifact holding the call's spend (``ttc``) and the thread's after it; where the
+        agent's state keeps spend under its own key, with the call's spend added there in the same update."""
+        if spent is not None:
+            artifact["thread"] = after(spent, artifact["ttc"])
+        message = ToolMessage(content, artifact=artifact, tool_call_id=tool_call_id, name=self.name, status=status)
+        if not kept:
+            return message
+        spend: Spend = {"tokens": artifact["ttc"], "runs": 1}
         return Command(update={"messages": [message], SPEND_KEY: {self.name: spend}})
 
 
@@ -195,8 +207,9 @@ def pacore_tool(
 
     ``name`` and ``description`` are what the calling model sees (the default description says when to call it).
     Budgets, each None for none: ``call_tokens`` effective TTC per call; ``thread_tokens`` and ``thread_runs``
-    per agent thread, kept in the agent's state: create the agent with ``state_schema=PaCoReToolState``. A call past
-    a budget is refused in one line the model reads, before anything is sent.
+    per agent thread, counted in the agent's state (the tool's messages; ``state_schema=PaCoReToolState`` keeps
+    them under a key of their own, which trimming or summarising the history does not touch). A call past a
+    budget is refused in one line the model reads, before anything is sent.
     """
     budget = ToolBudget(call_tokens=call_tokens, thread_tokens=thread_tokens, thread_runs=thread_runs)
     return PaCoReTool(
@@ -204,24 +217,40 @@ def pacore_tool(
     )
 
 
-def thread_spend(state: Any, name: str) -> Spend | None:
-    """What tool ``name`` spent in this thread, from the agent's state; None when the state keeps no spend."""
-    found = state.get(SPEND_KEY) if isinstance(state, Mapping) else getattr(state, SPEND_KEY, None)
-    if not isinstance(found, Mapping):
-        return None
-    spend: Spend = found.get(name, NOTHING)
-    return spend
+def thread_spend(state: Any, name: str) -> tuple[Spend | None, bool]:
+    """What tool ``name`` spent in this agent thread, and whether the state keeps it under its own key.
+
+    The state's ``pacore_spend`` key (``PaCoReToolState``) when it has one; else the tool's own messages in the
+    thread, whose artifacts hold each run's spend (a history trimmed or summarised forgets what it drops: hence the
+    key). (None, False) outside an agent: no state, no thread."""
+    found = field(state, SPEND_KEY)
+    if isinstance(found, Mapping):
+        spend: Spend = found.get(name, NOTHING)
+        return spend, True
+    messages = field(state, "messages")
+    if messages is None:
+        return None, False
+    runs = [
+        m.artifact
+        for m in messages
+        if isinstance(m, ToolMessage) and m.name == name and isinstance(m.artifact, Mapping) and "ttc" in m.artifact
+    ]
+    return {"tokens": sum(int(run["ttc"]) for run in runs), "runs": len(runs)}, False
 
 
 def sibling_calls(state: Any, tool_call_id: str | None, name: str) -> tuple[int, int]:
     """This call's position among the calls of tool ``name`` in the model message that made it, and their number
     (they run in parallel, all seeing the state from before them); (0, 1) when it is not found."""
-    messages = state.get("messages") if isinstance(state, Mapping) else getattr(state, "messages", None)
-    for message in reversed(messages or ()):
+    for message in reversed(field(state, "messages") or ()):
         if isinstance(message, AIMessage) and any(call.get("id") == tool_call_id for call in message.tool_calls):
             ids = [call.get("id") for call in message.tool_calls if call["name"] == name]
             return (ids.index(tool_call_id), len(ids)) if tool_call_id in ids else (0, 1)
     return 0, 1
+
+
+def field(state: Any, key: str) -> Any:
+    """A key of the agent's state: a dict state's item, a dataclass or pydantic state's attribute (None if absent)."""
+    return state.get(key) if isinstance(state, Mapping) else getattr(state, key, None)
 
 
 def progress_listener(runtime: Any, name: str, tool_call_id: str | None) -> ProgressListener | None:

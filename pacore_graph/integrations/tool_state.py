@@ -2,8 +2,9 @@
 
 ``create_agent(cheap_model, tools=[pacore_tool(...)], state_schema=PaCoReToolState, checkpointer=...)``: the
 ``pacore_spend`` key holds each PaCoRe tool's spend (tokens, runs), added up call by call, checkpointed with the
-conversation. It is private to the agent (neither its input nor its output), so a caller cannot reset it by
-passing a value. An agent with a state of its own subclasses both.
+conversation. Without it the tool counts its own messages of the thread, which a trimmed or summarised history
+loses; the key stays. It is private to the agent (neither its input nor its output), so a caller cannot reset it
+by passing a value. An agent with a state of its own subclasses both.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from mcp.server.context import ServerRequestContext
 from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.errors import PaCoReError
+from pacore_graph.graph.run_state import ProgressListener
 from pacore_graph.graph.runner import PaCoReRunner
 from pacore_graph.inputs import one_line
 from pacore_graph.mcp.arguments import TOOL_NAME, Refused, input_schema, read_call
@@ -55,6 +56,10 @@ class Solver:
                 f"[{schedule}]. Returns the answer; progress is reported per round."
             ),
             input_schema=input_schema(self.limits),
+            # it only reads: it changes nothing, and two calls may answer differently (it samples)
+            annotations=types.ToolAnnotations(
+                read_only_hint=True, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+            ),
         )
 
     async def list_tools(
@@ -78,6 +83,9 @@ class Solver:
         except PaCoReError as exc:
             log.warning("a pacore_solve call failed: %s", exc)
             return error_result(f"failed: {one_line(str(exc), 400)}")
+        except Exception as exc:  # noqa: BLE001 - a defect: its story in the log, one line to the caller
+            log.error("a pacore_solve call failed unexpectedly", exc_info=exc)
+            return error_result(f"failed: an internal error of this server ({type(exc).__name__}; see its log)")
         return answer_result(result)
 
     @contextlib.asynccontextmanager
@@ -95,7 +103,7 @@ class Solver:
 
 
 @contextlib.asynccontextmanager
-async def round_progress(ctx: ServerRequestContext[Any, Any], rounds: int) -> AsyncIterator[Any]:
+async def round_progress(ctx: ServerRequestContext[Any, Any], rounds: int) -> AsyncIterator[ProgressListener]:
     """A progress listener that reports each finished round to the client, in order (a no-op for a client that
     sent no progress token); notifications still queued when the run ends are sent before its result."""
     finished: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()

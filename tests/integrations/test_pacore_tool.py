@@ -12,9 +12,10 @@ import asyncio
 import pytest
 from langchain.agents import create_agent
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import RemoveMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from scripted_chat import tool_call
 from waits import await_until
 
@@ -143,12 +144,58 @@ def test_a_call_budget_cuts_the_run_where_its_tokens_run_out(mock_server):
     assert message.artifact["ttc"] == 2 * TOKENS and len(strong.requests) == 2
 
 
-def test_a_thread_budget_without_the_state_that_keeps_it_fails_before_anything_is_sent(mock_server):
-    with mock_server(cheap_script()) as cheap, mock_server(strong_reply) as strong:
+@pytest.mark.parametrize("state_schema", [None, PaCoReToolState])
+def test_without_a_spend_key_the_threads_messages_keep_the_spend_through_a_resume(mock_server, tmp_path, state_schema):
+    """As the issue's example has it, ``create_agent(cheap, tools=[pacore_tool(...)])``: the thread's spend is read
+    from the tool's own messages (their artifacts), which the checkpoint keeps; a new agent resuming the thread
+    refuses what the budget does not allow, with or without the spend key."""
+    thread = {"configurable": {"thread_id": "plain"}}
+    schema = {"state_schema": state_schema} if state_schema else {}
+    with (
+        mock_server(cheap_script()) as cheap,
+        mock_server(strong_reply) as strong,
+        SqliteSaver.from_conn_string(str(tmp_path / "agent.db")) as saver,
+    ):
+        tool = pacore_tool(model(strong, "strong"), PaCoReConfig(rounds=ROUNDS), thread_runs=1)
+        first = create_agent(
+            model(cheap, "cheap"), tools=[tool], checkpointer=saver, interrupt_after=["tools"], **schema
+        )
+        first.invoke({"messages": [("user", "Two products, please.")]}, thread)
+        resumed = create_agent(
+            model(cheap, "cheap"),
+            tools=[pacore_tool(model(strong, "strong"), PaCoReConfig(rounds=ROUNDS), thread_runs=1)],
+            checkpointer=saver,
+            **schema,
+        )
+        out = resumed.invoke(None, thread)
+    answered, refused = tool_messages(out["messages"])
+    assert answered.artifact["thread"] == {"tokens": CALLS * TOKENS, "runs": 1}
+    assert refused.status == "error" and "runs are used up (1 of 1 done)" in refused.content
+    assert len(strong.requests) == CALLS
+
+
+@pytest.mark.parametrize("state_schema", [None, PaCoReToolState])
+def test_the_spend_key_outlives_a_history_that_was_cleared(mock_server, state_schema):
+    """A history trimmed or summarised drops the tool's messages, and with them what they recorded; the spend key
+    of PaCoReToolState does not go with them."""
+    thread = {"configurable": {"thread_id": "cleared"}}
+    schema = {"state_schema": state_schema} if state_schema else {}
+    with mock_server(cheap_script(steps=1)) as cheap, mock_server(strong_reply) as strong:
+        tool = pacore_tool(model(strong, "strong"), PaCoReConfig(rounds=ROUNDS), thread_runs=1)
+        agent = create_agent(model(cheap, "cheap"), tools=[tool], checkpointer=InMemorySaver(), **schema)
+        agent.invoke({"messages": [("user", "One product.")]}, thread)
+        agent.update_state(thread, {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES)]})
+        out = agent.invoke({"messages": [("user", "Another one.")]}, thread)
+    (message,) = tool_messages(out["messages"])
+    assert message.status == ("error" if state_schema else "success")
+    assert len(strong.requests) == (1 if state_schema else 2) * CALLS
+
+
+def test_thread_budgets_outside_an_agent_are_refused_as_a_mistake(mock_server):
+    with mock_server(strong_reply) as strong:
         tool = pacore_tool(model(strong, "strong"), PaCoReConfig(rounds=ROUNDS), thread_tokens=10_000)
-        agent = create_agent(model(cheap, "cheap"), tools=[tool])
-        with pytest.raises(ValueError, match="state_schema=PaCoReToolState"):
-            agent.invoke({"messages": [("user", "One product.")]})
+        with pytest.raises(ValueError, match="count over an agent's thread, and this call has none"):
+            tool.invoke({"question": "What is 17*23?"})
     assert strong.requests == []
 
 
@@ -271,3 +318,15 @@ async def test_a_step_resumed_after_its_run_was_stopped_sends_only_what_had_not_
     assert message.status == "success" and message.artifact["calls"] == 4
     assert len(strong.requests) == 3 + 1 + 1  # the proposals once, the synthesis twice (the first was cancelled)
     assert spend == {"pacore": {"tokens": 4 * TOKENS, "runs": 1}}  # each proposal counted once
+
+
+def test_a_failed_run_is_a_tool_error_of_one_line_and_counts_as_a_run(mock_server):
+    with mock_server(cheap_script()) as cheap, mock_server(lambda body, attempt: (400, "no such thing")) as strong:
+        tool = pacore_tool(model(strong, "strong"), PaCoReConfig(rounds=ROUNDS), thread_runs=1)
+        agent = create_agent(model(cheap, "cheap"), tools=[tool])
+        out = agent.invoke({"messages": [("user", "Two products, please.")]})
+    failed, refused = tool_messages(out["messages"])
+    assert failed.status == "error" and failed.content.startswith("failed: round 1: ") and "\n" not in failed.content
+    assert failed.artifact["thread"] == {"tokens": 0, "runs": 1}
+    assert refused.status == "error" and refused.content.startswith("refused: this conversation's PaCoRe runs")
+    assert len(strong.requests) == 2  # round 1's two proposals, each refused once (a 400 is not retried)
