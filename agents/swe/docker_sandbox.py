@@ -140,6 +140,7 @@ def _gib(size: int) -> str:
 
 class DockerSandbox(BaseSandbox):
     scratch = SCRATCH
+    host = "local"  # the daemon, as an episode's record names it (a --hosts entry's name for swerex)
 
     def __init__(
         self,
@@ -163,6 +164,8 @@ class DockerSandbox(BaseSandbox):
         self._keeper = ""
         self._clock_offset = 0.0  # the container's clock minus this host's
         self._restarts: list[str] = []  # restarts since the last command's notes were made
+        if client is None and os.environ.get("DOCKER_HOST"):
+            self.host = os.environ["DOCKER_HOST"]
         try:
             self._client = client or docker_client()
             self.image = self._ensure_image(row)
@@ -343,7 +346,7 @@ class DockerSandbox(BaseSandbox):
         first = None
         for _ in range(END_ATTEMPTS):
             try:
-                done = self._container.exec_run(["sh", "-c", _END_ALL, "pacore-end", self._keeper or "1"])
+                done = self._container.exec_run(["sh", "-c", _END_ALL, "pacore-end", self._kept_pids()])
             except docker.errors.APIError as exc:
                 return first or 0, f"processes could not be ended from inside ({exc.explanation or exc})"
             counts = done.output.decode(errors="replace").split()
@@ -355,6 +358,10 @@ class DockerSandbox(BaseSandbox):
                 return first, None
             time.sleep(0.1)  # killed processes still exiting (writing back their files)
         return first or 0, "processes were still running after being killed"
+
+    def _kept_pids(self) -> str:
+        """The container's own processes (beside the init), which ending every other one spares."""
+        return self._keeper or "1"
 
     def _set_pids_limit(self, limit: int) -> None:
         """``docker update --pids-limit``: docker-py's update_container has no such argument, so the Engine API's

@@ -16,6 +16,7 @@ lacks its edits.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -71,6 +72,11 @@ class InstanceOutcome(BaseModel):
     seconds: float = Field(0.0, description="the episodes' seconds, summed (those before a restart too)")
     rounds: list[dict[str, Any]] = Field(default_factory=list)
     episodes: list[dict[str, Any]] = Field(default_factory=list)
+    hosts: dict[str, int] = Field(default_factory=dict, description="episodes per host that ran them")
+    moves: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="episodes started again on another host: round_index, index, from_host, to_host, reason",
+    )
 
 
 class SweSolver:
@@ -123,16 +129,27 @@ class SweSolver:
         crashed = [e for e in records if e["stop_reason"] == "error"]
         if message and crashed:
             message = f"{message}; first episode error: {crashed[0]['error']}"
+        homeless = [e for e in records if e.get("no_host")]
+        if homeless:  # no host could take an episode: the instance is tried again on the next run
+            message = f"{homeless[0]['error'].splitlines()[0]}; rerun the same command once a host answers"
+        hosts = Counter(e["host"] for e in records if e.get("host") and e["stop_reason"] != "error")
+        moves = [
+            {"round_index": e["round_index"], "index": e["index"], **move}
+            for e in records
+            for move in e.get("moves", [])
+        ]
         return InstanceOutcome(
             instance_id=outcome.problem.id,
             model_patch=(final or {}).get("patch", ""),
             note=(final or {}).get("note", ""),
             error=message,
-            completed=any(e["stop_reason"] not in ("error", "cancelled") for e in records),
+            completed=not homeless and any(e["stop_reason"] not in ("error", "cancelled") for e in records),
             ttc=sum(e["completion_tokens"] for e in records),
             seconds=round(sum(e["seconds"] for e in records), 3),
             rounds=[r.model_dump() for r in outcome.result.rounds] if outcome.result else [],
             episodes=records,
+            hosts=dict(sorted(hosts.items())),
+            moves=moves,
         )
 
     def close(self) -> None:

@@ -2,8 +2,9 @@
 
 There is no Docker Hub here: a base image is a Debian root file system made by ``debootstrap`` and
 turned into an image with an import (one per release; ``offline_images.py`` builds real SWE-bench rows
-on them). Each local task image is a thin layer on the bookworm base (the task's repository, committed
-with a fixed author and date so that the commit hash is the row's ``base_commit``). Images are cached
+on them). Each local task image is a thin layer on the bookworm base with SWE-ReX's server
+(``rex_images.py``): the task's repository, committed with a fixed author and date so that the commit
+hash is the row's ``base_commit``. Images are cached
 by name and rebuilt only when what they are made of changes (a content-hash label).
 """
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 BASE_RELEASE = "bookworm"  # the local tasks' base; real rows pick theirs by Python version (specs.py)
 BASE_IMAGE = f"pacore-swe.base:{BASE_RELEASE}"
+TASK_BASE_IMAGE = f"pacore-swe.rex:{BASE_RELEASE}"  # the base plus SWE-ReX's server (rex_images.py)
 BASE_PACKAGES = ("python3", "python3-venv", "python3-pytest", "git", "patch", "ca-certificates")
 BUILDER_PACKAGES = (*BASE_PACKAGES, "gcc", "libc6-dev", "python3-dev")  # compiles source-only packages
 BASE_RECIPE_LABEL = "pacore.base_recipe"
@@ -296,7 +298,7 @@ def _dockerfile() -> str:
     env = " ".join(f'{key}="{value}"' for key, value in GIT_ENV.items())
     excludes = "\\n".join(GIT_EXCLUDES)
     return (
-        f"FROM {BASE_IMAGE}\n"
+        f"FROM {TASK_BASE_IMAGE}\n"
         "ENV PYTHONDONTWRITEBYTECODE=1\n"
         f"COPY repo {CONTAINER_WORKDIR}\n"
         f"WORKDIR {CONTAINER_WORKDIR}\n"
@@ -319,7 +321,9 @@ def ensure_task_image(
     wanted = task_hash(repo_dir)
     if not rebuild and image_label(client, image, TASK_HASH_LABEL) == wanted:
         return image
-    ensure_base_image(client, log=log)
+    from pacore_agents.swe.rex_images import ensure_rex_image
+
+    ensure_rex_image(client, release=BASE_RELEASE, log=log)
     with build_lock(image):
         if not rebuild and image_label(client, image, TASK_HASH_LABEL) == wanted:
             return image

@@ -3,7 +3,8 @@
 Three layers, each cached by Docker:
 
 * base: a Debian root file system (debootstrap) whose Python matches the repository version's needs
-  (bullseye 3.9, bookworm 3.11, trixie 3.13; see ``specs.py``);
+  (bullseye 3.9, bookworm 3.11, trixie 3.13; see ``specs.py``), with SWE-ReX's server in
+  ``/opt/pacore/rex`` where that Python runs it (3.10 and newer; ``rex_images.py``);
 * environment: a virtual environment at ``/opt/pacore/venv`` with the version's packages, installed
   from a wheelhouse that this host's pip downloaded (``wheelhouse.py``). The wheelhouse stays in the
   image and pip is told to use only it, so the row's ``eval_script`` can rerun its install step with
@@ -43,6 +44,7 @@ from pacore_agents.swe.images import (
     image_exists,
 )
 from pacore_agents.swe.owners import owner_labels
+from pacore_agents.swe.rex_images import ensure_rex_image, supports_rex
 from pacore_agents.swe.snapshots import SnapshotError, extract_snapshot, find_snapshot, tree_digest
 from pacore_agents.swe.specs import DEBIAN_PYTHON, InstallSpec, UnsupportedRowError, image_env, spec_for
 from pacore_agents.swe.wheelhouse import (
@@ -176,6 +178,8 @@ def _ensure_environment(
 ) -> str:
     """The environment image of the row: its base, and a virtual environment from a wheelhouse fetched here."""
     base = ensure_base_image(client, release=spec.release, log=log)
+    if supports_rex(spec.release):  # SWE-ReX's server in the image: a sandbox host needs only Docker and it
+        base = ensure_rex_image(client, release=spec.release, log=log)
     requirements = environment_requirements(spec, work / "repo")
     wheels = work / "environment" / "wheels"
     files = _fill_wheelhouse(client, row, spec, base, requirements, wheels, work, before, log)

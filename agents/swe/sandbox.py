@@ -97,6 +97,7 @@ class BaseSandbox:
     workdir: str
     base_commit: str
     scratch: str  # a folder in the sandbox, outside the repository, for pacore's own files
+    host: str = "local"  # where it runs, as an episode's record names it
 
     def __init__(self) -> None:
         self.notes: list[str] = []  # what the sandbox stopped or removed, over the whole episode
@@ -225,7 +226,7 @@ def text_only_diff(diff: bytes) -> str:
 
 def open_sandbox(
     row: dict[str, Any],
-    runtime: Literal["docker", "local"] = "docker",
+    runtime: Literal["docker", "local", "swerex"] = "docker",
     *,
     memory: str = "2g",
     pids: int = 256,
@@ -241,4 +242,6 @@ def open_sandbox(
         from pacore_agents.swe.local_sandbox import LocalSandbox
 
         return LocalSandbox(row)
-    raise SandboxError(f"unknown sandbox runtime {runtime!r}: use 'docker' or 'local'")
+    if runtime == "swerex":
+        raise SandboxError("runtime 'swerex' opens sandboxes through its hosts: HostPool(load_hosts(FILE)).open")
+    raise SandboxError(f"unknown sandbox runtime {runtime!r}: use 'docker', 'local' or 'swerex'")
