@@ -24,7 +24,7 @@ from pacore_agents.swe.rex_http import HostUnreachable, RexConnection, TokenRefu
 from pacore_agents.swe.rex_images import REX_PYTHON, REX_SERVE, TOKEN_VARIABLE
 from pacore_agents.swe.rex_runner import command_result, ended_notes, read_report, supervised
 from pacore_agents.swe.rex_sandbox import MAX_LOG_BYTES, HostLost
-from pacore_agents.swe.sandbox import CommandResult, SandboxError
+from pacore_agents.swe.sandbox import MAX_OUTPUT_BYTES, CommandResult, SandboxError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -189,7 +189,7 @@ class RexDockerSandbox(DockerSandbox):
             keep=keep,
             stamp=STAMP,
             pidfile=RUNNER_PID,
-            **({"limit": limit} if limit else {}),
+            limit=limit or MAX_OUTPUT_BYTES,
         )
         outcome: dict[str, Any] = {}
 

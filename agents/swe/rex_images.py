@@ -86,7 +86,8 @@ def ensure_rex_image(client: DockerClient, *, release: str, log: Callable[[str],
         )
     base = ensure_base_image(client, release=release, log=log)
     name = rex_image_name(release)
-    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get((client.info() or {}).get("Architecture"), "x86_64")
+    architecture = str((client.info() or {}).get("Architecture") or "x86_64")
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(architecture, architecture)
     wheels = wheel_cache(release, machine)
     with build_lock(name):
         if not (wheels / "complete").exists():

@@ -30,7 +30,7 @@ from pacore_agents.swe.rex_runner import (
     system_command,
     system_result,
 )
-from pacore_agents.swe.sandbox import BaseSandbox, CommandResult, SandboxError, SystemResult
+from pacore_agents.swe.sandbox import MAX_OUTPUT_BYTES, BaseSandbox, CommandResult, SandboxError, SystemResult
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class RexSandbox(BaseSandbox):
             mark=self.mark,
             fsize=self.fsize,
             keep=keep,
-            **({"limit": limit} if limit else {}),
+            limit=limit or MAX_OUTPUT_BYTES,
         )
         report = read_report(self._call("execute", payload, timeout=payload["timeout"] + 10))
         notes = ended_notes(report)

@@ -17,6 +17,7 @@ anyone may write it as a prediction.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any, Literal, Protocol, Self, runtime_checkable
 
 from pydantic import BaseModel
@@ -112,6 +113,13 @@ class BaseSandbox:
 
     def close(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def run_to_file(self, command: str, path: Path, timeout: float, limit: int = 1_000_000_000) -> CommandResult:
+        """Like :meth:`run`, the output (up to ``limit`` bytes) to ``path`` (evaluation logs)."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def write_file(self, path: str, content: str | bytes) -> None:
+        raise NotImplementedError  # pragma: no cover - abstract
 
     def diff(self) -> str:
         """Text changes against the base commit, new untracked files included, binary files left out.
