@@ -1,0 +1,244 @@
+"""Sandboxes on SWE-ReX servers (``--runtime swerex --hosts FILE``), tested on real servers.
+
+The fast tests check the hosts file's refusals. The docker tests start SWE-ReX servers of their own, each in a
+capped host-network container on a loopback port of its own (two hosts, each reached only at its address), and
+run ``pacore swe run`` / ``pacore swe eval`` over them as a user would, with a scripted tool-calling model: a round
+spread over both hosts, one host killed mid-round, the sandbox bounds on the remote backend, and the Docker-host
+kind (a container per episode with the server inside, reached through the Docker API).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import hosts_file
+from mock_openai import MockOpenAIServer
+from test_swe_sandbox_caps import DETACHED, EDIT, EIGHT_GIB, ROMAN, containers_of, edit_then, run_pacore, tool_call
+from waits import wait_until
+
+from pacore_agents.swe.hosts import load_hosts
+from pacore_agents.swe.images import ensure_images
+from pacore_agents.swe.run import PREDICTIONS_FILE, trajectory_path
+from pacore_agents.swe.tasks import load_tasks
+from pacore_graph.extend import UsageError
+
+# Each slow command counts itself in a file outside the repository (a remote server keeps it between episodes).
+COUNTED = "n=$(cat /var/tmp/slow 2>/dev/null || echo 0); echo $((n + 1)) > /var/tmp/slow; sleep 2; echo slept"
+
+
+# ------------------------------------------------------------------------------------------ the hosts file
+
+
+@pytest.mark.parametrize(
+    ("host", "refusal"),
+    [
+        ({"kind": "remote", "url": "http://10.1.2.3:8000", "token_env": "T"}, "plain HTTP off loopback"),
+        ({"kind": "remote", "url": "http://127.0.0.1:8000", "token": "x"}, "never written in the hosts file"),
+        ({"kind": "remote", "url": "http://127.0.0.1:8000"}, "exactly one of `token_file` or `token_env`"),
+        ({"kind": "docker", "url": "tcp://10.1.2.3:2375"}, "unencrypted tcp:// off loopback"),
+        ({"kind": "docker", "url": "http://10.1.2.3:2375"}, "unix://, ssh:// or tcp://"),
+    ],
+    ids=["plain-http", "inline-token", "no-token", "plain-tcp", "bad-scheme"],
+)
+def test_the_hosts_file_refuses_what_is_unsafe_in_one_line(tmp_path, host, refusal):
+    path = hosts_file(tmp_path / "hosts.json", [{"name": "h", **host}])
+    with pytest.raises(UsageError) as raised:
+        load_hosts(path)
+    assert refusal in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_opting_in_to_plain_http_and_yaml_files(tmp_path):
+    path = tmp_path / "hosts.yaml"
+    path.write_text(
+        "- {name: lab, kind: remote, urls: ['http://10.1.2.3:8000', 'https://rex.example:443'], token_env: T,"
+        " allow_plaintext: true}\n- {name: box, kind: docker, url: 'ssh://me@build', slots: 6}\n"
+    )
+    hosts = load_hosts(path).hosts
+    assert [host.name for host in hosts] == ["lab", "box"]
+    assert hosts[0].urls == ["http://10.1.2.3:8000", "https://rex.example:443"]
+
+
+# ------------------------------------------------------------------------------------------ on real servers
+
+
+@pytest.fixture(scope="module")
+def row(client) -> dict:
+    [task] = load_tasks("local", instances=[ROMAN])
+    ensure_images([task], client)
+    return task
+
+
+def slow_then_submit(body: dict, attempt: int) -> dict:
+    """Edit, then a counted slow command, then submit."""
+    done = sum(m["role"] == "tool" for m in body["messages"])
+    if done == 0:
+        return {"content": "", "tool_calls": [tool_call("bash", {"command": EDIT}, "c0")]}
+    if done == 1:
+        return {"content": "", "tool_calls": [tool_call("bash", {"command": COUNTED}, "c1")]}
+    return {"content": "", "tool_calls": [tool_call("submit", {"note": "edited"}, "c2")]}
+
+
+def swe_run(server, out, hosts, *extra):
+    return run_pacore(
+        "swe",
+        "run",
+        "--dataset",
+        "local",
+        "--instances",
+        ROMAN,
+        "--base-url",
+        server.base_url,
+        "--model",
+        "scripted",
+        "--output",
+        str(out),
+        "--runtime",
+        "swerex",
+        "--hosts",
+        str(hosts),
+        *extra,
+    )
+
+
+def slow_count(container) -> int:
+    """How many slow commands the server's container has started (it may have been killed)."""
+    import io
+    import tarfile
+
+    try:
+        stream, _ = container.get_archive("/var/tmp/slow")
+    except Exception:  # none started there
+        return 0
+    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
+        member = archive.next()
+        handle = archive.extractfile(member) if member else None
+        return int(handle.read().decode().strip()) if handle else 0
+
+
+def test_a_round_spreads_over_two_hosts_and_a_host_lost_mid_round_costs_only_its_own_episode(
+    row, rex_servers, tmp_path
+):
+    """8 episodes and a synthesis over two remote servers; the second is killed while it runs its second episode:
+    that episode starts again on the first, its finished one is kept, none is run twice."""
+    a, b = rex_servers(row["image"], 2)
+    hosts = hosts_file(
+        tmp_path / "hosts.json",
+        [
+            {"name": "a", "kind": "remote", "url": a.url, "token_file": str(rex_servers.token_file)},
+            {"name": "b", "kind": "remote", "url": b.url, "token_file": str(rex_servers.token_file)},
+        ],
+    )
+    out = tmp_path / "run"
+    import threading
+
+    def kill_b_in_its_second_episode() -> None:
+        wait_until(lambda: slow_count(b.container) >= 2, 120, what="host b's second episode")
+        b.container.kill()
+
+    killer = threading.Thread(target=kill_b_in_its_second_episode, daemon=True)
+    with MockOpenAIServer(slow_then_submit) as server:
+        killer.start()
+        done, pid = swe_run(server, out, hosts, "--rounds", "8")
+    killer.join(5)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "host b (" in done.stderr and "left out until it answers again" in done.stderr
+    trajectory = json.loads(trajectory_path(out, ROMAN).read_text())
+    episodes = trajectory["episodes"]
+    assert len(episodes) == 9 and all(e["stop_reason"] == "submitted" for e in episodes)
+    assert {e["host"] for e in episodes} == {"a", "b"}
+    [move] = trajectory["moves"]
+    assert move["from_host"] == "b" and move["to_host"] == "a" and "did not answer" in move["reason"]
+    moved = next(e for e in episodes if (e["round_index"], e["index"]) == (move["round_index"], move["index"]))
+    assert moved["host"] == "a" and moved["moves"] == [
+        {k: v for k, v in move.items() if k not in ("round_index", "index")}
+    ]
+    assert trajectory["hosts"] == {"a": 8, "b": 1}
+    # every slow command started was one episode's: the moved one twice (on b, then on a), no other again
+    assert slow_count(a.container) + slow_count(b.container) == len(episodes) + 1
+    prediction = json.loads((out / PREDICTIONS_FILE).read_text())
+    assert prediction["model_patch"].endswith("+# edited by the episode\n")
+    assert rex_servers.token_file.read_text() not in trajectory_path(out, ROMAN).read_text() + done.stderr
+    shown = run_pacore("show", str(out))[0]
+    assert "episodes per host: a 8, b 1; moved 1" in shown.stdout
+
+
+def test_a_wrong_token_is_refused_in_one_line_before_anything_runs(row, rex_servers, tmp_path):
+    [server_a] = rex_servers(row["image"], 1)
+    wrong = tmp_path / "wrong-token"
+    wrong.write_text("not-the-token")
+    hosts = hosts_file(
+        tmp_path / "hosts.json", [{"name": "a", "kind": "remote", "url": server_a.url, "token_file": str(wrong)}]
+    )
+    with MockOpenAIServer(slow_then_submit) as server:
+        done, _ = swe_run(server, tmp_path / "run", hosts)
+        assert server.requests == []
+    assert done.returncode == 2
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("pacore: error")]
+    assert "refused pacore's token (401" in line and str(wrong) in line
+
+
+@pytest.mark.parametrize(
+    ("command", "note"),
+    [(DETACHED, "process(es) the command left running were stopped"), (EIGHT_GIB, None)],
+    ids=["300-detached-processes", "8-GiB-in-one-fast-command"],
+)
+def test_an_episode_whose_last_command_broke_a_cap_keeps_its_patch_on_a_remote_server(
+    row, rex_servers, tmp_path, command, note
+):
+    [remote] = rex_servers(row["image"], 1)
+    hosts = hosts_file(
+        tmp_path / "hosts.json",
+        [{"name": "r", "kind": "remote", "url": remote.url, "token_file": str(rex_servers.token_file)}],
+    )
+    out = tmp_path / "run"
+    with MockOpenAIServer(edit_then(command)) as server:
+        done, _ = swe_run(server, out, hosts, "--rounds", "0")
+    assert done.returncode == 0, done.stderr[-3000:]
+    prediction = json.loads((out / PREDICTIONS_FILE).read_text())
+    assert prediction["model_patch"].endswith("+# edited by the episode\n") and len(prediction["model_patch"]) < 10_000
+    [episode] = json.loads(trajectory_path(out, ROMAN).read_text())["episodes"]
+    assert episode["host"] == "r" and episode["stop_reason"] == "submitted"
+    if note:
+        assert any(note in line for line in episode["sandbox_notes"]), episode["sandbox_notes"]
+    left = remote.container.exec_run(["sh", "-c", "cat /proc/[0-9]*/comm | grep -c '^sleep$'"]).output
+    assert int(left.decode().strip()) == 0  # nothing the episode started outlived it
+
+
+def test_a_docker_host_runs_each_episode_in_a_container_of_its_own_and_grades_as_locally(row, tmp_path):
+    """The Docker-host kind: one container per episode, SWE-ReX's server inside, reached through the Docker API;
+    the run leaves no container, and `swe eval` on the host grades as the local grading does."""
+    hosts = hosts_file(tmp_path / "hosts.json", [{"name": "d", "kind": "docker", "slots": 2}])
+    out = tmp_path / "run"
+    with MockOpenAIServer(edit_then(DETACHED)) as server:
+        done, pid = swe_run(server, out, hosts, "--rounds", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    trajectory = json.loads(trajectory_path(out, ROMAN).read_text())
+    assert trajectory["hosts"] == {"d": 3}
+    ids = {e["sandbox"]["id"] for e in trajectory["episodes"]}
+    assert len(ids) == 3 and None not in ids  # a fresh container each
+    assert all(any("stopped" in n for n in e["sandbox_notes"]) for e in trajectory["episodes"])
+    assert containers_of(pid) == []
+    predictions = str(out / PREDICTIONS_FILE)
+    for source in ("gold", "no-patch", predictions):
+        graded = {}
+        for runtime in (["--runtime", "swerex", "--hosts", str(hosts)], []):
+            result, _ = run_pacore(
+                "swe",
+                "eval",
+                "--dataset",
+                "local",
+                "--instances",
+                ROMAN,
+                "--predictions",
+                source,
+                "--run-id",
+                "r",
+                "--output",
+                str(tmp_path / f"eval-{len(runtime)}-{len(graded)}"),
+                *runtime,
+            )
+            assert result.returncode == 0, result.stderr[-2000:]
+            graded[bool(runtime)] = json.loads(result.stdout.splitlines()[-1])["resolved_ids"]
+        assert graded[True] == graded[False], source
+        assert graded[True] == ([ROMAN] if source == "gold" else [])
