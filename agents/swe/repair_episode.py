@@ -77,7 +77,7 @@ class RepairEpisode:
             try:
                 sandbox = await self._open_sandbox(row)
                 if moves:
-                    moves[-1]["to_host"] = sandbox.host
+                    moves[-1]["to_host"] = getattr(sandbox, "host", None)
                 run_config: RunnableConfig = {**(config or {}), "recursion_limit": 3 * self.settings.step_limit + 10}
                 async for values in self.graph.astream(state, run_config, stream_mode="values", context=sandbox):
                     state = values
@@ -101,7 +101,8 @@ class RepairEpisode:
         record = episode_record(state, row, time.monotonic() - started)
         for key, spent in lost_usage.items():
             record[key] += spent
-        record["host"] = sandbox.host if sandbox is not None else (moves[-1]["from_host"] if moves else None)
+        lost_on = moves[-1]["from_host"] if moves else None
+        record["host"] = getattr(sandbox, "host", "local") if sandbox is not None else lost_on
         record["moves"] = moves
         if isinstance(state.get("error"), str) and state["error"].startswith(NoHostAvailable.__name__):
             record["no_host"] = True  # no host could take it: the instance is left to the next run
