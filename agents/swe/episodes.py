@@ -129,9 +129,9 @@ class SweSolver:
         crashed = [e for e in records if e["stop_reason"] == "error"]
         if message and crashed:
             message = f"{message}; first episode error: {crashed[0]['error']}"
-        homeless = [e for e in records if e.get("no_host")]
-        if homeless:  # no host could take an episode: the instance is tried again on the next run
-            message = f"{homeless[0]['error'].splitlines()[0]}; rerun the same command once a host answers"
+        homeless = _no_host(error)
+        if homeless:  # no sandbox host could take an episode: one line saying which hosts are down and why
+            message = homeless
         hosts = Counter(e["host"] for e in records if e.get("host") and e["stop_reason"] != "error")
         moves = [
             {"round_index": e["round_index"], "index": e["index"], **move}
@@ -143,7 +143,7 @@ class SweSolver:
             model_patch=(final or {}).get("patch", ""),
             note=(final or {}).get("note", ""),
             error=message,
-            completed=not homeless and any(e["stop_reason"] not in ("error", "cancelled") for e in records),
+            completed=homeless is None and any(e["stop_reason"] not in ("error", "cancelled") for e in records),
             ttc=sum(e["completion_tokens"] for e in records),
             seconds=round(sum(e["seconds"] for e in records), 3),
             rounds=[r.model_dump() for r in outcome.result.rounds] if outcome.result else [],
@@ -154,6 +154,16 @@ class SweSolver:
 
     def close(self) -> None:
         self.episode.shutdown()
+
+
+def _no_host(error: BaseException | None) -> str | None:
+    """The placement's line when the instance failed because no sandbox host answered (``--runtime swerex``)."""
+    if not isinstance(error, RoundFailedError):
+        return None
+    for trajectory in error.round.trajectories:
+        if trajectory.error_type == "NoHostAvailable" and trajectory.error:
+            return trajectory.error.removeprefix("NoHostAvailable: ").splitlines()[0]
+    return None
 
 
 def _latest_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -115,8 +115,7 @@ class HostPool:
             for failure in self._health(host, starting=True):
                 self._left_out(host, failure)
         if not any(host.usable() for host in self.hosts):
-            reasons = "; ".join(f"{host.name}: {self._reason(host)}" for host in self.hosts)
-            raise UsageError(f"no sandbox host answers ({reasons})")
+            raise UsageError(f"no sandbox host answers: {'; '.join(self._why_down(host) for host in self.hosts)}")
 
     def _health(self, host: HostState, *, starting: bool = False) -> list[tuple[Slot | None, str]]:
         """What fails a health check now: (the slot, or None for the whole host; why)."""
@@ -194,9 +193,18 @@ class HostPool:
         base = row["base_commit"]
         serving = [h for h in self.hosts if any(s.serves.get(base) is not False for s in h.slots)]
         if not serving:
-            return f"no host serves {row['instance_id']}: no remote server's repository has its base commit {base}"
-        reasons = "; ".join(f"{host.name}: {self._reason(host)}" for host in serving)
-        return f"every sandbox host that can serve {row['instance_id']} is down ({reasons})"
+            return (
+                f"no sandbox host serves {row['instance_id']} (no remote server's repository has its base commit "
+                f"{base}): tried again on the next run"
+            )
+        every = "every sandbox host" if len(serving) == len(self.hosts) else "every sandbox host that can serve it"
+        reasons = "; ".join(self._why_down(host) for host in serving)
+        return f"{every} is down, {row['instance_id']} is tried again on the next run: {reasons}"
+
+    def _why_down(self, host: HostState) -> str:
+        """``host NAME ...: why`` for a message (a remote server's reason names its host and address already)."""
+        reason = self._reason(host)
+        return reason if reason.startswith(f"host {host.name} ") else f"host {host.name}: {reason}"
 
     def _open_on(self, slot: Slot, row: dict[str, Any]) -> BaseSandbox:
         host, spec = slot.host, slot.host.spec

@@ -36,7 +36,9 @@ class RepairEpisode:
     that ran it. Errors inside the episode do not escape: they end the episode with ``stop_reason="error"``
     and the messages so far, so a crashed episode is recorded, not lost. When the sandbox's host stops
     answering (:class:`HostLost`), the episode starts over in a fresh sandbox on another host, from the
-    base commit and the task's first messages; ``record["moves"]`` says from where to where and why.
+    base commit and the task's first messages; ``record["moves"]`` says from where to where and why. When
+    no host can take it (:class:`NoHostAvailable`), the episode raises: it is not a finished episode, so
+    a resumed run runs it again where its round has to be run again.
     """
 
     def __init__(
@@ -81,6 +83,8 @@ class RepairEpisode:
                 run_config: RunnableConfig = {**(config or {}), "recursion_limit": 3 * self.settings.step_limit + 10}
                 async for values in self.graph.astream(state, run_config, stream_mode="values", context=sandbox):
                     state = values
+            except NoHostAvailable:  # no host can take it now: the episode fails, and with it the instance
+                raise
             except HostLost as exc:  # its host stopped answering: start over from the base commit elsewhere
                 await self._close_quietly(sandbox)
                 sandbox = None
@@ -104,8 +108,6 @@ class RepairEpisode:
         lost_on = moves[-1]["from_host"] if moves else None
         record["host"] = getattr(sandbox, "host", "local") if sandbox is not None else lost_on
         record["moves"] = moves
-        if isinstance(state.get("error"), str) and state["error"].startswith(NoHostAvailable.__name__):
-            record["no_host"] = True  # no host could take it: the instance is left to the next run
         record["sandbox"] = _sandbox_identity(sandbox, self.settings.runtime)
         record["sandbox_notes"] = list(getattr(sandbox, "notes", None) or [])  # what it stopped or removed
         return {**state, "record": record}

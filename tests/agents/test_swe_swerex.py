@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import hosts_file
+from conftest import answers, hosts_file
 from mock_openai import MockOpenAIServer
 from test_swe_sandbox_caps import DETACHED, EDIT, EIGHT_GIB, ROMAN, containers_of, edit_then, run_pacore, tool_call
 from waits import wait_until
@@ -116,6 +116,7 @@ def slow_count(container) -> int:
         return int(handle.read().decode().strip()) if handle else 0
 
 
+@pytest.mark.docker
 def test_a_round_spreads_over_two_hosts_and_a_host_lost_mid_round_costs_only_its_own_episode(
     row, rex_servers, tmp_path
 ):
@@ -163,6 +164,64 @@ def test_a_round_spreads_over_two_hosts_and_a_host_lost_mid_round_costs_only_its
     assert "episodes per host: a 8, b 1; moved 1" in shown.stdout
 
 
+@pytest.mark.docker
+def test_every_host_lost_mid_round_ends_the_instance_in_one_line_and_the_next_run_completes_it(
+    row, rex_servers, tmp_path
+):
+    """Both servers are killed while each runs its second episode of a round of 4: the instance ends with one line
+    naming both hosts and why, no prediction. With both still down a rerun is refused before anything runs; with one
+    back (the other left out) the rerun completes the instance, the round's two finished episodes not run again."""
+    a, b = rex_servers(row["image"], 2)
+    token = str(rex_servers.token_file)
+    hosts = hosts_file(
+        tmp_path / "hosts.json",
+        [
+            {"name": "a", "kind": "remote", "url": a.url, "token_file": token},
+            {"name": "b", "kind": "remote", "url": b.url, "token_file": token},
+        ],
+    )
+    out = tmp_path / "run"
+    import threading
+
+    def kill_both_in_their_second_episodes() -> None:
+        wait_until(lambda: slow_count(a.container) >= 2 and slow_count(b.container) >= 2, 120, what="second episodes")
+        a.container.kill()
+        b.container.kill()
+
+    killer = threading.Thread(target=kill_both_in_their_second_episodes, daemon=True)
+    with MockOpenAIServer(slow_then_submit) as server:
+        killer.start()
+        done, _ = swe_run(server, out, hosts, "--rounds", "4")
+        killer.join(5)
+        assert done.returncode == 1, done.stderr[-3000:]
+        [line] = [line for line in done.stderr.splitlines() if line.startswith(f"{ROMAN}: ")]
+        assert line.startswith(f"{ROMAN}: failed (every sandbox host is down, {ROMAN} is tried again on the next run: ")
+        assert f"host a ({a.url}) did not answer" in line and f"host b ({b.url}) did not answer" in line, line
+        assert not (out / PREDICTIONS_FILE).exists() or (out / PREDICTIONS_FILE).read_text() == ""
+        trajectory = json.loads(trajectory_path(out, ROMAN).read_text())
+        finished = [e for e in trajectory["episodes"] if e["stop_reason"] == "submitted"]
+        assert sorted(e["host"] for e in finished) == ["a", "b"] and trajectory["error"] in line
+
+        still_down, _ = swe_run(server, out, hosts, "--rounds", "4")
+        assert still_down.returncode == 2
+        [refusal] = [line for line in still_down.stderr.splitlines() if line.startswith("pacore: error")]
+        assert "no sandbox host answers: host a (" in refusal and "; host b (" in refusal
+
+        a.container.start()
+        wait_until(lambda: answers(a.url, rex_servers.token_file.read_text()), 60, what="host a back")
+        again, _ = swe_run(server, out, hosts, "--rounds", "4")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"host b ({b.url}) left out until it answers again" in again.stderr
+    prediction = json.loads((out / PREDICTIONS_FILE).read_text())
+    assert prediction["model_patch"].endswith("+# edited by the episode\n")
+    episodes = json.loads(trajectory_path(out, ROMAN).read_text())["episodes"]
+    assert [(e["round_index"], e["host"]) for e in episodes if e["round_index"] == 1] == [(1, "a")]
+    assert [e["index"] for e in episodes if e["round_index"] == 0] == [e["index"] for e in finished]
+    # slow commands started: 2 per host before the kill (the second ones cut), then only the synthesis's
+    assert (slow_count(a.container), slow_count(b.container)) == (3, 2)
+
+
+@pytest.mark.docker
 def test_a_wrong_token_is_refused_in_one_line_before_anything_runs(row, rex_servers, tmp_path):
     [server_a] = rex_servers(row["image"], 1)
     wrong = tmp_path / "wrong-token"
@@ -178,6 +237,7 @@ def test_a_wrong_token_is_refused_in_one_line_before_anything_runs(row, rex_serv
     assert "refused pacore's token (401" in line and str(wrong) in line
 
 
+@pytest.mark.docker
 @pytest.mark.parametrize(
     ("command", "note"),
     [(DETACHED, "process(es) the command left running were stopped"), (EIGHT_GIB, None)],
@@ -205,6 +265,7 @@ def test_an_episode_whose_last_command_broke_a_cap_keeps_its_patch_on_a_remote_s
     assert int(left.decode().strip()) == 0  # nothing the episode started outlived it
 
 
+@pytest.mark.docker
 def test_a_docker_host_runs_each_episode_in_a_container_of_its_own_and_grades_as_locally(row, tmp_path):
     """The Docker-host kind: one container per episode, SWE-ReX's server inside, reached through the Docker API;
     the run leaves no container, and `swe eval` on the host grades as the local grading does."""
