@@ -373,7 +373,11 @@ def _has_commit(connection: RexConnection, workdir: str, commit: str, host: str)
     try:
         answer = connection.call(
             "execute",
-            {"command": ["git", "-C", workdir, "cat-file", "-e", f"{commit}^{{commit}}"], "timeout": 60},
+            # rev-parse, not cat-file -e: a repository built from a snapshot names its base commit by a replace ref
+            {
+                "command": ["git", "-C", workdir, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"],
+                "timeout": 60,
+            },
             timeout=70,
         )
     except (HostUnreachable, TokenRefused) as exc:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pacore_agents.swe.rex_http import HostUnreachable, TokenRefused
+from pacore_agents.swe.rex_images import REX_PYTHON
 from pacore_agents.swe.rex_runner import (
     command_result,
     ended_notes,
@@ -35,9 +36,11 @@ from pacore_agents.swe.sandbox import MAX_OUTPUT_BYTES, BaseSandbox, CommandResu
 log = logging.getLogger(__name__)
 
 MAX_LOG_BYTES = 1_000_000_000  # a command streamed to a file (evaluation logs) is kept up to this
-# The server's own interpreter (the supervisor runs on it) and a scratch folder, on a tmpfs where there is one.
+# The server's own interpreter (the supervisor runs on it: pacore's in the images it builds, else the one the
+# server runs on) and a scratch folder, on a tmpfs where there is one.
 _PROBE = (
-    'readlink -f /proc/$PPID/exe; for d in /dev/shm /run /tmp; do s="$d/pacore-$1"; '
+    f'p={REX_PYTHON}; [ -x "$p" ] || p=$(readlink -f /proc/$PPID/exe); echo "$p"; '
+    'for d in /dev/shm /run /tmp; do s="$d/pacore-$1"; '
     'if mkdir -p "$s" 2>/dev/null && [ -w "$s" ]; then chmod 700 "$s"; echo "$s"; exit 0; fi; done; exit 1'
 )
 # Back to the base commit: tracked files, the index and HEAD's branch as at the base; untracked files gone;

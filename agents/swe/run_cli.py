@@ -91,8 +91,26 @@ def open_hosts(args: argparse.Namespace, rows: list[dict[str, Any]], *, caps: di
     for host in pool.hosts:
         if isinstance(host.spec, DockerHost) and host.down is None:
             check_images(rows, host.client, where=f"host {host.name}")
+            check_rex_servers(rows, host.client, where=f"host {host.name}")
             sweep_orphans(host.client, log=say)
     return pool
+
+
+def check_rex_servers(rows: list[dict[str, Any]], client: Any, *, where: str) -> None:
+    """A ``UsageError`` naming the first row whose image on a Docker host has no SWE-ReX server (an image from
+    elsewhere, or built by a pacore before it put one in), before anything starts."""
+    from pacore_agents.swe.offline_images import image_for
+    from pacore_agents.swe.rex_images import REX_SERVE, has_rex_server
+    from pacore_graph.extend import UsageError
+
+    for row in rows:
+        image = row["image"] if row.get("pacore_task_dir") else image_for(client, row)
+        if image is not None and not has_rex_server(client, image):
+            raise UsageError(
+                f"{where}: the image {image} of {row['instance_id']} has no SWE-ReX server at {REX_SERVE} (an image "
+                f"from elsewhere, or from an older pacore): build it with `pacore swe images build --dataset DATASET "
+                f"--instances {row['instance_id']} --repos DIR --rebuild`, or run it with --runtime docker"
+            )
 
 
 def add_instances_argument(parser: argparse.ArgumentParser, help: str, *, required: bool = False) -> None:
