@@ -31,7 +31,6 @@ import contextlib
 import logging
 import os
 import re
-import socket
 import threading
 import time
 import uuid
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from pacore_agents.swe.docker_files import put_file, read_file
+from pacore_agents.swe.exec_stream import STDOUT, exec_socket, read_frame
 from pacore_agents.swe.images import CONTAINER_WORKDIR, ImageBuildError, docker_client, ensure_task_image
 from pacore_agents.swe.owners import NAMESPACE_LABEL, PID_LABEL, SANDBOX_LABEL, owner_labels, pid_namespace
 from pacore_agents.swe.sandbox import BaseSandbox, BoundedOutput, CommandResult, SandboxError, SystemResult
@@ -429,6 +429,8 @@ class DockerSandbox(BaseSandbox):
         self._check_open()
         api = self._client.api
         argv = ["timeout", "-k", str(KILL_GRACE_S), f"{timeout:g}", "bash", "-c", script]
+        if stdin is not None:  # the script reads exactly the bytes sent: no end of input is needed (TLS has none)
+            argv[4:] = ["bash", "-c", 'head -c "$1" | bash -c "$2"', "pacore-stdin", str(len(stdin)), script]
         exec_id = api.exec_create(
             self._container.id,
             argv,
@@ -439,15 +441,13 @@ class DockerSandbox(BaseSandbox):
             environment={"PACORE_SCRATCH": SCRATCH},
         )["Id"]
         out, err = bytearray(), bytearray()
-        from docker.utils.socket import STDOUT, frames_iter
-
         connection = api.exec_start(exec_id, socket=True)
-        raw = getattr(connection, "_sock", connection)
+        sock = exec_socket(connection)
         try:
             if stdin is not None:
-                raw.sendall(stdin)
-                raw.shutdown(socket.SHUT_WR)
-            for stream, data in frames_iter(connection, tty=False):
+                sock.sendall(stdin)
+            while (frame := read_frame(sock)) is not None:
+                stream, data = frame
                 (out if stream == STDOUT else err).extend(data)
         finally:
             connection.close()

@@ -27,6 +27,7 @@ from pacore_graph.extend import UsageError
 log = logging.getLogger(__name__)
 
 PROBE_S = 2.0  # between health checks of a host left out
+MIN_DOCKER_API = "1.24"  # the oldest Engine API a daemon still answers; only to ask it for its own
 HEALTH_TIMEOUT_S = 5.0
 _NOT_SERVED = "not-served"
 
@@ -361,12 +362,23 @@ def docker_client_for(spec: DockerHost) -> Any:
         from pacore_agents.swe.images import docker_client
 
         return docker_client()
-    tls = None
-    if spec.tls is not None:
-        tls = docker.tls.TLSConfig(client_cert=(spec.tls.cert, spec.tls.key), ca_cert=spec.tls.ca, verify=True)
-    return docker.DockerClient(
-        base_url=spec.url, tls=tls, timeout=600, use_ssh_client=spec.url.startswith("ssh://"), max_pool_size=64
-    )
+    if spec.tls is None:
+        return docker.DockerClient(
+            base_url=spec.url, timeout=600, use_ssh_client=spec.url.startswith("ssh://"), max_pool_size=64
+        )
+    # requests lets REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE (set on many machines) replace a session's own CA
+    # (psf/requests#3829): the daemon would be checked against the system's CAs, not the host's `ca`. So the
+    # client ignores the environment, and asks the daemon's API version itself before it is made.
+    tls = docker.tls.TLSConfig(client_cert=(spec.tls.cert, spec.tls.key), ca_cert=spec.tls.ca, verify=True)
+    probe = docker.APIClient(base_url=spec.url, tls=tls, version=MIN_DOCKER_API, timeout=30)
+    probe.trust_env = False
+    try:
+        version = probe.version(api_version=False)["ApiVersion"]
+    finally:
+        probe.close()
+    client = docker.DockerClient(base_url=spec.url, tls=tls, version=version, timeout=600, max_pool_size=64)
+    client.api.trust_env = False
+    return client
 
 
 def _has_commit(connection: RexConnection, workdir: str, commit: str, host: str) -> bool:
@@ -400,4 +412,6 @@ def _token_source(spec: RemoteHost) -> str:
 
 
 def _short(exc: BaseException) -> str:
-    return (str(exc) or type(exc).__name__).splitlines()[0][:200]
+    """The error in a line; a long one (docker-py nests the cause at the end) keeps its start and its end."""
+    text = (str(exc) or type(exc).__name__).splitlines()[0]
+    return text if len(text) <= 240 else f"{text[:80]} ... {text[-150:]}"

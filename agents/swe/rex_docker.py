@@ -14,12 +14,14 @@ the disk cap stay the Docker runtime's.
 from __future__ import annotations
 
 import contextlib
+import io
 import secrets
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from pacore_agents.swe.docker_sandbox import DISK_POLL_S, SCRATCH, STAMP, DockerSandbox
+from pacore_agents.swe.exec_stream import STDOUT, exec_socket, read_frame
 from pacore_agents.swe.rex_http import HostUnreachable, RexConnection, TokenRefused
 from pacore_agents.swe.rex_images import REX_PYTHON, REX_SERVE, TOKEN_VARIABLE
 from pacore_agents.swe.rex_runner import command_result, ended_notes, read_report, supervised
@@ -64,48 +66,82 @@ while True:
 
 
 class ExecTunnel:
-    """A byte stream to the server through one ``docker exec`` of the relay (stdout demultiplexed)."""
+    """A socket-like stream to the server through one ``docker exec`` of the relay: what it sends goes to the
+    relay's stdin; ``makefile("rb")`` reads the relay's stdout, demultiplexed from the exec's stream. As with
+    a socket, closing it waits for the readers it handed out to be closed."""
 
     def __init__(self, api: Any, container_id: str):
-        from docker.utils.socket import STDOUT, next_frame_header, read_exactly
-
-        self._stdout, self._next_header, self._read_exactly = STDOUT, next_frame_header, read_exactly
         exec_id = api.exec_create(
             container_id, [REX_PYTHON, "-c", RELAY, str(REX_PORT)], stdin=True, stdout=True, stderr=True
         )["Id"]
         self._connection = api.exec_start(exec_id, socket=True)
-        self._raw = getattr(self._connection, "_sock", self._connection)
-        self._pending = b""
+        self._raw = exec_socket(self._connection)
         self._raw.settimeout(70)
-        while b"\n" not in self._pending:
-            chunk = self.recv(4096)
-            if not chunk:
+        self._readers = 0
+        self._closing = False
+        head = b""
+        while b"\n" not in head:
+            frame = self._frame()
+            if not frame:
                 raise ConnectionError("the relay ended before it started")
-            self._pending = chunk if not self._pending else self._pending + chunk
-        line, self._pending = self._pending.split(b"\n", 1)
+            head += frame
+        line, self._pending = head.split(b"\n", 1)
         self.pid = line.decode().strip()
+
+    def _frame(self) -> bytes:
+        """The next piece of the relay's stdout; empty at its end."""
+        while (frame := read_frame(self._raw)) is not None:
+            stream, data = frame
+            if stream == STDOUT and data:
+                return data
+        return b""
+
+    def readinto(self, buffer: Any) -> int:
+        if not self._pending:
+            self._pending = self._frame()
+        size = min(len(buffer), len(self._pending))
+        buffer[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
 
     def sendall(self, data: bytes) -> None:
         self._raw.sendall(data)
 
-    def recv(self, size: int) -> bytes:
-        if self._pending:
-            chunk, self._pending = self._pending[:size], self._pending[size:]
-            return chunk
-        while True:
-            stream, length = self._next_header(self._connection)
-            if stream < 0:
-                return b""
-            data = self._read_exactly(self._connection, length) if length else b""
-            if stream == self._stdout and data:
-                return bytes(data)
+    def makefile(self, mode: Literal["rb"] = "rb") -> IO[bytes]:
+        self._readers += 1
+        return io.BufferedReader(_TunnelReader(self))
 
     def settimeout(self, timeout: float | None) -> None:
         self._raw.settimeout(timeout)
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._connection.close()
+        self._closing = True
+        if self._readers == 0:
+            with contextlib.suppress(OSError):
+                self._connection.close()
+
+    def reader_closed(self) -> None:
+        self._readers -= 1
+        if self._closing:
+            self.close()
+
+
+class _TunnelReader(io.RawIOBase):
+    """The raw reader under ``ExecTunnel.makefile``'s buffer; closing it leaves the tunnel open."""
+
+    def __init__(self, tunnel: ExecTunnel):
+        self._tunnel = tunnel
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        return self._tunnel.readinto(buffer)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._tunnel.reader_closed()
+        super().close()
 
 
 class RexDockerSandbox(DockerSandbox):
