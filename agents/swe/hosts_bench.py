@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import secrets
 import statistics
 import tempfile
 import threading
@@ -47,6 +45,7 @@ def register_bench(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
 @summarised(COMMAND)
 def run_bench(args: argparse.Namespace) -> int:
     from pacore_agents.swe.images import docker_client, ensure_images
+    from pacore_agents.swe.rex_local import LocalServers
     from pacore_agents.swe.tasks import load_tasks
     from pacore_emulator.config import EmulatorConfig
     from pacore_emulator.process import Emulator
@@ -59,11 +58,10 @@ def run_bench(args: argparse.Namespace) -> int:
     ensure_images([row], client, log=say)
     with (
         tempfile.TemporaryDirectory(prefix="pacore-bench-hosts-") as tmp,
-        LocalServers(client, row["image"]) as servers,
+        LocalServers(client, Path(tmp)) as servers,
     ):
-        token_file = Path(tmp) / "token"
-        token_file.write_text(servers.token)
-        groups = [servers.start(args.slots) for _ in range(max(counts))]
+        token_file = servers.token_file
+        groups = [[server.url for server in servers.start(row["image"], args.slots)] for _ in range(max(counts))]
         config = EmulatorConfig(ttft=0.05, token_delay=0.001, output_tokens=8)
         with Emulator(config).start() as emulator:
             model = chat_model(base_url=emulator.base_url, model=config.model)
@@ -85,69 +83,6 @@ def run_bench(args: argparse.Namespace) -> int:
         (out / "results.jsonl").write_text("".join(json.dumps(run) + "\n" for run in runs))
         (out / "table.md").write_text(table(rows, args, commands))
     return print_summary(COMMAND, output=args.output, rows=rows)
-
-
-class LocalServers:
-    """SWE-ReX servers in capped host-network containers on loopback ports of their own; removed on exit."""
-
-    def __init__(self, client: Any, image: str):
-        self.client, self.image = client, image
-        self.token = secrets.token_urlsafe(24)
-        self.containers: list[Any] = []
-
-    def __enter__(self) -> LocalServers:
-        return self
-
-    def start(self, count: int) -> list[str]:
-        import socket
-
-        from pacore_agents.swe.rex_images import REX_SERVE, TOKEN_VARIABLE
-
-        urls = []
-        for _ in range(count):
-            with socket.socket() as probe:
-                probe.bind(("127.0.0.1", 0))
-                port = probe.getsockname()[1]
-            container = self.client.containers.run(
-                self.image,
-                [REX_SERVE, "--host", "127.0.0.1", "--port", str(port)],
-                detach=True,
-                network_mode="host",
-                mem_limit="2g",
-                pids_limit=256,
-                nano_cpus=10**9,
-                environment={TOKEN_VARIABLE: self.token},
-                labels={"pacore.bench": str(os.getpid())},
-            )
-            self.containers.append(container)
-            urls.append(f"http://127.0.0.1:{port}")
-        for url in urls:
-            self._wait(url)
-        return urls
-
-    def _wait(self, url: str) -> None:
-        from pacore_agents.swe.rex_http import RexConnection, tcp_connector
-        from pacore_agents.swe.sandbox import SandboxError
-
-        deadline = time.monotonic() + 60
-        while True:
-            probe = RexConnection(tcp_connector(url), self.token, where=url)
-            try:
-                probe.call("is_alive", None, timeout=2)
-                return
-            except SandboxError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)  # the server is still starting in its container
-            finally:
-                probe.close()
-
-    def __exit__(self, *exc_info: object) -> None:
-        for container in self.containers:
-            try:
-                container.remove(force=True)
-            except Exception:  # already gone
-                pass
 
 
 def measure(

@@ -105,7 +105,7 @@ def test_gold_resolves_and_no_patch_leaves_fail_to_pass_failing_locally_and_on_s
         assert sorted(status["FAIL_TO_PASS"]["failure"]) == sorted(listed_tests(row, "FAIL_TO_PASS"))
         assert sorted(status["PASS_TO_PASS"]["success"]) == sorted(listed_tests(row, "PASS_TO_PASS"))
 
-    servers = {row["instance_id"]: rex_servers(offline_image_name(row), 1)[0] for row in built}
+    servers = {row["instance_id"]: rex_servers.start(offline_image_name(row), 1)[0] for row in built}
     token = str(rex_servers.token_file)
     remote = [
         {"name": i.split("__")[0], "kind": "remote", "url": s.url, "token_file": token} for i, s in servers.items()

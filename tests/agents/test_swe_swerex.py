@@ -10,21 +10,27 @@ kind (a container per episode with the server inside, reached through the Docker
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-from conftest import answers, hosts_file
+from conftest import hosts_file
 from mock_openai import MockOpenAIServer
 from test_swe_sandbox_caps import DETACHED, EDIT, EIGHT_GIB, ROMAN, containers_of, edit_then, run_pacore, tool_call
 from waits import wait_until
 
 from pacore_agents.swe.hosts import load_hosts
 from pacore_agents.swe.images import ensure_images
+from pacore_agents.swe.rex_images import has_rex_server
 from pacore_agents.swe.run import PREDICTIONS_FILE, trajectory_path
 from pacore_agents.swe.tasks import load_tasks
 from pacore_graph.extend import UsageError
 
-# Each slow command counts itself in a file outside the repository (a remote server keeps it between episodes).
-COUNTED = "n=$(cat /var/tmp/slow 2>/dev/null || echo 0); echo $((n + 1)) > /var/tmp/slow; sleep 2; echo slept"
+# Each slow command counts itself in a file outside the repository (a remote server keeps it between episodes); on
+# a server marked as a victim, the second one waits to be killed.
+COUNTED = (
+    "n=$(cat /var/tmp/slow 2>/dev/null || echo 0); echo $((n + 1)) > /var/tmp/slow; "
+    "if [ $n = 1 ] && [ -f /var/tmp/victim ]; then sleep 300; fi; sleep 2; echo slept"
+)
 
 
 # ------------------------------------------------------------------------------------------ the hosts file
@@ -57,6 +63,18 @@ def test_opting_in_to_plain_http_and_yaml_files(tmp_path):
     hosts = load_hosts(path).hosts
     assert [host.name for host in hosts] == ["lab", "box"]
     assert hosts[0].urls == ["http://10.1.2.3:8000", "https://rex.example:443"]
+
+
+def test_building_images_of_swe_bench_rows_needs_their_ids_and_snapshots(tmp_path):
+    rows = str(Path(__file__).parents[1] / "fixtures" / "swe" / "verified_rows.jsonl")
+    for extra, refusal in (
+        ([], "--instances is required for SWE-bench rows"),
+        (["--instances", "psf__requests-1142"], "--repos DIR is required for SWE-bench rows (psf__requests-1142)"),
+    ):
+        done, _ = run_pacore("swe", "images", "build", "--dataset", rows, *extra)
+        assert done.returncode == 2
+        [line] = [line for line in done.stderr.splitlines() if line.startswith("pacore: error")]
+        assert refusal in line
 
 
 # ------------------------------------------------------------------------------------------ on real servers
@@ -117,12 +135,23 @@ def slow_count(container) -> int:
 
 
 @pytest.mark.docker
+def test_images_build_makes_a_local_tasks_image_with_the_server_and_no_snapshots(row, client):
+    """What a host needs, built in one command: no --repos (local tasks carry their repositories)."""
+    done, _ = run_pacore("swe", "images", "build", "--dataset", "local", "--instances", ROMAN, "--rebuild")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"building {row['image']}" in done.stderr
+    assert done.stdout.splitlines()[0] == f"{ROMAN}\t{row['image']}"
+    assert json.loads(done.stdout.splitlines()[-1])["images"] == {ROMAN: row["image"]}
+    assert has_rex_server(client, row["image"])
+
+
+@pytest.mark.docker
 def test_a_round_spreads_over_two_hosts_and_a_host_lost_mid_round_costs_only_its_own_episode(
     row, rex_servers, tmp_path
 ):
     """8 episodes and a synthesis over two remote servers; the second is killed while it runs its second episode:
     that episode starts again on the first, its finished one is kept, none is run twice."""
-    a, b = rex_servers(row["image"], 2)
+    a, b = rex_servers.start(row["image"], 2)
     hosts = hosts_file(
         tmp_path / "hosts.json",
         [
@@ -136,6 +165,8 @@ def test_a_round_spreads_over_two_hosts_and_a_host_lost_mid_round_costs_only_its
     def kill_b_in_its_second_episode() -> None:
         wait_until(lambda: slow_count(b.container) >= 2, 120, what="host b's second episode")
         b.container.kill()
+
+    b.container.exec_run(["touch", "/var/tmp/victim"])
 
     killer = threading.Thread(target=kill_b_in_its_second_episode, daemon=True)
     with MockOpenAIServer(slow_then_submit) as server:
@@ -171,7 +202,7 @@ def test_every_host_lost_mid_round_ends_the_instance_in_one_line_and_the_next_ru
     """Both servers are killed while each runs its second episode of a round of 4: the instance ends with one line
     naming both hosts and why, no prediction. With both still down a rerun is refused before anything runs; with one
     back (the other left out) the rerun completes the instance, the round's two finished episodes not run again."""
-    a, b = rex_servers(row["image"], 2)
+    a, b = rex_servers.start(row["image"], 2)
     token = str(rex_servers.token_file)
     hosts = hosts_file(
         tmp_path / "hosts.json",
@@ -182,6 +213,9 @@ def test_every_host_lost_mid_round_ends_the_instance_in_one_line_and_the_next_ru
     )
     out = tmp_path / "run"
     import threading
+
+    for server in (a, b):
+        server.container.exec_run(["touch", "/var/tmp/victim"])
 
     def kill_both_in_their_second_episodes() -> None:
         wait_until(lambda: slow_count(a.container) >= 2 and slow_count(b.container) >= 2, 120, what="second episodes")
@@ -208,7 +242,7 @@ def test_every_host_lost_mid_round_ends_the_instance_in_one_line_and_the_next_ru
         assert "no sandbox host answers: host a (" in refusal and "; host b (" in refusal
 
         a.container.start()
-        wait_until(lambda: answers(a.url, rex_servers.token_file.read_text()), 60, what="host a back")
+        rex_servers.wait(a.url)
         again, _ = swe_run(server, out, hosts, "--rounds", "4")
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"host b ({b.url}) left out until it answers again" in again.stderr
@@ -223,7 +257,7 @@ def test_every_host_lost_mid_round_ends_the_instance_in_one_line_and_the_next_ru
 
 @pytest.mark.docker
 def test_a_wrong_token_is_refused_in_one_line_before_anything_runs(row, rex_servers, tmp_path):
-    [server_a] = rex_servers(row["image"], 1)
+    [server_a] = rex_servers.start(row["image"], 1)
     wrong = tmp_path / "wrong-token"
     wrong.write_text("not-the-token")
     hosts = hosts_file(
@@ -246,7 +280,7 @@ def test_a_wrong_token_is_refused_in_one_line_before_anything_runs(row, rex_serv
 def test_an_episode_whose_last_command_broke_a_cap_keeps_its_patch_on_a_remote_server(
     row, rex_servers, tmp_path, command, note
 ):
-    [remote] = rex_servers(row["image"], 1)
+    [remote] = rex_servers.start(row["image"], 1)
     hosts = hosts_file(
         tmp_path / "hosts.json",
         [{"name": "r", "kind": "remote", "url": remote.url, "token_file": str(rex_servers.token_file)}],
