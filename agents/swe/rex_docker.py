@@ -7,7 +7,7 @@ passed in the server's environment (never its command line), and reaches it thro
 itself: one ``docker exec`` runs a small relay between its stdin/stdout and the server's port, and
 pacore's keep-alive HTTP client talks through it. So the container keeps network "none", nothing listens
 on the daemon's machine, and the traffic is as private as the connection to the daemon (its socket, SSH,
-or TLS). The model's commands run under the supervisor of :mod:`rex_runner`; pacore's own (the diff) and
+or TLS). The model's commands run under the supervisor of :mod:`supervisor`; pacore's own (the diff) and
 the disk cap stay the Docker runtime's.
 """
 
@@ -24,9 +24,9 @@ from pacore_agents.swe.docker_sandbox import DISK_POLL_S, SCRATCH, STAMP, Docker
 from pacore_agents.swe.exec_stream import STDOUT, exec_socket, read_frame
 from pacore_agents.swe.rex_http import HostUnreachable, RexConnection, TokenRefused
 from pacore_agents.swe.rex_images import REX_PYTHON, REX_SERVE, TOKEN_VARIABLE
-from pacore_agents.swe.rex_runner import command_result, ended_notes, read_report, supervised
 from pacore_agents.swe.rex_sandbox import MAX_LOG_BYTES, HostLost
 from pacore_agents.swe.sandbox import MAX_OUTPUT_BYTES, CommandResult, SandboxError
+from pacore_agents.swe.supervisor import command_result, ended_notes, read_report, supervised
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -251,6 +251,8 @@ class RexDockerSandbox(DockerSandbox):
             raise error
         else:
             report = read_report(outcome["answer"])
+            if report.get("lost"):  # the command killed its supervisor: end what it left, as the Docker runtime does
+                report["ended"] = self._end_processes()
         notes = ended_notes(report) + self._restarts
         self._restarts = []
         used = self.disk_used()

@@ -2,7 +2,8 @@
 for ``pacore swe bench-hosts`` and for the tests.
 
 Each server runs in a host-network container made from an image pacore built (SWE-ReX's server inside), capped
-as a sandbox is (2 GiB of memory and swap, 256 processes, one CPU), listening on a loopback port of its own,
+as a sandbox is (2 GiB of memory and swap, 256 processes, one CPU), with Docker's init as PID 1, listening on a
+loopback port of its own,
 its token in a file mounted read-only (docs/swe-sandboxes.md, "Standing up a host in one command"). Every
 container started is removed on exit, whatever happened to it meanwhile.
 """
@@ -59,6 +60,7 @@ class LocalServers:
                 image,
                 [REX_SERVE, "--host", "127.0.0.1", "--port", str(port)],
                 detach=True,
+                init=True,  # reaps what a killed command supervisor leaves (the server reaps only its own children)
                 name=f"pacore-rex-{os.getpid()}-{port}",
                 labels=self.labels,
                 network_mode="host",

@@ -1,7 +1,7 @@
 """An episode's sandbox on a SWE-ReX server: a pre-started ``remote`` one, or one a service made.
 
 Only commands travel: the agent loop stays in pacore's process, and each model command goes to the server
-as one ``execute`` under the supervisor of :mod:`rex_runner` (output bounded, every file capped, nothing it
+as one ``execute`` under the supervisor of :mod:`supervisor` (output bounded, every file capped, nothing it
 starts outlives it). pacore's own commands (the diff, the applicability check) are plain ``bash -c``
 scripts sent after the supervisor has ended everything the model started, their whole output streamed
 back in base64. A ``remote`` server is reused: when a sandbox opens on it, the repository is reset to the
@@ -23,7 +23,8 @@ from typing import Any, Protocol
 
 from pacore_agents.swe.rex_http import HostUnreachable, TokenRefused
 from pacore_agents.swe.rex_images import REX_PYTHON
-from pacore_agents.swe.rex_runner import (
+from pacore_agents.swe.sandbox import MAX_OUTPUT_BYTES, BaseSandbox, CommandResult, SandboxError, SystemResult
+from pacore_agents.swe.supervisor import (
     command_result,
     ended_notes,
     read_report,
@@ -31,7 +32,6 @@ from pacore_agents.swe.rex_runner import (
     system_command,
     system_result,
 )
-from pacore_agents.swe.sandbox import MAX_OUTPUT_BYTES, BaseSandbox, CommandResult, SandboxError, SystemResult
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +158,9 @@ class RexSandbox(BaseSandbox):
             limit=limit or MAX_OUTPUT_BYTES,
         )
         report = read_report(self._call("execute", payload, timeout=payload["timeout"] + 10))
+        if report.get("lost"):  # the command killed its supervisor: a supervised `true` ends what carries the mark
+            sweep = supervised(self.python, "true", cwd=self.workdir, timeout=30, mark=self.mark, login=False)
+            report["ended"] = read_report(self._call("execute", sweep, timeout=sweep["timeout"] + 10)).get("ended", 0)
         notes = ended_notes(report)
         self.notes += notes
         return command_result(report, notes), report

@@ -33,6 +33,9 @@ COUNTED = (
 )
 
 
+KILLS_ITS_SUPERVISOR = "setsid sleep 1000 >/dev/null 2>&1 </dev/null & kill -9 $PPID"
+
+
 # ------------------------------------------------------------------------------------------ the hosts file
 
 
@@ -274,8 +277,12 @@ def test_a_wrong_token_is_refused_in_one_line_before_anything_runs(row, rex_serv
 @pytest.mark.docker
 @pytest.mark.parametrize(
     ("command", "note"),
-    [(DETACHED, "process(es) the command left running were stopped"), (EIGHT_GIB, None)],
-    ids=["300-detached-processes", "8-GiB-in-one-fast-command"],
+    [
+        (DETACHED, "process(es) the command left running were stopped"),
+        (EIGHT_GIB, None),
+        (KILLS_ITS_SUPERVISOR, "the command ended the supervisor pacore runs it under"),
+    ],
+    ids=["300-detached-processes", "8-GiB-in-one-fast-command", "a-command-that-kills-its-supervisor"],
 )
 def test_an_episode_whose_last_command_broke_a_cap_keeps_its_patch_on_a_remote_server(
     row, rex_servers, tmp_path, command, note

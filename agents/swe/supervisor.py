@@ -1,13 +1,16 @@
-"""How a model's command runs in a SWE-ReX sandbox: under a small supervisor that travels with the command.
+"""How a model's command runs outside a Docker container of pacore's own: under a small supervisor that travels
+with the command. The SWE-ReX runtime sends it to the sandbox's server; the local runtime starts it on this host.
 
 SWE-ReX's ``execute`` runs a program and hands back its whole output, with no cap and no care for what the
-program leaves running. So each model command is sent as ``python -c SUPERVISOR SPEC`` (the interpreter of
-the server itself, which every SWE-ReX sandbox has): it runs the command in ``bash -lc`` under ``timeout``,
-keeps the first and last halves of its output (counting the whole), caps every file it writes (``ulimit
--f``), and, as the child subreaper of everything the command starts (``setsid``, ``nohup`` and ``&`` jobs
-come back to it), ends them all when the command ends, then whatever still carries the sandbox's mark in
-its environment. It answers with one JSON line. The supervisor's code is sent with every command, so no
-command can replace it.
+program leaves running; a plain subprocess is no better. So each model command runs as ``python -c SUPERVISOR
+SPEC`` (on SWE-ReX, the interpreter of the server itself, which every SWE-ReX sandbox has; locally, pacore's):
+it runs the command in ``bash -lc`` (``bash -c`` for the local runtime) under a deadline, keeps the first and
+last halves of its output (counting the whole), caps every file it writes (``ulimit -f``), and, as the child
+subreaper of everything the command starts (``setsid``, ``nohup`` and ``&`` jobs come back to it), ends them all
+when the command ends, then whatever still carries the sandbox's mark in its environment. It answers with one
+JSON line. Given its parent's pid (the local runtime: pacore's), it also ends everything when that parent dies,
+even by SIGKILL. The supervisor's code is sent with every command, so no command can replace it; a command that
+kills it loses its output, and what it left is ended by the next sweep of the mark.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import base64
 import json
 from typing import Any
 
-from pacore_agents.swe.sandbox import MAX_OUTPUT_BYTES, BoundedOutput, CommandResult, SandboxError, SystemResult
+from pacore_agents.swe.sandbox import MAX_OUTPUT_BYTES, BoundedOutput, CommandResult, SystemResult
 
 # SWE-bench images keep their Python in a conda env that only interactive shells activate (the images built
 # here put a stand-in at the same path).
@@ -77,9 +80,14 @@ def end_all():
     return first or 0
 signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
 try:
-    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    if spec.get("parent"):
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG: SIGTERM when the parent dies
 except (AttributeError, OSError):
-    pass
+    pass  # not Linux: the process group is still killed, and the sandbox's mark still found
+if spec.get("parent") and os.getppid() != spec["parent"]:
+    sys.exit(143)  # the parent died before the parent-death signal was set
 if spec.get("pidfile"):
     with open(spec["pidfile"], "w") as handle:
         handle.write(str(me))
@@ -90,8 +98,8 @@ def limits():
         resource.setrlimit(resource.RLIMIT_FSIZE, (spec["fsize"], spec["fsize"]))
 environment = dict(os.environ, **{spec["mark_name"]: spec["mark"]})
 process = subprocess.Popen(
-    ["bash", "-lc", spec["script"]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-    cwd=spec["cwd"], env=environment, preexec_fn=limits, start_new_session=True,
+    ["bash", "-lc" if spec["login"] else "-c", spec["script"]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    stdin=subprocess.DEVNULL, cwd=spec["cwd"], env=environment, preexec_fn=limits, start_new_session=True,
 )
 half, keep_tail = spec["limit"] // 2, spec["keep"] == "ends"
 head, tail, total, dropped = bytearray(), bytearray(), 0, 0
@@ -156,10 +164,16 @@ def supervised(
     keep: str = "ends",
     stamp: str | None = None,
     pidfile: str | None = None,
+    login: bool = True,
+    parent: int | None = None,
 ) -> dict[str, Any]:
-    """SWE-ReX's ``Command`` (as JSON) that runs ``command`` under the supervisor."""
+    """SWE-ReX's ``Command`` (as JSON) that runs ``command`` under the supervisor: ``command`` (the argv) and
+    ``timeout``. ``login``: ``bash -lc`` with the images' environment activated, else a plain ``bash -c``;
+    ``parent``: end everything when the process of this pid dies."""
     spec = {
-        "script": f"exec 2>&1\n{ENV_PRELUDE}\n{command}",
+        "script": f"exec 2>&1\n{ENV_PRELUDE}\n{command}" if login else command,
+        "login": login,
+        "parent": parent,
         "cwd": cwd,
         "timeout": max(timeout, 1),
         "limit": limit,
@@ -174,25 +188,29 @@ def supervised(
 
 
 def read_report(answer: dict[str, Any]) -> dict[str, Any]:
-    """The supervisor's JSON line, from SWE-ReX's answer to :func:`supervised`."""
+    """The supervisor's JSON line, from the answer to :func:`supervised` (SWE-ReX's ``CommandResponse``: its
+    ``stdout``, ``stderr``, ``exit_code``). When the supervisor did not report (the command killed it), a report
+    of the exit status alone, marked ``lost``: sweep the sandbox's mark then (a supervised ``true`` does)."""
     try:
         report: dict[str, Any] = json.loads(answer.get("stdout", "").strip().splitlines()[-1])
     except (ValueError, IndexError):
-        raise SandboxError(
-            f"the sandbox's command supervisor did not report (exit {answer.get('exit_code')}): "
-            f"{(answer.get('stdout', '') + answer.get('stderr', ''))[-1500:]}"
-        ) from None
+        code = answer.get("exit_code")
+        return {"exit": 137 if code is None else code, "timed_out": False, "total": 0, "dropped": 0, "ended": 0,
+                "head": "", "tail": "", "lost": True}  # fmt: skip
     return report
 
 
 def ended_notes(report: dict[str, Any]) -> list[str]:
-    """The note saying what the supervisor ended, as the Docker runtime words it."""
-    if not report.get("ended"):
-        return []
-    return [
-        f"{report['ended']} process(es) the command left running were stopped: nothing a command starts "
-        "outlives it (run servers and background jobs inside the command that uses them)"
-    ]
+    """The notes saying what the supervisor ended, as the Docker runtime words it, and a lost output."""
+    notes = []
+    if report.get("lost"):
+        notes.append("the command ended the supervisor pacore runs it under: its output is lost")
+    if report.get("ended"):
+        notes.append(
+            f"{report['ended']} process(es) the command left running were stopped: nothing a command starts "
+            "outlives it (run servers and background jobs inside the command that uses them)"
+        )
+    return notes
 
 
 def command_result(report: dict[str, Any], notes: list[str]) -> CommandResult:
