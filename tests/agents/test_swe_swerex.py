@@ -10,12 +10,13 @@ kind (a container per episode with the server inside, reached through the Docker
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
 from conftest import hosts_file
 from mock_openai import MockOpenAIServer
-from test_swe_sandbox_caps import DETACHED, EDIT, EIGHT_GIB, ROMAN, containers_of, edit_then, run_pacore, tool_call
+from test_swe_sandbox_caps import DETACHED, EIGHT_GIB, ROMAN, containers_of, edit_then, run_pacore
 from waits import wait_until
 
 from pacore_agents.swe.hosts import load_hosts
@@ -90,14 +91,18 @@ def row(client) -> dict:
     return task
 
 
-def slow_then_submit(body: dict, attempt: int) -> dict:
-    """Edit, then a counted slow command, then submit."""
-    done = sum(m["role"] == "tool" for m in body["messages"])
-    if done == 0:
-        return {"content": "", "tool_calls": [tool_call("bash", {"command": EDIT}, "c0")]}
-    if done == 1:
-        return {"content": "", "tool_calls": [tool_call("bash", {"command": COUNTED}, "c1")]}
-    return {"content": "", "tool_calls": [tool_call("submit", {"note": "edited"}, "c2")]}
+slow_then_submit = edit_then(COUNTED)  # edit, then a counted slow command, then submit
+
+
+def killer(ready, *servers) -> threading.Thread:
+    """A thread (not started) that kills the servers' containers once ``ready()`` holds."""
+
+    def kill() -> None:
+        wait_until(ready, 120, what="the episodes to kill")
+        for server in servers:
+            server.container.kill()
+
+    return threading.Thread(target=kill, daemon=True)
 
 
 def swe_run(server, out, hosts, *extra):
@@ -163,19 +168,12 @@ def test_a_round_spreads_over_two_hosts_and_a_host_lost_mid_round_costs_only_its
         ],
     )
     out = tmp_path / "run"
-    import threading
-
-    def kill_b_in_its_second_episode() -> None:
-        wait_until(lambda: slow_count(b.container) >= 2, 120, what="host b's second episode")
-        b.container.kill()
-
-    b.container.exec_run(["touch", "/var/tmp/victim"])
-
-    killer = threading.Thread(target=kill_b_in_its_second_episode, daemon=True)
+    b.container.exec_run(["touch", "/var/tmp/victim"])  # its second slow command waits to be killed
+    kill_b = killer(lambda: slow_count(b.container) >= 2, b)
     with MockOpenAIServer(slow_then_submit) as server:
-        killer.start()
+        kill_b.start()
         done, pid = swe_run(server, out, hosts, "--rounds", "8")
-    killer.join(5)
+    kill_b.join(5)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "host b (" in done.stderr and "left out until it answers again" in done.stderr
     trajectory = json.loads(trajectory_path(out, ROMAN).read_text())
@@ -215,21 +213,13 @@ def test_every_host_lost_mid_round_ends_the_instance_in_one_line_and_the_next_ru
         ],
     )
     out = tmp_path / "run"
-    import threading
-
     for server in (a, b):
-        server.container.exec_run(["touch", "/var/tmp/victim"])
-
-    def kill_both_in_their_second_episodes() -> None:
-        wait_until(lambda: slow_count(a.container) >= 2 and slow_count(b.container) >= 2, 120, what="second episodes")
-        a.container.kill()
-        b.container.kill()
-
-    killer = threading.Thread(target=kill_both_in_their_second_episodes, daemon=True)
+        server.container.exec_run(["touch", "/var/tmp/victim"])  # their second slow commands wait to be killed
+    kill_both = killer(lambda: slow_count(a.container) >= 2 and slow_count(b.container) >= 2, a, b)
     with MockOpenAIServer(slow_then_submit) as server:
-        killer.start()
+        kill_both.start()
         done, _ = swe_run(server, out, hosts, "--rounds", "4")
-        killer.join(5)
+        kill_both.join(5)
         assert done.returncode == 1, done.stderr[-3000:]
         [line] = [line for line in done.stderr.splitlines() if line.startswith(f"{ROMAN}: ")]
         assert line.startswith(f"{ROMAN}: failed (every sandbox host is down, {ROMAN} is tried again on the next run: ")
