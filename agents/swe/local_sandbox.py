@@ -16,9 +16,8 @@ just as well; hiding one copy would suggest a safety the runtime does not have. 
 * nothing a command starts outlives it: each command runs under the supervisor of the SWE-ReX runtime
   (:mod:`supervisor`), which adopts every process it leaves (Linux's child subreaper), so jobs started with
   ``setsid``, ``nohup`` or ``&`` end with their command; it ends them all if pacore dies (a parent-death
-  signal), and every
-  process carries its sandbox's mark (``PACORE_SANDBOX``) in its environment, by which the sandbox,
-  or the next run's sweep after a SIGKILL (:func:`sweep_local_orphans`), ends what escaped;
+  signal), and every process carries its sandbox's mark (``PACORE_SANDBOX``) in its environment, by which
+  the sandbox, or the next run's sweep after a SIGKILL (:func:`sweep_local_orphans`), ends what escaped;
 * the temporary copy is removed when the sandbox closes, or by the next run's sweep.
 """
 
@@ -125,8 +124,9 @@ class LocalSandbox(BaseSandbox):
         (head and tail kept), killed after ``timeout`` seconds; everything it started is ended when it ends, and
         when pacore dies."""
         self._check_open()
-        payload = supervised(sys.executable, command, cwd=self.workdir, timeout=timeout, mark=self._tmp, login=False,
-                             parent=os.getpid())  # fmt: skip
+        payload = supervised(
+            sys.executable, command, cwd=self.workdir, timeout=timeout, mark=self._tmp, login=False, parent=os.getpid()
+        )
         process = subprocess.Popen(
             payload["command"],
             cwd=self.workdir,
