@@ -3,11 +3,8 @@ each at an address of its own."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -39,8 +36,3 @@ def rex_servers(client, tmp_path):
     removed afterwards, whatever the test did to it."""
     with LocalServers(client, tmp_path, labels={TEST_LABEL: str(os.getpid())}) as servers:
         yield servers
-
-
-def hosts_file(path: Path, hosts: list[dict[str, Any]]) -> Path:
-    path.write_text(json.dumps({"hosts": hosts}))
-    return path

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import hosts_file
+from rex_hosts import hosts_file
 
 from pacore_agents.swe.docker_sandbox import DockerSandbox
 from pacore_agents.swe.offline_images import offline_image_name

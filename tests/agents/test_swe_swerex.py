@@ -14,8 +14,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import hosts_file
 from mock_openai import MockOpenAIServer
+from rex_hosts import hosts_file
 from test_swe_sandbox_caps import DETACHED, EIGHT_GIB, ROMAN, containers_of, edit_then, run_pacore
 from waits import wait_until
 

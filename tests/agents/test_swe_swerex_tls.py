@@ -17,8 +17,8 @@ from pathlib import Path
 
 import docker
 import pytest
-from conftest import hosts_file
 from mock_openai import MockOpenAIServer
+from rex_hosts import hosts_file
 from test_swe_sandbox_caps import EDIT, ROMAN, edit_then
 from test_swe_swerex import row, swe_run  # noqa: F401 - the module's fixture
 from waits import wait_until

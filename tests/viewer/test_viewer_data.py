@@ -218,12 +218,24 @@ def test_a_host_per_episode_and_moves_are_shown_when_a_trajectory_file_has_them(
     trajectory = json.loads(path.read_text())
     for number, episode in enumerate(trajectory["episodes"]):
         episode["host"] = f"host-{number % 2}"
-    trajectory["moves"] = [{"episode": [0, 1], "from": "host-1", "to": "host-0", "reason": "host-1 stopped answering"}]
+    # as `pacore swe run --runtime swerex` writes them: episodes per host, and each episode moved off a lost host
+    trajectory["hosts"] = {"host-0": 2, "host-1": 1}
+    trajectory["moves"] = [
+        {
+            "round_index": 0,
+            "index": 1,
+            "from_host": "host-1",
+            "to_host": "host-0",
+            "reason": "host host-1 (http://127.0.0.1:8102) did not answer ([Errno 111] Connection refused)",
+            "steps": 2,
+        }
+    ]
     path.write_text(json.dumps(trajectory))
     problem = open_folder(copy).problem(ROMAN)
     hosts = [cell["episode"]["host"] for round_ in problem["run"]["rounds"] for cell in round_["trajectories"]]
     assert sorted(hosts) == ["host-0", "host-0", "host-1"]
     assert problem["swe"]["moves"] == trajectory["moves"]
+    assert ["episodes per host", "host-0 2, host-1 1; 1 moved off a lost host"] in problem["facts"]
 
 
 @pytest.mark.docker
