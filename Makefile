@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test lint install lock
 
 DEMO_EXTRAS := local,server
-EXTRAS := local,swe,bench,server,mcp,dev
+EXTRAS := local,swe,swerex,bench,server,mcp,dev
 # llama-cpp-python compiles llama.cpp from source; the embedded model needs no multimodal library
 LLAMA_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 # pip's verbose output goes to a log; scripts/pip_progress.py prints a short account of it, a line at least every 30 s

@@ -1,4 +1,4 @@
-"""``pacore swe ...``: the SWE-bench repair agent's sub-commands (``run``, ``eval`` and ``images``)."""
+"""``pacore swe ...``: the SWE-bench repair agent's sub-commands (``run``, ``eval``, ``images`` and ``bench-hosts``)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import argparse
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from pacore_agents.swe.eval_cli import register_eval
+    from pacore_agents.swe.hosts_bench import register_bench
     from pacore_agents.swe.images_cli import register_images
     from pacore_agents.swe.run_cli import register_run
 
@@ -15,3 +16,4 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     register_run(inner)
     register_eval(inner)
     register_images(inner)
+    register_bench(inner)

@@ -31,7 +31,6 @@ import contextlib
 import logging
 import os
 import re
-import socket
 import threading
 import time
 import uuid
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from pacore_agents.swe.docker_files import put_file, read_file
+from pacore_agents.swe.exec_stream import STDOUT, exec_socket, read_frame
 from pacore_agents.swe.images import CONTAINER_WORKDIR, ImageBuildError, docker_client, ensure_task_image
 from pacore_agents.swe.owners import NAMESPACE_LABEL, PID_LABEL, SANDBOX_LABEL, owner_labels, pid_namespace
 from pacore_agents.swe.sandbox import BaseSandbox, BoundedOutput, CommandResult, SandboxError, SystemResult
@@ -140,6 +140,7 @@ def _gib(size: int) -> str:
 
 class DockerSandbox(BaseSandbox):
     scratch = SCRATCH
+    host = "local"  # the daemon, as an episode's record names it (a --hosts entry's name for swerex)
 
     def __init__(
         self,
@@ -163,6 +164,8 @@ class DockerSandbox(BaseSandbox):
         self._keeper = ""
         self._clock_offset = 0.0  # the container's clock minus this host's
         self._restarts: list[str] = []  # restarts since the last command's notes were made
+        if client is None and os.environ.get("DOCKER_HOST"):
+            self.host = os.environ["DOCKER_HOST"]
         try:
             self._client = client or docker_client()
             self.image = self._ensure_image(row)
@@ -343,7 +346,7 @@ class DockerSandbox(BaseSandbox):
         first = None
         for _ in range(END_ATTEMPTS):
             try:
-                done = self._container.exec_run(["sh", "-c", _END_ALL, "pacore-end", self._keeper or "1"])
+                done = self._container.exec_run(["sh", "-c", _END_ALL, "pacore-end", self._kept_pids()])
             except docker.errors.APIError as exc:
                 return first or 0, f"processes could not be ended from inside ({exc.explanation or exc})"
             counts = done.output.decode(errors="replace").split()
@@ -355,6 +358,10 @@ class DockerSandbox(BaseSandbox):
                 return first, None
             time.sleep(0.1)  # killed processes still exiting (writing back their files)
         return first or 0, "processes were still running after being killed"
+
+    def _kept_pids(self) -> str:
+        """The container's own processes (beside the init), which ending every other one spares."""
+        return self._keeper or "1"
 
     def _set_pids_limit(self, limit: int) -> None:
         """``docker update --pids-limit``: docker-py's update_container has no such argument, so the Engine API's
@@ -422,6 +429,8 @@ class DockerSandbox(BaseSandbox):
         self._check_open()
         api = self._client.api
         argv = ["timeout", "-k", str(KILL_GRACE_S), f"{timeout:g}", "bash", "-c", script]
+        if stdin is not None:  # the script reads exactly the bytes sent: no end of input is needed (TLS has none)
+            argv[4:] = ["bash", "-c", 'head -c "$1" | bash -c "$2"', "pacore-stdin", str(len(stdin)), script]
         exec_id = api.exec_create(
             self._container.id,
             argv,
@@ -432,15 +441,13 @@ class DockerSandbox(BaseSandbox):
             environment={"PACORE_SCRATCH": SCRATCH},
         )["Id"]
         out, err = bytearray(), bytearray()
-        from docker.utils.socket import STDOUT, frames_iter
-
         connection = api.exec_start(exec_id, socket=True)
-        raw = getattr(connection, "_sock", connection)
+        sock = exec_socket(connection)
         try:
             if stdin is not None:
-                raw.sendall(stdin)
-                raw.shutdown(socket.SHUT_WR)
-            for stream, data in frames_iter(connection, tty=False):
+                sock.sendall(stdin)
+            while (frame := read_frame(sock)) is not None:
+                stream, data = frame
                 (out if stream == STDOUT else err).extend(data)
         finally:
             connection.close()

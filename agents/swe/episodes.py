@@ -16,6 +16,7 @@ lacks its edits.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -71,6 +72,11 @@ class InstanceOutcome(BaseModel):
     seconds: float = Field(0.0, description="the episodes' seconds, summed (those before a restart too)")
     rounds: list[dict[str, Any]] = Field(default_factory=list)
     episodes: list[dict[str, Any]] = Field(default_factory=list)
+    hosts: dict[str, int] = Field(default_factory=dict, description="episodes per host that ran them")
+    moves: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="episodes started again on another host: round_index, index, from_host, to_host, reason",
+    )
 
 
 class SweSolver:
@@ -123,20 +129,41 @@ class SweSolver:
         crashed = [e for e in records if e["stop_reason"] == "error"]
         if message and crashed:
             message = f"{message}; first episode error: {crashed[0]['error']}"
+        homeless = _no_host(error)
+        if homeless:  # no sandbox host could take an episode: one line saying which hosts are down and why
+            message = homeless
+        hosts = Counter(e["host"] for e in records if e.get("host") and e["stop_reason"] != "error")
+        moves = [
+            {"round_index": e["round_index"], "index": e["index"], **move}
+            for e in records
+            for move in e.get("moves", [])
+        ]
         return InstanceOutcome(
             instance_id=outcome.problem.id,
             model_patch=(final or {}).get("patch", ""),
             note=(final or {}).get("note", ""),
             error=message,
-            completed=any(e["stop_reason"] not in ("error", "cancelled") for e in records),
+            completed=homeless is None and any(e["stop_reason"] not in ("error", "cancelled") for e in records),
             ttc=sum(e["completion_tokens"] for e in records),
             seconds=round(sum(e["seconds"] for e in records), 3),
             rounds=[r.model_dump() for r in outcome.result.rounds] if outcome.result else [],
             episodes=records,
+            hosts=dict(sorted(hosts.items())),
+            moves=moves,
         )
 
     def close(self) -> None:
         self.episode.shutdown()
+
+
+def _no_host(error: BaseException | None) -> str | None:
+    """The placement's line when the instance failed because no sandbox host answered (``--runtime swerex``)."""
+    if not isinstance(error, RoundFailedError):
+        return None
+    for trajectory in error.round.trajectories:
+        if trajectory.error_type == "NoHostAvailable" and trajectory.error:
+            return trajectory.error.removeprefix("NoHostAvailable: ").splitlines()[0]
+    return None
 
 
 def _latest_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

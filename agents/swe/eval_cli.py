@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from pacore_agents.swe.run_cli import add_instances_argument
+from pacore_agents.swe.run_cli import add_instances_argument, add_runtime_arguments
 from pacore_graph.command_kit import add_output_argument, item_counts, print_summary, say, summarised
 
 if TYPE_CHECKING:
@@ -45,6 +45,12 @@ def register_eval(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     )
     add_instances_argument(parser, "only these instances")
     parser.add_argument("--harness", choices=["offline", "swebench"], default="offline")
+    add_runtime_arguments(
+        parser,
+        "with --harness offline: docker (a container per instance on this Docker host, default) or swerex (on the "
+        "sandbox hosts of --hosts FILE, through SWE-ReX; the same grades)",
+        choices=["docker", "swerex"],
+    )
     parser.add_argument("--workers", type=int, default=2, help="instances graded in parallel")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds for one instance's tests")
     parser.add_argument("--memory", default="4g", help="memory limit of an evaluation container")
@@ -60,6 +66,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from pacore_agents.swe.evaluation import NO_PATCH, evaluate, load_predictions, run_swebench_harness
     from pacore_agents.swe.output_paths import inside
     from pacore_agents.swe.owners import sweep_orphans
+    from pacore_agents.swe.run_cli import open_hosts
     from pacore_agents.swe.tasks import load_tasks, parse_instances
     from pacore_graph.extend import FolderLock, UsageError
 
@@ -75,6 +82,10 @@ def run_eval(args: argparse.Namespace) -> int:
     # second one is refused in one line, as a second `swe run` into a run's folder is.
     with FolderLock(output):
         if args.harness == "swebench":
+            if args.runtime != "docker":
+                raise UsageError(
+                    "--runtime swerex grades with --harness offline (swebench's harness runs its own Docker)"
+                )
             chosen = [row for row in rows if row["instance_id"] in predictions]
             report = run_swebench_harness(
                 args.dataset,
@@ -93,17 +104,24 @@ def run_eval(args: argparse.Namespace) -> int:
                 resolved=made.get("resolved_instances"),
             )
             return print_summary(COMMAND, output=output, counts=counts, report=str(report))
-        sweep_orphans(log=say)
-        summary = evaluate(
-            rows,
-            predictions,
-            run_id=args.run_id,
-            output_dir=output,
-            timeout=args.timeout,
-            workers=args.workers,
-            memory=args.memory,
-            skip_patch=args.predictions == NO_PATCH,
-        )
+        pool = open_hosts(args, rows, caps={"memory": args.memory, "pids": 1024})
+        if pool is None:
+            sweep_orphans(log=say)
+        try:
+            summary = evaluate(
+                rows,
+                predictions,
+                run_id=args.run_id,
+                output_dir=output,
+                timeout=args.timeout,
+                workers=args.workers,
+                memory=args.memory,
+                skip_patch=args.predictions == NO_PATCH,
+                open_sandbox=pool.open if pool is not None else None,
+            )
+        finally:
+            if pool is not None:
+                pool.close()
     summary_file = inside(output, args.run_id) / "summary.json"
     say(
         f"run {summary.run_id}: {summary.resolved_instances}/{summary.submitted_instances} resolved "

@@ -30,18 +30,20 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from pacore_agents.swe.output_paths import inside
+from pacore_agents.swe.rex_sandbox import HostLost
 from pacore_agents.swe.tasks import TaskLoadError
 
 if TYPE_CHECKING:
     from docker import DockerClient
     from swebench.types import TestSpec
 
-    from pacore_agents.swe.docker_sandbox import DockerSandbox
+    from pacore_agents.swe.sandbox import BaseSandbox
 
 CONTAINER_PATCH_FILE = "/tmp/patch.diff"
 GRADING_FILE = "grading.json"  # what a stored report was graded from: patch, test spec, harness
 HARNESS = "pacore-offline/2"  # bump when the way an instance is run or graded changes
 CONTAINER_EVAL_FILE = "/eval.sh"
+MAX_HOSTS_LOST = 3  # sandbox hosts an instance's grading may lose (--runtime swerex) before it is an error
 NO_PATCH = "no-patch"  # predictions source: run every instance's tests with no patch (swebench's skip_patch)
 
 
@@ -165,6 +167,7 @@ def evaluate_instance(
     memory: str = "4g",
     client: DockerClient | None = None,
     skip_patch: bool = False,
+    open_sandbox: Callable[[dict[str, Any]], BaseSandbox] | None = None,
 ) -> InstanceResult:
     """Grade one prediction in a fresh container; infrastructure failures come back as status "error".
 
@@ -200,9 +203,23 @@ def evaluate_instance(
             result.regraded = True
             grading_path.unlink(missing_ok=True)  # the report left beside it is not this patch's
         log_dir.mkdir(parents=True, exist_ok=True)
-        test_output = _run_in_container(
-            row, None if skip_patch else patch, test_spec.eval_script, log_dir, timeout, memory, client
-        )
+        test_output = log_dir / "test_output.txt"
+        for attempt in range(MAX_HOSTS_LOST + 1):
+            try:
+                test_output = _run_in_container(
+                    row,
+                    None if skip_patch else patch,
+                    test_spec.eval_script,
+                    log_dir,
+                    timeout,
+                    memory,
+                    client,
+                    open_sandbox,
+                )
+                break
+            except HostLost:  # graded again from the start on another host (grading is idempotent)
+                if attempt == MAX_HOSTS_LOST:
+                    raise
         report = get_eval_report(
             test_spec=test_spec,
             prediction={**prediction, "model_patch": patch or ""},
@@ -259,6 +276,7 @@ def _run_in_container(
     timeout: float,
     memory: str,
     client: DockerClient | None,
+    open_sandbox: Callable[[dict[str, Any]], BaseSandbox] | None = None,
 ) -> Path:
     """Apply ``patch`` (None: skip) and run the eval script; the test output is kept whole in a file."""
     from swebench.harness.constants import APPLY_PATCH_FAIL, APPLY_PATCH_PASS
@@ -268,7 +286,10 @@ def _run_in_container(
     (log_dir / "eval.sh").write_text(eval_script)
     test_output = log_dir / "test_output.txt"
     log_lines: list[str] = []
-    with DockerSandbox(row, memory=memory, pids=1024, cpus=1.0, client=client) as box:
+    opened = (
+        open_sandbox(row) if open_sandbox else DockerSandbox(row, memory=memory, pids=1024, cpus=1.0, client=client)
+    )
+    with opened as box:
         if patch is None:
             log_lines.append("no patch applied (skip_patch): the tests run on the unchanged repository")
         else:
@@ -292,7 +313,7 @@ def _run_in_container(
     return test_output
 
 
-def _apply(box: DockerSandbox) -> tuple[str | None, list[str]]:
+def _apply(box: BaseSandbox) -> tuple[str | None, list[str]]:
     """swebench's apply chain, a clean tree before each retry, then its reverse check (a chain can leave the
     patch applied while every command exits non-zero). Returns the command that took it, and the log."""
     outputs = []
@@ -329,6 +350,7 @@ def evaluate(
     workers: int = 2,
     memory: str = "4g",
     skip_patch: bool = False,
+    open_sandbox: Callable[[dict[str, Any]], BaseSandbox] | None = None,
     on_result: Callable[[InstanceResult], None] | None = None,
     progress: bool = True,
 ) -> EvalSummary:
@@ -345,8 +367,10 @@ def evaluate(
     if submitted:
         from pacore_agents.swe.images import docker_client, ensure_images
 
-        client = docker_client()
-        ensure_images(submitted, client)
+        client = None
+        if open_sandbox is None:  # else the hosts have the images (pacore swe eval --runtime swerex checks)
+            client = docker_client()
+            ensure_images(submitted, client)
         with _progress(progress, len(submitted), run_id) as advance, ThreadPoolExecutor(max(1, workers)) as pool:
             futures = [
                 pool.submit(
@@ -359,6 +383,7 @@ def evaluate(
                     memory=memory,
                     client=client,
                     skip_patch=skip_patch,
+                    open_sandbox=open_sandbox,
                 )
                 for row in submitted
             ]

@@ -2,9 +2,10 @@
 
 There is no Docker Hub here: a base image is a Debian root file system made by ``debootstrap`` and
 turned into an image with an import (one per release; ``offline_images.py`` builds real SWE-bench rows
-on them). Each local task image is a thin layer on the bookworm base (the task's repository, committed
-with a fixed author and date so that the commit hash is the row's ``base_commit``). Images are cached
-by name and rebuilt only when what they are made of changes (a content-hash label).
+on them). Each local task image is a thin layer on the bookworm base with SWE-ReX's server
+(``rex_images.py``): the task's repository, committed with a fixed author and date so that the commit
+hash is the row's ``base_commit``. Images are cached by name and rebuilt only when what they are made of
+changes (a content-hash label covering the task's files and the recipe of the image it is built on).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 BASE_RELEASE = "bookworm"  # the local tasks' base; real rows pick theirs by Python version (specs.py)
 BASE_IMAGE = f"pacore-swe.base:{BASE_RELEASE}"
+TASK_BASE_IMAGE = f"pacore-swe.rex:{BASE_RELEASE}"  # the base plus SWE-ReX's server (rex_images.py)
 BASE_PACKAGES = ("python3", "python3-venv", "python3-pytest", "git", "patch", "ca-certificates")
 BUILDER_PACKAGES = (*BASE_PACKAGES, "gcc", "libc6-dev", "python3-dev")  # compiles source-only packages
 BASE_RECIPE_LABEL = "pacore.base_recipe"
@@ -136,6 +138,12 @@ def base_image_name(release: str, kind: str = "base") -> str:
     return f"pacore-swe.{kind}:{release}"
 
 
+def base_recipe(release: str, *, builder: bool = False) -> str:
+    """The hash of what the ``release`` base is made of (its label), known without Docker."""
+    packages = BUILDER_PACKAGES if builder else BASE_PACKAGES
+    return hashlib.sha256(f"{release} {' '.join(packages)}".encode()).hexdigest()[:16]
+
+
 def ensure_base_image(
     client: DockerClient | None = None,
     *,
@@ -152,7 +160,7 @@ def ensure_base_image(
     client = client or docker_client()
     name = base_image_name(release, "builder" if builder else "base")
     packages = BUILDER_PACKAGES if builder else BASE_PACKAGES
-    recipe = hashlib.sha256(f"{release} {' '.join(packages)}".encode()).hexdigest()[:16]
+    recipe = base_recipe(release, builder=builder)
     with build_lock(name):
         if image_label(client, name, BASE_RECIPE_LABEL) == recipe and not rebuild:
             return name
@@ -251,8 +259,10 @@ def repo_files(repo_dir: Path) -> list[Path]:
     return files
 
 
-def task_hash(repo_dir: Path) -> str:
-    digest = hashlib.sha256(_dockerfile().encode())
+def task_hash(repo_dir: Path, parent: str) -> str:
+    """What the task image is made of: its Dockerfile, its files, and ``parent``, the recipe of the image it is
+    built on (a base rebuilt by a newer pacore rebuilds the task images on it)."""
+    digest = hashlib.sha256(_dockerfile().encode() + b"\0" + parent.encode())
     for relative in repo_files(repo_dir):
         digest.update(str(relative).encode() + b"\0" + (repo_dir / relative).read_bytes() + b"\0")
     return digest.hexdigest()[:16]
@@ -296,7 +306,7 @@ def _dockerfile() -> str:
     env = " ".join(f'{key}="{value}"' for key, value in GIT_ENV.items())
     excludes = "\\n".join(GIT_EXCLUDES)
     return (
-        f"FROM {BASE_IMAGE}\n"
+        f"FROM {TASK_BASE_IMAGE}\n"
         "ENV PYTHONDONTWRITEBYTECODE=1\n"
         f"COPY repo {CONTAINER_WORKDIR}\n"
         f"WORKDIR {CONTAINER_WORKDIR}\n"
@@ -316,10 +326,12 @@ def ensure_task_image(
         raise ImageBuildError(f"row {row.get('instance_id')!r} has no task folder to build {image!r} from")
     repo_dir = Path(task_dir) / "repo"
     client = client or docker_client()
-    wanted = task_hash(repo_dir)
+    from pacore_agents.swe.rex_images import ensure_rex_image, rex_recipe
+
+    wanted = task_hash(repo_dir, rex_recipe(BASE_RELEASE))
     if not rebuild and image_label(client, image, TASK_HASH_LABEL) == wanted:
         return image
-    ensure_base_image(client, log=log)
+    ensure_rex_image(client, release=BASE_RELEASE, log=log)
     with build_lock(image):
         if not rebuild and image_label(client, image, TASK_HASH_LABEL) == wanted:
             return image

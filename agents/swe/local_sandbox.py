@@ -13,11 +13,11 @@ just as well; hiding one copy would suggest a safety the runtime does not have. 
 
 * commands get a short allow-list of variables (``PATH``, ``HOME``, the locale; no API keys) in a
   non-login ``bash -c``, so a command that prints its environment into a log does not leak them;
-* nothing a command starts outlives it: each command runs under a small supervisor that adopts every
-  process it leaves (Linux's child subreaper), so jobs started with ``setsid``, ``nohup`` or ``&`` end
-  with their command; the supervisor ends them all if pacore dies (a parent-death signal), and every
-  process carries its sandbox's mark (``PACORE_SANDBOX``) in its environment, by which the sandbox,
-  or the next run's sweep after a SIGKILL (:func:`sweep_local_orphans`), ends what escaped;
+* nothing a command starts outlives it: each command runs under the supervisor of the SWE-ReX runtime
+  (:mod:`supervisor`), which adopts every process it leaves (Linux's child subreaper), so jobs started with
+  ``setsid``, ``nohup`` or ``&`` end with their command; it ends them all if pacore dies (a parent-death
+  signal), and every process carries its sandbox's mark (``PACORE_SANDBOX``) in its environment, by which
+  the sandbox, or the next run's sweep after a SIGKILL (:func:`sweep_local_orphans`), ends what escaped;
 * the temporary copy is removed when the sandbox closes, or by the next run's sweep.
 """
 
@@ -38,7 +38,8 @@ from typing import Any
 
 from pacore_agents.swe.images import commit_repo, copy_repo
 from pacore_agents.swe.owners import owner_is_dead, owner_labels
-from pacore_agents.swe.sandbox import BaseSandbox, BoundedOutput, CommandResult, SandboxError, SystemResult
+from pacore_agents.swe.sandbox import BaseSandbox, CommandResult, SandboxError, SystemResult
+from pacore_agents.swe.supervisor import MARK, command_result, ended_notes, read_report, supervised
 
 KEPT_VARIABLES = (
     "PATH",
@@ -57,53 +58,6 @@ KEPT_VARIABLES = (
 KEPT_PREFIXES = ("LC_",)
 PREFIX = "pacore-local-"
 OWNER_FILE = "owner.json"
-MARK = "PACORE_SANDBOX"
-# Runs the command, then kills everything it left behind. As a child subreaper it inherits every orphan of
-# the command, so a process that left the command's session (setsid) is still found among its children.
-# pacore's death sends it SIGTERM (PR_SET_PDEATHSIG), on which it ends everything too.
-SUPERVISOR = r"""
-import ctypes, os, signal, subprocess, sys, time
-def children():
-    me = str(os.getpid())
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = open(f"/proc/{entry}/stat").read()
-            except OSError:
-                continue
-            if stat.rsplit(")", 1)[1].split()[1] == me:
-                found.append(int(entry))
-    return found
-def end_all(*_):
-    for _ in range(200):
-        pids = children()
-        if not pids:
-            break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
-            while os.waitpid(-1, os.WNOHANG)[0]:
-                pass
-        except ChildProcessError:
-            pass
-        time.sleep(0.01)
-signal.signal(signal.SIGTERM, lambda *_: (end_all(), os._exit(143)))
-try:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG: SIGTERM when pacore dies
-except (AttributeError, OSError):
-    pass  # not Linux: the process group is still killed, and the sandbox's mark still found
-if os.getppid() != int(sys.argv[1]):
-    sys.exit(143)  # pacore died before the parent-death signal was set
-code = subprocess.call(sys.argv[2:])
-end_all()
-sys.exit(code)
-"""
 
 
 class UnsafeRuntimeWarning(UserWarning):
@@ -166,37 +120,33 @@ class LocalSandbox(BaseSandbox):
         return {"PATH": os.defpath, **kept, "TMPDIR": self.scratch, "PYTHONDONTWRITEBYTECODE": "1", MARK: self._tmp}
 
     def run(self, command: str, timeout: float = 120) -> CommandResult:
-        """`bash -c` in the copy, stdout and stderr merged, output capped (head and tail kept); everything it
-        started is killed when it ends."""
+        """`bash -c` in the copy under the supervisor (:mod:`supervisor`), stdout and stderr merged, output capped
+        (head and tail kept), killed after ``timeout`` seconds; everything it started is ended when it ends, and
+        when pacore dies."""
         self._check_open()
-        collected = BoundedOutput()
-        with tempfile.TemporaryFile() as sink:
-            process = subprocess.Popen(
-                [sys.executable, "-c", SUPERVISOR, str(os.getpid()), "bash", "-c", command],
-                cwd=self.workdir,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                env=self.environment(),
-            )
-            timed_out = False
-            try:
-                process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _stop(process)
-            escaped = end_marked(self._tmp)  # what got away from the supervisor (it was killed itself)
-            sink.seek(0)
-            while chunk := sink.read(1 << 20):
-                collected.add(chunk)
-        notes = (
-            [f"{escaped} process(es) the command left running were stopped: nothing a command starts outlives it"]
-            if escaped
-            else []
+        payload = supervised(
+            sys.executable, command, cwd=self.workdir, timeout=timeout, mark=self._tmp, login=False, parent=os.getpid()
         )
+        process = subprocess.Popen(
+            payload["command"],
+            cwd=self.workdir,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=self.environment(),
+        )
+        try:
+            stdout, stderr = process.communicate(timeout=payload["timeout"])
+        except subprocess.TimeoutExpired:  # the supervisor itself hung: stop it and its group
+            _stop(process)
+            stdout, stderr = process.communicate()
+        answer = {"stdout": stdout.decode(errors="replace"), "stderr": stderr.decode(errors="replace")}
+        report = read_report({**answer, "exit_code": process.returncode})
+        report["ended"] = report.get("ended", 0) + end_marked(self._tmp)  # what got away from a killed supervisor
+        notes = ended_notes(report)
         self.notes += notes
-        return collected.result(124 if timed_out else process.returncode, timed_out, notes)
+        return command_result(report, notes)
 
     def system(self, script: str, *, stdin: bytes | None = None, timeout: float = 600) -> SystemResult:
         self._check_open()

@@ -3,7 +3,8 @@
 Three layers, each cached by Docker:
 
 * base: a Debian root file system (debootstrap) whose Python matches the repository version's needs
-  (bullseye 3.9, bookworm 3.11, trixie 3.13; see ``specs.py``);
+  (bullseye 3.9, bookworm 3.11, trixie 3.13; see ``specs.py``), with SWE-ReX's server and an interpreter
+  of its own in ``/opt/pacore/rex`` (``rex_images.py``);
 * environment: a virtual environment at ``/opt/pacore/venv`` with the version's packages, installed
   from a wheelhouse that this host's pip downloaded (``wheelhouse.py``). The wheelhouse stays in the
   image and pip is told to use only it, so the row's ``eval_script`` can rerun its install step with
@@ -41,8 +42,10 @@ from pacore_agents.swe.images import (
     docker_client,
     ensure_base_image,
     image_exists,
+    image_label,
 )
 from pacore_agents.swe.owners import owner_labels
+from pacore_agents.swe.rex_images import REX_RECIPE_LABEL, ensure_rex_image, rex_recipe
 from pacore_agents.swe.snapshots import SnapshotError, extract_snapshot, find_snapshot, tree_digest
 from pacore_agents.swe.specs import DEBIAN_PYTHON, InstallSpec, UnsupportedRowError, image_env, spec_for
 from pacore_agents.swe.wheelhouse import (
@@ -118,17 +121,20 @@ def ensure_offline_image(
     """
     client = client or docker_client()
     name = offline_image_name(row)
-    if image_exists(client, name) and not rebuild:
-        return name
     try:
         spec = spec_for(row)
+    except UnsupportedRowError as exc:
+        raise ImageBuildError(str(exc)) from exc
+    if _current(client, name, spec) and not rebuild:
+        return name
+    try:
         if repos is None:
             raise SnapshotError(f"{row['instance_id']}: building its image needs --repos DIR holding its snapshot")
         source = find_snapshot(Path(repos), row)
-    except (UnsupportedRowError, SnapshotError) as exc:
+    except SnapshotError as exc:
         raise ImageBuildError(str(exc)) from exc
     with build_lock(name):
-        if image_exists(client, name) and not rebuild:
+        if _current(client, name, spec) and not rebuild:
             return name
         with tempfile.TemporaryDirectory(prefix="pacore-instance-") as tmp:
             work = Path(tmp)
@@ -145,6 +151,11 @@ def ensure_offline_image(
             except ImageBuildError as exc:
                 raise ImageBuildError(f"{row['instance_id']}: {exc}") from exc
     return name
+
+
+def _current(client: DockerClient, name: str, spec: InstallSpec) -> bool:
+    """Whether the image exists on the base this pacore builds (an older pacore's image lacks its server)."""
+    return image_label(client, name, REX_RECIPE_LABEL) == rex_recipe(spec.release)
 
 
 # ------------------------------------------------------------------------------------------ environment
@@ -175,14 +186,22 @@ def _ensure_environment(
     client: DockerClient, row: dict[str, Any], spec: InstallSpec, work: Path, before: str | None, log: Log
 ) -> str:
     """The environment image of the row: its base, and a virtual environment from a wheelhouse fetched here."""
-    base = ensure_base_image(client, release=spec.release, log=log)
+    base = ensure_rex_image(client, release=spec.release, log=log)  # a sandbox host needs only Docker and the image
     requirements = environment_requirements(spec, work / "repo")
     wheels = work / "environment" / "wheels"
     files = _fill_wheelhouse(client, row, spec, base, requirements, wheels, work, before, log)
     (wheels / "requirements.txt").write_text("".join(f"{line}\n" for line in requirements))
     # Named by what it holds: wheel names carry name and version (a wheel built here again differs in bytes only).
     recipe = "\n".join(
-        [_environment_dockerfile(base), ACTIVATE, CONDA, SITECUSTOMIZE, *requirements, *(wheel.name for wheel in files)]
+        [
+            _environment_dockerfile(base),
+            rex_recipe(spec.release),
+            ACTIVATE,
+            CONDA,
+            SITECUSTOMIZE,
+            *requirements,
+            *(wheel.name for wheel in files),
+        ]
     )
     tag = hashlib.sha256(recipe.encode()).hexdigest()[:16]
     name = f"pacore-swe.env.{re.sub(r'[^a-z0-9]+', '_', row['repo'].lower())}:{tag}"

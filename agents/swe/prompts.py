@@ -13,7 +13,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from pacore_agents.swe.images import CONTAINER_WORKDIR
 
 PaCoReProtocol = Literal["episodes", "per-call"]  # K whole episodes per round, or PaCoRe per model call
-Runtime = Literal["docker", "local"]
+Runtime = Literal["docker", "local", "swerex"]
 
 _RULES = """You are fixing an issue in a software repository {place}.
 Work like a careful engineer: read the relevant code, reproduce the problem, edit the source files, and

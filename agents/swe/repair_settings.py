@@ -22,5 +22,5 @@ class RepairSettings(BaseModel):
     )
     sampling: dict[str, Any] = Field(default_factory=dict, description="temperature, top_p, max_tokens, ...")
     retry: RetryPolicy = Field(default_factory=RetryPolicy, description="retries of transient model errors")
-    runtime: Literal["docker", "local"] = "docker"
+    runtime: Literal["docker", "local", "swerex"] = "docker"
     threads: int = Field(64, ge=1, description="threads for blocking sandbox calls (one per running command)")

@@ -100,6 +100,8 @@ async def run_instances(
                 "error": instance.error,
                 "ttc": instance.ttc,
                 "episodes": len(instance.episodes),
+                "hosts": instance.hosts,
+                "moved": len(instance.moves),
             }
 
         problems = [solver.problem(r) for r in rows]
@@ -149,6 +151,8 @@ def _status_line(instance: InstanceOutcome) -> str:
     else:  # every episode ran to its end without a patch: say how they ended, not the operator's round error
         endings = Counter(e["stop_reason"] for e in instance.episodes)
         status = "no patch (episodes ended: " + ", ".join(f"{n} by {reason}" for reason, n in endings.items()) + ")"
+    if instance.moves:
+        status += f"; {len(instance.moves)} episode(s) moved to another host"
     noted = sum(bool(e.get("sandbox_notes")) for e in instance.episodes)
     if noted:  # a command stopped at a cap, a file left out of the patch: the trajectory says what
         status += f"; sandbox notes in {noted} episode(s)"

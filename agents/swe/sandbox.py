@@ -17,6 +17,7 @@ anyone may write it as a prediction.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any, Literal, Protocol, Self, runtime_checkable
 
 from pydantic import BaseModel
@@ -97,6 +98,7 @@ class BaseSandbox:
     workdir: str
     base_commit: str
     scratch: str  # a folder in the sandbox, outside the repository, for pacore's own files
+    host: str = "local"  # where it runs, as an episode's record names it
 
     def __init__(self) -> None:
         self.notes: list[str] = []  # what the sandbox stopped or removed, over the whole episode
@@ -111,6 +113,13 @@ class BaseSandbox:
 
     def close(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def run_to_file(self, command: str, path: Path, timeout: float, limit: int = 1_000_000_000) -> CommandResult:
+        """Like :meth:`run`, the output (up to ``limit`` bytes) to ``path`` (evaluation logs)."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def write_file(self, path: str, content: str | bytes) -> None:
+        raise NotImplementedError  # pragma: no cover - abstract
 
     def diff(self) -> str:
         """Text changes against the base commit, new untracked files included, binary files left out.
@@ -225,7 +234,7 @@ def text_only_diff(diff: bytes) -> str:
 
 def open_sandbox(
     row: dict[str, Any],
-    runtime: Literal["docker", "local"] = "docker",
+    runtime: Literal["docker", "local", "swerex"] = "docker",
     *,
     memory: str = "2g",
     pids: int = 256,
@@ -241,4 +250,6 @@ def open_sandbox(
         from pacore_agents.swe.local_sandbox import LocalSandbox
 
         return LocalSandbox(row)
-    raise SandboxError(f"unknown sandbox runtime {runtime!r}: use 'docker' or 'local'")
+    if runtime == "swerex":
+        raise SandboxError("runtime 'swerex' opens sandboxes through its hosts: HostPool(load_hosts(FILE)).open")
+    raise SandboxError(f"unknown sandbox runtime {runtime!r}: use 'docker', 'local' or 'swerex'")

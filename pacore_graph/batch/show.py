@@ -90,7 +90,7 @@ def read_folder(folder: str | Path) -> tuple[dict[str, Any], list[ShownProblem]]
         fingerprint = json.loads((path / SETTINGS_FILE).read_text(encoding="utf-8")).get("fingerprint") or {}
     except (ValueError, AttributeError) as exc:
         raise UsageError(f"{path / SETTINGS_FILE} is not this project's settings file ({exc})") from None
-    rows = ResultsFile(path / RESULTS_FILE, key=lambda row: row["id"], repair=False).rows
+    rows = ResultsFile(path / RESULTS_FILE, key=_row_key, repair=False).rows
     if rows and "rounds" not in rows[0]:
         raise UsageError(
             f"{path}'s rows are a benchmark's, not PaCoRe answers (no 'rounds'): read its report.md or table.md"
@@ -107,8 +107,45 @@ def read_folder(folder: str | Path) -> tuple[dict[str, Any], list[ShownProblem]]
     return fingerprint, problems
 
 
+def _row_key(row: dict[str, Any]) -> Any:
+    return row.get("id", row.get("instance_id"))
+
+
+def episode_rows(folder: str | Path) -> list[dict[str, Any]] | None:
+    """The rows of a folder of agent episodes run on sandbox hosts (rows with ``hosts``: episodes per host, and
+    ``moved``: episodes started again elsewhere), or None for any other folder."""
+    path = Path(folder)
+    if not (path / SETTINGS_FILE).is_file():
+        return None
+    rows = ResultsFile(path / RESULTS_FILE, key=_row_key, repair=False).rows
+    return rows if rows and all("hosts" in row for row in rows) else None
+
+
+def render_episodes(folder: str | Path, rows: list[dict[str, Any]]) -> str:
+    """Per instance its patch, episodes and the hosts that ran them; then episodes per host over the folder."""
+    lines = [str(folder), f"{len(rows)} instance(s) finished"]
+    total: Counter[str] = Counter()
+    for row in rows:
+        hosts = Counter(row.get("hosts") or {})
+        total += hosts
+        patch = "a patch" if row.get("patch") else "no patch"
+        lines += ["", fit(f"{_row_key(row)}  {patch}, {row.get('episodes', 0)} episode(s)")]
+        moved = f"; {row['moved']} moved to another host" if row.get("moved") else ""
+        lines.append(fit(f"    episodes per host: {_counts(hosts)}{moved}"))
+    lines += ["", fit(f"episodes per host: {_counts(total)}; moved {sum(row.get('moved', 0) for row in rows)}")]
+    return "\n".join(lines)
+
+
+def _counts(counts: Counter[str]) -> str:
+    return ", ".join(f"{host} {n}" for host, n in sorted(counts.items())) or "none"
+
+
 def render(folder: str | Path) -> str:
-    """The text ``pacore show`` prints: a header, then per problem its answer and one line per round."""
+    """The text ``pacore show`` prints: a header, then per problem its answer and one line per round (agent
+    episodes on sandbox hosts: per instance its episodes per host)."""
+    rows = episode_rows(folder)
+    if rows is not None:
+        return render_episodes(folder, rows)
     fingerprint, problems = read_folder(folder)
     settings = ", ".join(f"{name} {fingerprint[name]}" for name in ("model", "rounds") if fingerprint.get(name))
     lines = [str(folder), f"{len(problems)} problem(s) finished" + (f" ({settings})" if settings else "")]

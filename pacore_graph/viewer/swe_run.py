@@ -158,6 +158,11 @@ class SweRunView(FolderView):
             ["effective TTC", f"{trajectory.get('ttc') or 0:,} completion tokens"],
             ["episodes", f"{len(trajectory.get('episodes') or [])}, {trajectory.get('seconds') or 0:,.0f} s in all"],
         ]
+        hosts = trajectory.get("hosts")
+        if isinstance(hosts, dict) and hosts:  # sandboxes on several hosts (`--runtime swerex`)
+            per_host = ", ".join(f"{name} {count}" for name, count in hosts.items())
+            moved = len(trajectory.get("moves") or [])
+            facts.append(["episodes per host", per_host + (f"; {moved} moved off a lost host" if moved else "")])
         if trajectory.get("error"):
             facts.append(["error", str(trajectory["error"])])
         swe: Json = {

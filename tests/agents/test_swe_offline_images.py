@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from rex_hosts import hosts_file
 
 from pacore_agents.swe.docker_sandbox import DockerSandbox
 from pacore_agents.swe.offline_images import offline_image_name
@@ -75,33 +76,47 @@ def test_images_hold_the_repository_at_the_base_commit_with_the_recipes_python(b
         assert labels["pacore.instance_id"] == row["instance_id"]
 
 
+def grade(kind: str, output: Path, *runtime: str) -> dict[str, dict]:
+    """`pacore swe eval` of the gold patches or of no patch; each row's test statuses."""
+    done = pacore(
+        "swe", "eval", "--dataset", str(ROWS), "--predictions", kind, "--run-id", kind, "--output", str(output),
+        "--instances", *IDS, *runtime,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    reports = {i: json.loads((output / kind / kind / i / "report.json").read_text())[i] for i in IDS}
+    return {i: {"resolved": report["resolved"], **report["tests_status"]} for i, report in reports.items()}
+
+
 @pytest.mark.docker
-def test_gold_resolves_and_no_patch_leaves_fail_to_pass_failing(built, tmp_path):
-    for kind in ("gold", "no-patch"):
-        done = pacore(
-            "swe",
-            "eval",
-            "--dataset",
-            str(ROWS),
-            "--predictions",
-            kind,
-            "--run-id",
-            kind,
-            "--output",
-            str(tmp_path),
-            "--instances",
-            *IDS,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-    gold = json.loads((tmp_path / "gold" / "summary.json").read_text())
+def test_gold_resolves_and_no_patch_leaves_fail_to_pass_failing_locally_and_on_sandbox_hosts(
+    built, tmp_path, rex_servers
+):
+    """Graded locally: gold resolves, no patch leaves FAIL_TO_PASS failing. The images carry SWE-ReX's server on an
+    interpreter of its own (these rows run on bullseye's Python 3.9), so `swe eval --runtime swerex` grades them on a
+    Docker host, and on remote servers (one per row's image, each reused for the gold patch then no patch): every
+    test gets the status the local grading gives it."""
+    local = {kind: grade(kind, tmp_path / "local") for kind in ("gold", "no-patch")}
+    gold = json.loads((tmp_path / "local" / "gold" / "summary.json").read_text())
     assert gold["resolved_ids"] == IDS
-    nothing = json.loads((tmp_path / "no-patch" / "summary.json").read_text())
+    nothing = json.loads((tmp_path / "local" / "no-patch" / "summary.json").read_text())
     assert nothing["unresolved_ids"] == IDS and nothing["error_ids"] == []
     for row in built:
-        report = json.loads((tmp_path / "no-patch" / "no-patch" / row["instance_id"] / "report.json").read_text())
-        status = report[row["instance_id"]]["tests_status"]
+        status = local["no-patch"][row["instance_id"]]
         assert sorted(status["FAIL_TO_PASS"]["failure"]) == sorted(listed_tests(row, "FAIL_TO_PASS"))
         assert sorted(status["PASS_TO_PASS"]["success"]) == sorted(listed_tests(row, "PASS_TO_PASS"))
+
+    servers = {row["instance_id"]: rex_servers.start(offline_image_name(row), 1)[0] for row in built}
+    token = str(rex_servers.token_file)
+    remote = [
+        {"name": i.split("__")[0], "kind": "remote", "url": s.url, "token_file": token} for i, s in servers.items()
+    ]
+    hosts = {
+        "docker": hosts_file(tmp_path / "docker.json", [{"name": "d", "kind": "docker", "slots": 2}]),
+        "remote": hosts_file(tmp_path / "remote.json", remote),
+    }
+    for where, path in hosts.items():
+        for kind, statuses in local.items():
+            assert grade(kind, tmp_path / where, "--runtime", "swerex", "--hosts", str(path)) == statuses, (kind, where)
 
 
 @pytest.mark.docker

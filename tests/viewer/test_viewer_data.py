@@ -195,7 +195,7 @@ def test_a_swe_run_shows_episodes_steps_patches_and_the_kept_patch(swe_dir):
         for cell in round_["trajectories"]:
             episode = episodes[(number, cell["index"])]
             assert cell["episode"]["patch"] == episode["patch"] and cell["episode"]["sandbox"] == episode["sandbox"]
-            assert "host" not in cell["episode"]
+            assert cell["episode"].get("host") == episode.get("host")  # the sandbox's host, as the record names it
             commands = [
                 c["args"]["command"]
                 for m in cell["episode"]["messages"]
@@ -218,12 +218,24 @@ def test_a_host_per_episode_and_moves_are_shown_when_a_trajectory_file_has_them(
     trajectory = json.loads(path.read_text())
     for number, episode in enumerate(trajectory["episodes"]):
         episode["host"] = f"host-{number % 2}"
-    trajectory["moves"] = [{"episode": [0, 1], "from": "host-1", "to": "host-0", "reason": "host-1 stopped answering"}]
+    # as `pacore swe run --runtime swerex` writes them: episodes per host, and each episode moved off a lost host
+    trajectory["hosts"] = {"host-0": 2, "host-1": 1}
+    trajectory["moves"] = [
+        {
+            "round_index": 0,
+            "index": 1,
+            "from_host": "host-1",
+            "to_host": "host-0",
+            "reason": "host host-1 (http://127.0.0.1:8102) did not answer ([Errno 111] Connection refused)",
+            "steps": 2,
+        }
+    ]
     path.write_text(json.dumps(trajectory))
     problem = open_folder(copy).problem(ROMAN)
     hosts = [cell["episode"]["host"] for round_ in problem["run"]["rounds"] for cell in round_["trajectories"]]
     assert sorted(hosts) == ["host-0", "host-0", "host-1"]
     assert problem["swe"]["moves"] == trajectory["moves"]
+    assert ["episodes per host", "host-0 2, host-1 1; 1 moved off a lost host"] in problem["facts"]
 
 
 @pytest.mark.docker
