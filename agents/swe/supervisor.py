@@ -7,10 +7,11 @@ SPEC`` (on SWE-ReX, the interpreter of the server itself, which every SWE-ReX sa
 it runs the command in ``bash -lc`` (``bash -c`` for the local runtime) under a deadline, keeps the first and
 last halves of its output (counting the whole), caps every file it writes (``ulimit -f``), and, as the child
 subreaper of everything the command starts (``setsid``, ``nohup`` and ``&`` jobs come back to it), ends them all
-when the command ends, then whatever still carries the sandbox's mark in its environment. It answers with one
-JSON line. Given its parent's pid (the local runtime: pacore's), it also ends everything when that parent dies,
-even by SIGKILL. The supervisor's code is sent with every command, so no command can replace it; a command that
-kills it loses its output, and what it left is ended by the next sweep of the mark.
+when the command ends (when its shell exits: a job left holding the output open does not keep it waiting),
+then whatever still carries the sandbox's mark in its environment. It answers with one JSON line. Given its
+parent's pid (the local runtime: pacore's), it also ends everything when that parent dies, even by SIGKILL.
+The supervisor's code is sent with every command, so no command can replace it; a command that kills it loses
+its output, and what it left is ended by the next sweep of the mark.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ KILL_GRACE_S = 5
 SUPERVISOR = r"""
 import base64, ctypes, json, os, resource, select, signal, subprocess, sys, time
 spec = json.loads(sys.argv[1])
+DRAIN_S = 0.5
 me = os.getpid()
 stopped = []
 def children():
@@ -107,18 +109,26 @@ room = half if keep_tail else spec["limit"]
 deadline = time.monotonic() + spec["timeout"]
 timed_out = False
 stream = process.stdout.fileno()
+drain_until = None
 while True:
-    left = deadline - time.monotonic()
+    now = time.monotonic()
+    left = deadline - now
     if left <= 0:
         timed_out = True
         break
     if stopped:
         break
+    if drain_until is None and process.poll() is not None:
+        drain_until = now + DRAIN_S  # the command is over: what it left running may hold the pipe open
+    if drain_until is not None and now >= drain_until:
+        break
     try:
-        ready, _, _ = select.select([stream], [], [], min(left, 0.2))
+        ready, _, _ = select.select([stream], [], [], min(left, 0.05 if drain_until else 0.2))
     except InterruptedError:
         continue
     if not ready:
+        if drain_until is not None:
+            break
         continue
     chunk = os.read(stream, 1 << 16)
     if not chunk:
