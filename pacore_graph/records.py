@@ -35,6 +35,8 @@ class TrajectoryData(TypedDict, total=False):
     tokens_approximate: bool
     finish_reason: str | None
     model_name: str | None
+    model: str | None  # a panel run: the slot's model, by its panel name
+    seconds: float  # a panel run: the trajectory's wall time, retries included
     message_id: str | None
     truncated: bool
     error: str | None
@@ -120,6 +122,8 @@ class TrajectoryRecord(BaseModel):
     tokens_approximate: bool = False
     finish_reason: str | None = None
     model_name: str | None = None
+    model: str | None = Field(None, description="a panel run: the model its slot was given, by its panel name")
+    seconds: float | None = Field(None, description="a panel run: its wall time, retries included")
     message_id: str | None = None
     truncated: bool = Field(False, description="cut off by the length limit")
     error: str | None = Field(None, description="why the trajectory failed after retries")
@@ -278,6 +282,13 @@ class PaCoReResult(BaseModel):
         """Trajectories a round cancelled (early stop, budget): their tokens before the cut are not counted."""
         return [t for r in self.rounds for t in r.trajectories if t.cut]
 
+    def models(self) -> dict[str, dict[str, Any]]:
+        """A panel run's account per model (trajectories, requests, failures, tokens, seconds, agreement); ``{}``
+        for a one-model run (see :mod:`pacore_graph.coordination.panel`)."""
+        from pacore_graph.coordination.panel import model_accounts  # coordination reads records: imported late
+
+        return model_accounts(self.rounds, self.answer)
+
     def __repr__(self) -> str:
         """One line: the answer (shortened), the schedule run, TTC and failures (``.rounds`` has each round)."""
         schedule = [r.k for r in self.rounds]
@@ -291,6 +302,9 @@ class PaCoReResult(BaseModel):
         lines = [self.answer.strip() or "(empty answer)", ""]
         lines += [f"round {r.round_index + 1}: {round_line(r)}" for r in self.rounds]
         lines.append(f"effective TTC: {self.ttc:,} completion tokens over {sum(r.k for r in self.rounds)} calls")
+        from pacore_graph.coordination.panel import model_line  # coordination reads records: imported late
+
+        lines += [model_line(name, account) for name, account in self.models().items()]
         return "\n".join(lines)
 
     def summary(self) -> dict[str, Any]:
@@ -309,6 +323,8 @@ class PaCoReResult(BaseModel):
             "outcome": self.outcome.model_dump(),
             "cut": [{"round_index": t.round_index, "index": t.index, "reason": t.cut} for t in self.cut],
         }
+        if models := self.models():
+            account["models"] = models
         if not full:
             account = {key: value for key, value in account.items() if value or key in ("ttc", "rounds")}
             if self.outcome == Outcome():

@@ -17,7 +17,7 @@ from typing import Any
 
 from pacore_graph.batch.fingerprint import SETTINGS_FILE
 from pacore_graph.batch.results_file import RESULTS_FILE, ResultsFile
-from pacore_graph.coordination.answers import boxed_answer
+from pacore_graph.coordination.answers import compared_answer
 from pacore_graph.errors import UsageError
 from pacore_graph.records import RoundRecord, TrajectoryRecord, round_line, shorten
 
@@ -59,18 +59,6 @@ class ShownProblem:
 def answer_of(record: TrajectoryRecord) -> str:
     """What a trajectory answered, as agreement compares it (see the module's docstring)."""
     return compared_answer(record.answer, record.conclusion)
-
-
-def compared_answer(recorded: str | None, conclusion: str) -> str:
-    """The answer an ``answer_extractor`` recorded, else the one read off the conclusion (see the module's
-    docstring): what agreement compares, on a record or on its JSON."""
-    if recorded:
-        return recorded
-    found = boxed_answer(conclusion)
-    if found:
-        return found
-    first_line = next((line.strip() for line in conclusion.splitlines() if line.strip()), "")
-    return " ".join(first_line.lower().split())
 
 
 def agreement(round: RoundRecord) -> Agreement:

@@ -17,7 +17,7 @@ from langgraph.types import Checkpointer, Durability, Interrupt, StateSnapshot
 from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.concurrency.sync import run_sync
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.explorers.protocol import ModelOrExplorer
+from pacore_graph.explorers.panel import Models
 from pacore_graph.graph.builder import build_pacore_graph
 from pacore_graph.graph.context import PaCoReContext, unobserved
 from pacore_graph.graph.gc_policy import spaced_full_collections
@@ -65,7 +65,7 @@ class PaCoReRunner:
 
     def __init__(
         self,
-        model_or_explorer: ModelOrExplorer,
+        model_or_explorer: Models,
         config: PaCoReConfig | None = None,
         *,
         checkpointer: Checkpointer = None,
@@ -287,7 +287,7 @@ def chosen_trajectory(rounds: list[RoundRecord], outcome: Outcome) -> Trajectory
 
 
 async def asolve(
-    model_or_explorer: ModelOrExplorer,
+    model_or_explorer: Models,
     messages: MessagesInput,
     config: PaCoReConfig | None = None,
     *,
@@ -310,7 +310,7 @@ async def asolve(
 
 
 def solve(
-    model_or_explorer: ModelOrExplorer,
+    model_or_explorer: Models,
     messages: MessagesInput,
     config: PaCoReConfig | None = None,
     *,
