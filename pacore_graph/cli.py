@@ -38,9 +38,15 @@ if TYPE_CHECKING:  # imported on first use at run time: `pacore --help` stays fa
     from pacore_graph.batch.progress import RunProgress
     from pacore_graph.graph.runner import MessagesInput
     from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
+    from pacore_graph.models.panel_file import PanelFile
     from pacore_graph.models.vllm_server import Cluster
 
 SOLVE_ID = "problem"  # the one problem of a `pacore solve --output` folder
+PANEL_HELP = (
+    "a JSON file naming several models (each its base_url, model, api_key_env, weight) and the synthesizer that "
+    "writes the final round: each round's slots are shared among them (docs/coordination.md#panels); in place of "
+    "--base-url/--model"
+)
 
 
 @summarised("solve")
@@ -52,9 +58,11 @@ def _solve(args: argparse.Namespace) -> int:
     from pacore_graph.graph.runner import asolve, to_messages
     from pacore_graph.inputs import check_problem_text
     from pacore_graph.models import configured_url, serving
+    from pacore_graph.models.panel_file import serving_panel
     from pacore_graph.synthesis.prompt import last_user_index
 
-    config = config_from_args(args)
+    panel = panel_from_args(args)  # a --panel file, checked before anything starts
+    config = config_from_args(args, **({"panel": panel.panel()} if panel else {}))
     check_api_keys(args)
     given: MessagesInput
     if args.messages_file:
@@ -73,9 +81,10 @@ def _solve(args: argparse.Namespace) -> int:
         last_user_index(messages)
     base_url = configured_url(args.base_url)  # several URLs are refused here, before anything runs
     progress = RunProgress()
-    folder = _solve_folder(args.output, messages, config, args.model, progress) if args.output else None
+    model_named = panel.servers() if panel else args.model
+    folder = _solve_folder(args.output, messages, config, model_named, progress) if args.output else None
 
-    async def run(model: OpenAICompatibleChatModel) -> dict[str, Any]:
+    async def run(model: OpenAICompatibleChatModel | dict[str, OpenAICompatibleChatModel]) -> dict[str, Any]:
         try:
             if folder is None:
                 return (await asolve(model, messages, config, on_event=progress)).summary()
@@ -91,14 +100,15 @@ def _solve(args: argparse.Namespace) -> int:
             row: dict[str, Any] = folder.results.rows[0]
             return row
         finally:
-            await model.aclose()
+            for each in model.values() if isinstance(model, dict) else [model]:
+                await each.aclose()
 
     try:
         if folder is not None and folder.results.rows:
             row = folder.results.rows[0]
             say(f"answered before; read from {folder.results.path}")
         else:
-            with serving(base_url, args.model, args.api_key) as model, progress:
+            with serving_panel(panel) if panel else serving(base_url, args.model, args.api_key) as model, progress:
                 row = asyncio.run(run(model))
     finally:
         if folder is not None:
@@ -107,6 +117,7 @@ def _solve(args: argparse.Namespace) -> int:
     _say_rounds(row["rounds"])
     approx = " (approximate)" if row["ttc_approximate"] else ""
     say(f"effective TTC: {row['ttc']} tokens{approx}; failed trajectories: {len(row['failures'])}")
+    say_models(row.get("models") or {})
     if args.output:
         say(f"the run, readable: pacore show {args.output}")
     trajectories = sum(len(record["trajectories"]) for record in row["rounds"])
@@ -129,6 +140,30 @@ def _say_rounds(rounds: list[dict[str, Any]]) -> None:
     for data in rounds:
         round_ = RoundRecord.model_validate(data)
         say(f"round {round_.round_index + 1}: {round_line(round_)}; {agreement(round_)}")
+
+
+def say_models(models: dict[str, Any]) -> None:
+    """A panel run: one line per model on stderr (trajectories, requests, tokens, seconds, agreement)."""
+    from pacore_graph.coordination.panel import model_line
+
+    for name, account in models.items():
+        say(f"  {model_line(name, account)}")
+
+
+def panel_from_args(args: argparse.Namespace) -> PanelFile | None:
+    """The ``--panel`` file, read and checked; with it, ``--base-url`` / ``--model`` / the key flag are refused
+    (each panel model names its own server, model and key variable)."""
+    if not getattr(args, "panel", None):
+        return None
+    from pacore_graph.models.panel_file import read_panel_file
+
+    upstream_key = "upstream_api_key" if args.command == "serve" else "api_key"  # serve's --api-key is its clients'
+    for flag in ("base_url", "model", upstream_key):
+        if getattr(args, flag, None):
+            raise UsageError(
+                f"--panel names each model's server, model and key variable: leave out --{flag.replace('_', '-')}"
+            )
+    return read_panel_file(args.panel)
 
 
 def read_messages_file(path: str) -> list[dict[str, Any]]:
@@ -175,7 +210,7 @@ def messages_fingerprint(messages: Sequence[BaseMessage]) -> Any:
 
 
 def _solve_folder(
-    output: str, messages: Sequence[BaseMessage], config: PaCoReConfig, model: str | None, progress: RunProgress
+    output: str, messages: Sequence[BaseMessage], config: PaCoReConfig, model: Any, progress: RunProgress
 ) -> RunFolder:
     """The run folder of ``--output``, claimed now: a bad path, a folder in use or one made for another
     problem or settings is refused before a server starts."""
@@ -310,7 +345,8 @@ def _own_options_first(parser: argparse.ArgumentParser, args: argparse.Namespace
 def _serve(args: argparse.Namespace) -> int:
     from pacore_graph.models import configured_url
 
-    config = config_from_args(args)
+    panel = panel_from_args(args)
+    config = config_from_args(args, **({"panel": panel.panel()} if panel else {}))
     check_api_keys(args)
     check_port(args.port)
     with extra_needed("pacore serve", "server"):
@@ -335,6 +371,7 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port,
         api_key=args.api_key,
         limits=limits,
+        panel=panel,
     )
 
 
@@ -468,6 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     solve.add_argument("problem", nargs="?", help="the problem (a user message)")
     solve.add_argument("--messages-file", help="JSON list of OpenAI-style messages (a conversation)")
+    solve.add_argument("--panel", metavar="FILE", help=PANEL_HELP)
     add_run_arguments(
         solve,
         concurrency="trajectories in flight at most (default 256)",
@@ -567,6 +605,7 @@ def build_parser() -> argparse.ArgumentParser:
         concurrency="trajectories in flight upstream at most, over all requests (default 256)",
         max_tokens=f"default cap on each generated message (default: none; embedded model: {EMBEDDED_MAX_TOKENS})",
     )
+    endpoint.add_argument("--panel", metavar="FILE", help=PANEL_HELP + "; clients ask for model 'panel'")
     endpoint.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: loopback only)")
     endpoint.add_argument("--port", type=int, default=8100)
     endpoint.add_argument(

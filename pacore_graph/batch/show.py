@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pacore_graph.batch.fingerprint import SETTINGS_FILE
 from pacore_graph.batch.results_file import RESULTS_FILE, ResultsFile
 from pacore_graph.coordination.answers import compared_answer
+from pacore_graph.coordination.panel import model_line
 from pacore_graph.errors import UsageError
 from pacore_graph.records import RoundRecord, TrajectoryRecord, round_line, shorten
 
@@ -50,6 +51,7 @@ class ShownProblem:
     answer: str
     rounds: list[RoundRecord]
     ttc: int
+    models: dict[str, Any] = field(default_factory=dict)  # a panel run: its account per model
 
     @property
     def agreements(self) -> list[Agreement]:
@@ -89,6 +91,7 @@ def read_folder(folder: str | Path) -> tuple[dict[str, Any], list[ShownProblem]]
             row.get("answer", ""),
             [RoundRecord.model_validate(r) for r in row["rounds"]],
             row.get("ttc", 0),
+            row.get("models") or {},
         )
         for row in rows
     ]
@@ -136,6 +139,8 @@ def render(folder: str | Path) -> str:
         return render_episodes(folder, rows)
     fingerprint, problems = read_folder(folder)
     settings = ", ".join(f"{name} {fingerprint[name]}" for name in ("model", "rounds") if fingerprint.get(name))
+    if isinstance(fingerprint.get("panel"), dict):  # a panel run: its models by name, not their servers
+        settings = f"panel {', '.join(fingerprint['panel'].get('models') or {})}, rounds {fingerprint.get('rounds')}"
     lines = [str(folder), f"{len(problems)} problem(s) finished" + (f" ({settings})" if settings else "")]
     for problem in problems:
         lines += ["", fit(f"{problem.id}  answer: {shorten(problem.answer, WIDTH)}")]
@@ -143,6 +148,7 @@ def render(folder: str | Path) -> str:
             lines.append(fit(f"    round {round_.round_index + 1}: {round_line(round_)}; {agreed}"))
         calls = sum(r.k for r in problem.rounds)
         lines.append(f"    effective TTC {problem.ttc:,} completion tokens over {calls} calls")
+        lines += [fit(f"    {model_line(name, account)}") for name, account in problem.models.items()]
     if not problems:
         lines.append("nothing finished yet: run the same command again to go on")
     return "\n".join(lines)

@@ -58,15 +58,15 @@ def _count(account: dict[str, Any], record: TrajectoryRecord, final: str | None)
 
 
 def model_line(name: str, account: dict[str, Any]) -> str:
-    """One model's account in words (``pacore solve`` and ``pacore show``)."""
-    parts = [
-        f"{account['trajectories']} trajectories",
-        f"{account['requests']} requests",
-        f"{account['prompt_tokens']:,} prompt + {account['completion_tokens']:,} completion tokens",
-        f"{account['seconds']:.1f} s",
-    ]
+    """One model's account in words (``pacore solve`` and ``pacore show``); "agree": how many of its usable
+    trajectories before the last round give the run's answer."""
+    line = (
+        f"{name}: {account['trajectories']} trajectories ({account['requests']} requests), "
+        f"{account['prompt_tokens']:,} prompt / {account['completion_tokens']:,} completion tokens, "
+        f"{account['seconds']:.1f} s"
+    )
     if account["failed"]:
-        parts.append(f"{account['failed']} failed")
+        line += f", {account['failed']} failed"
     if account["usable"]:
-        parts.append(f"{account['agree']}/{account['usable']} before the last round agree with the answer")
-    return f"{name}: {', '.join(parts)}"
+        line += f", {account['agree']}/{account['usable']} agree"
+    return line
