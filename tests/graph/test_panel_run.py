@@ -180,14 +180,9 @@ def test_a_run_folder_resumes_with_the_same_slot_map(tmp_path):
         models = {"small": client(small), "strong": client(strong)}
 
         async def first_try():
-            async with RunFolder(
-                tmp_path / "run", fingerprint=config.model_dump(mode="json"), progress=False
-            ) as folder:
+            async with folder_of(tmp_path, config) as folder:
                 task = asyncio.ensure_future(folder.run(models, config, [Problem("p", PROBLEM)], label=None))
-                synthesis = lambda: sum(
-                    "Reference Responses" in json.dumps(b) for b in small.requests + strong.requests
-                )
-                await await_until(lambda: synthesis() == 4, what="round 2 sent")
+                await await_until(lambda: syntheses(small, strong) == 4, what="round 2 sent")
                 task.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await task
@@ -199,9 +194,7 @@ def test_a_run_folder_resumes_with_the_same_slot_map(tmp_path):
         small.requests.clear(), strong.requests.clear()
 
         async def second_try():
-            async with RunFolder(
-                tmp_path / "run", fingerprint=config.model_dump(mode="json"), progress=False
-            ) as folder:
+            async with folder_of(tmp_path, config) as folder:
                 await folder.run(models, config, [Problem("p", PROBLEM)], label=None)
                 return folder.results.rows[0]
 
