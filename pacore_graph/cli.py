@@ -144,7 +144,7 @@ def _say_rounds(rounds: list[dict[str, Any]]) -> None:
 
 def say_models(models: dict[str, Any]) -> None:
     """A panel run: one line per model on stderr (trajectories, requests, tokens, seconds, agreement)."""
-    from pacore_graph.coordination.panel import model_line
+    from pacore_graph.records import model_line
 
     for name, account in models.items():
         say(f"  {model_line(name, account)}")

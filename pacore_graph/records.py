@@ -263,6 +263,11 @@ class PaCoReResult(BaseModel):
     message: AIMessage
     trajectories: list[Trajectory] | None = Field(None, description="full trajectories, when traced")
     outcome: Outcome = Field(default_factory=Outcome)
+    models: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="a panel run: per model its trajectories, requests, failures, tokens, seconds and agreement "
+        "(pacore_graph.coordination.panel); empty for a one-model run",
+    )
 
     @property
     def ttc(self) -> int:
@@ -282,13 +287,6 @@ class PaCoReResult(BaseModel):
         """Trajectories a round cancelled (early stop, budget): their tokens before the cut are not counted."""
         return [t for r in self.rounds for t in r.trajectories if t.cut]
 
-    def models(self) -> dict[str, dict[str, Any]]:
-        """A panel run's account per model (trajectories, requests, failures, tokens, seconds, agreement); ``{}``
-        for a one-model run (see :mod:`pacore_graph.coordination.panel`)."""
-        from pacore_graph.coordination.panel import model_accounts  # coordination reads records: imported late
-
-        return model_accounts(self.rounds, self.answer)
-
     def __repr__(self) -> str:
         """One line: the answer (shortened), the schedule run, TTC and failures (``.rounds`` has each round)."""
         schedule = [r.k for r in self.rounds]
@@ -302,9 +300,7 @@ class PaCoReResult(BaseModel):
         lines = [self.answer.strip() or "(empty answer)", ""]
         lines += [f"round {r.round_index + 1}: {round_line(r)}" for r in self.rounds]
         lines.append(f"effective TTC: {self.ttc:,} completion tokens over {sum(r.k for r in self.rounds)} calls")
-        from pacore_graph.coordination.panel import model_line  # coordination reads records: imported late
-
-        lines += [model_line(name, account) for name, account in self.models().items()]
+        lines += [model_line(name, account) for name, account in self.models.items()]
         return "\n".join(lines)
 
     def summary(self) -> dict[str, Any]:
@@ -323,8 +319,8 @@ class PaCoReResult(BaseModel):
             "outcome": self.outcome.model_dump(),
             "cut": [{"round_index": t.round_index, "index": t.index, "reason": t.cut} for t in self.cut],
         }
-        if models := self.models():
-            account["models"] = models
+        if self.models:
+            account["models"] = self.models
         if not full:
             account = {key: value for key, value in account.items() if value or key in ("ttc", "rounds")}
             if self.outcome == Outcome():
@@ -344,3 +340,18 @@ def round_line(round: RoundRecord) -> str:
     parts = [f"K={round.k}", f"{counts['completion_tokens']:,} tokens"]
     parts += [f"{counts[name]} {name}" for name in ("failed", "truncated", "cut") if name in counts]
     return ", ".join(parts)
+
+
+def model_line(name: str, account: dict[str, Any]) -> str:
+    """A panel model's account in words (``pacore solve``, ``pacore show``); "agree": how many of its usable
+    trajectories before the last round give the run's answer."""
+    line = (
+        f"{name}: {account['trajectories']} trajectories ({account['requests']} requests), "
+        f"{account['prompt_tokens']:,} prompt / {account['completion_tokens']:,} completion tokens, "
+        f"{account['seconds']:.1f} s"
+    )
+    if account["failed"]:
+        line += f", {account['failed']} failed"
+    if account["usable"]:
+        line += f", {account['agree']}/{account['usable']} agree"
+    return line

@@ -9,7 +9,7 @@ before each arm:
 - **small**: every slot and the synthesis on the small model.
 
 Per arm and model: the requests and completion tokens each server counted (its own count), the trajectories and
-seconds the client's per-model account gives (``PaCoReResult.models()``: seconds summed over that model's
+seconds the client's per-model account gives (``PaCoReResult.models``: seconds summed over that model's
 trajectories), and the arm's wall time. The ratios compare the panel with the strong model alone.
 """
 
@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 from pacore_benchmarks.perf.bench_settings import BenchSettings
 from pacore_emulator import Emulator, EmulatorConfig
 from pacore_graph import PaCoReConfig, asolve
+from pacore_graph.coordination import Panel
 from pacore_graph.models import OpenAICompatibleChatModel
 
 ARMS = ("strong", "panel", "small")
@@ -78,9 +79,9 @@ def arm_config(arm: str, settings: PanelSettings) -> PaCoReConfig:
     """The arm's config: a panel of both models, or one of them for every slot (a panel of one, so its trajectories
     are named and timed the same way)."""
     if arm == "panel":
-        panel = {"models": {"small": settings.small_weight, "strong": 1}, "synthesizer": "strong"}
+        panel = Panel.model_validate({"models": {"small": settings.small_weight, "strong": 1}, "synthesizer": "strong"})
     else:
-        panel = {"models": {"small": 0, "strong": 0, arm: 1}, "synthesizer": arm}
+        panel = Panel.model_validate({"models": {"small": 0, "strong": 0, arm: 1}, "synthesizer": arm})
     return PaCoReConfig(rounds=settings.rounds, panel=panel, spaced_gc=True, max_concurrency=256)
 
 
@@ -97,7 +98,7 @@ async def run_arm(arm: str, settings: PanelSettings, servers: dict[str, Emulator
     async def one(index: int) -> dict[str, dict[str, Any]]:
         async with slots:
             result = await asolve(clients, f"Problem {index}: what is {index} * 7?", config)
-        return result.models()
+        return result.models
 
     started = time.monotonic()
     try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from pacore_graph.command_kit import parse_rounds, print_summary, summarised
+from pacore_graph.command_kit import add_schedule_arguments, print_summary, schedule_from_args, summarised
 
 if TYPE_CHECKING:  # imported on first use at run time: `pacore --help` stays quick
     from pacore_benchmarks.perf.panel import PanelSettings
@@ -25,9 +25,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "every slot on the small model. Prints each model's requests and tokens (its server's count), a table, then "
         "one JSON line.",
     )
-    parser.add_argument("--quick", action="store_true", help="4 problems at [8]: seconds (default 8 at [16])")
+    parser.add_argument("--quick", action="store_true", help="4 problems at [8]: seconds (default 8 problems)")
     parser.add_argument("--problems", type=int, help="problems per arm")
-    parser.add_argument("--rounds", type=parse_rounds, help="the schedule, e.g. 16 or 8,4 (default 16)")
+    add_schedule_arguments(parser, default="[16]")
     parser.add_argument("--small-weight", type=float, help="the panel's weight of the small model (strong: 1; 3)")
     parser.set_defaults(func=main)
 
@@ -36,7 +36,7 @@ def settings_from_args(args: argparse.Namespace) -> PanelSettings:
     from pacore_benchmarks.perf.panel import PanelSettings
 
     return PanelSettings.from_command_line(
-        args.quick, problems=args.problems, rounds=args.rounds or None, small_weight=args.small_weight
+        args.quick, problems=args.problems, rounds=schedule_from_args(args) or None, small_weight=args.small_weight
     )
 
 

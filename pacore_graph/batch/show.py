@@ -18,9 +18,8 @@ from typing import Any
 from pacore_graph.batch.fingerprint import SETTINGS_FILE
 from pacore_graph.batch.results_file import RESULTS_FILE, ResultsFile
 from pacore_graph.coordination.answers import compared_answer
-from pacore_graph.coordination.panel import model_line
 from pacore_graph.errors import UsageError
-from pacore_graph.records import RoundRecord, TrajectoryRecord, round_line, shorten
+from pacore_graph.records import RoundRecord, TrajectoryRecord, model_line, round_line, shorten
 
 WIDTH = 100  # what every line of the rendering fits
 

@@ -1,9 +1,9 @@
 """A panel run's account per model: what each model of the panel was asked for, spent, failed and agreed on.
 
-Read off the records (each names its model), so the result, an answer message's metadata, a results row and
-``pacore show`` all count the same way. Agreement compares answers as ``pacore show`` does
-(:func:`~pacore_graph.coordination.answers.compared_answer`): per model, how many of its usable trajectories give
-the answer the run ended with.
+Read off the records (each names its model) as a run's result is built (``PaCoReResult.models``), so the result,
+an answer message's metadata, a results row, the endpoint's usage and ``pacore show`` all count the same way.
+Agreement compares answers as ``pacore show`` does (:func:`~pacore_graph.coordination.answers.compared_answer`):
+per model, how many of its usable trajectories before the last round give the answer the run ended with.
 """
 
 from __future__ import annotations
@@ -55,18 +55,3 @@ def _count(account: dict[str, Any], record: TrajectoryRecord, final: str | None)
     if record.usable and final is not None:
         account["usable"] += 1
         account["agree"] += int(compared_answer(record.answer, record.conclusion) == final)
-
-
-def model_line(name: str, account: dict[str, Any]) -> str:
-    """One model's account in words (``pacore solve`` and ``pacore show``); "agree": how many of its usable
-    trajectories before the last round give the run's answer."""
-    line = (
-        f"{name}: {account['trajectories']} trajectories ({account['requests']} requests), "
-        f"{account['prompt_tokens']:,} prompt / {account['completion_tokens']:,} completion tokens, "
-        f"{account['seconds']:.1f} s"
-    )
-    if account["failed"]:
-        line += f", {account['failed']} failed"
-    if account["usable"]:
-        line += f", {account['agree']}/{account['usable']} agree"
-    return line

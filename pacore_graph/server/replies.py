@@ -89,8 +89,8 @@ def usage(result: PaCoReResult) -> dict[str, Any]:
     ]
     prompt_tokens = sum(r["prompt_tokens"] for r in rounds)
     extension: dict[str, Any] = {"rounds": rounds, "ttc_approximate": result.ttc_approximate}
-    if models := result.models():
-        extension["models"] = models
+    if result.models:
+        extension["models"] = result.models
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": result.ttc,

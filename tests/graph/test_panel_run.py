@@ -67,7 +67,7 @@ def test_each_slot_goes_to_its_model_and_its_record_names_it():
         assert [t.model for t in round_.trajectories] == slots
         assert all(t.conclusion.startswith(t.model) for t in round_.trajectories)  # its model's server answered
     assert result.answer.startswith("strong")
-    models = result.models()
+    models = result.models
     assert models["small"]["trajectories"] == len(small.requests) and models["strong"]["requests"] == 4
     assert models["small"]["completion_tokens"] == 7 * len(small.requests)
     account = result.message.response_metadata["pacore"]["models"]
@@ -109,7 +109,7 @@ def test_a_model_failing_shows_in_its_account_only():
     (strong,) = servers(("strong", 0))
     with small, strong:
         result = solve({"small": client(small), "strong": client(strong)}, PROBLEM, config)
-    models = result.models()
+    models = result.models
     assert models["small"]["failed"] == models["small"]["trajectories"] == 2
     assert models["strong"]["failed"] == 0 and models["strong"]["trajectories"] == 3
     assert all(t.model == "small" for t in result.failures)

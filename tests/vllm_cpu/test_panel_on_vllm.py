@@ -51,5 +51,5 @@ def test_a_panel_of_vllm_and_the_embedded_server_counted_on_each_servers_books(v
     # each record names its server's model too (vLLM's served name, the embedded alias)
     served = {t.model: t.model_name for r in result.rounds for t in r.trajectories}
     assert served == {"vllm": MODEL, "local": embedded_server.model}
-    models_account = result.models()
+    models_account = result.models
     assert models_account["vllm"]["requests"] == sent_vllm and models_account["local"]["requests"] == sent_local
