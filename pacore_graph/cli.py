@@ -169,14 +169,10 @@ def panel_from_args(args: argparse.Namespace) -> PanelFile | None:
 def read_messages_file(path: str) -> list[dict[str, Any]]:
     """A ``--messages-file``: a JSON list of OpenAI-style messages, each checked (role, content, types), so a
     file of something else (an object, ``[1, 2]``) is refused in one line before anything starts."""
-    from pacore_graph.inputs import check_messages, parse_json
+    from pacore_graph.inputs import check_messages, read_json_file
 
     where = f"--messages-file {path}"
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read {where}: {exc.strerror or exc}") from None
-    messages = parse_json(raw, where)
+    messages = read_json_file(path, where)
     check_messages(messages, where)
     checked: list[dict[str, Any]] = messages  # check_messages refused anything else
     return checked

@@ -109,6 +109,12 @@ class PanelExplorer:
     def config_of(self, name: str) -> PaCoReConfig:
         return self.configs[name]
 
+    def slot_explorer(self, round_index: int, index: int) -> tuple[str, Explorer, PaCoReConfig]:
+        """Who explores a slot, and how: its model's name, that model's explorer and config (what a request made for
+        the slot carries: its model, its sampling, its window)."""
+        name = self.slot_model(round_index, index)
+        return name, self.explorers[name], self.configs[name]
+
     async def expect(self, requests: int) -> None:
         """Every model that can get ready for requests does (each at most for ``requests``)."""
         for explorer in self.explorers.values():

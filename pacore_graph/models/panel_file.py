@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -88,14 +87,10 @@ class PanelFile(BaseModel):
 
 def read_panel_file(path: str) -> PanelFile:
     """A ``--panel`` file, checked whole (a key in it is refused: keys come from the environment)."""
-    from pacore_graph.inputs import parse_json
+    from pacore_graph.inputs import read_json_file
 
     where = f"--panel {path}"
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read {where}: {exc.strerror or exc}") from None
-    data = parse_json(raw, where)
+    data = read_json_file(path, where)
     if isinstance(data, dict) and isinstance(data.get("models"), dict):
         for name, server in data["models"].items():
             if isinstance(server, dict) and ("api_key" in server or "key" in server):
