@@ -232,3 +232,24 @@ def test_asolve_with_a_checkpointer_keeps_the_model_of_each_record():
         *config.panel.slot_map(0, 2, False, config.seed),
         "strong",
     ]
+
+
+def test_a_models_own_bound_on_requests_in_flight_holds_on_its_server_only():
+    """small may have one request in flight (a hosted API's rate limit, say); strong is bound by the run only."""
+    from pacore_emulator import Emulator, EmulatorConfig
+
+    panel = {"models": {"small": {"weight": 1, "max_concurrency": 1}, "strong": 1}, "synthesizer": "strong"}
+    config = PaCoReConfig(rounds=[8], panel=panel)
+    slow = {"ttft": 0.1, "token_delay": 0.001, "output_tokens": 20}
+    with (
+        Emulator(EmulatorConfig(model="small-model", **slow)) as small,
+        Emulator(EmulatorConfig(model="strong-model", **slow)) as strong,
+    ):
+        models = {
+            name: OpenAICompatibleChatModel(base_url=e.base_url, model=e.config.model)
+            for name, e in (("small", small), ("strong", strong))
+        }
+        result = solve(models, PROBLEM, config)
+        small_stats, strong_stats = small.stats(), strong.stats()
+    assert small_stats["requests"] == 4 and strong_stats["requests"] == 5 and not result.failures
+    assert small_stats["peak_active"] == 1 and strong_stats["peak_active"] == 4
