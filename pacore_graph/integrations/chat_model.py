@@ -87,7 +87,7 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
         description="the chat model every trajectory calls (bound tools and wrappers kept); with ``models``, "
         "optional: the panel's synthesiser",
     )
-    models: SkipValidation[dict[str, Runnable[Any, Any]]] | None = Field(
+    models: SkipValidation[Mapping[str, Runnable[Any, Any]]] | None = Field(
         None,
         exclude=True,
         description="a panel's chat models by the names config.panel gives them (each with its own key and tools)",
