@@ -253,3 +253,16 @@ def test_a_models_own_bound_on_requests_in_flight_holds_on_its_server_only():
         small_stats, strong_stats = small.stats(), strong.stats()
     assert small_stats["requests"] == 4 and strong_stats["requests"] == 5 and not result.failures
     assert small_stats["peak_active"] == 1 and strong_stats["peak_active"] == 4
+
+
+def test_pacore_tool_takes_a_panel():
+    from pacore_graph import pacore_tool
+
+    config = PaCoReConfig(rounds=[4], panel=PANEL)
+    small, strong = servers(("small", 0), ("strong", 0))
+    with small, strong:
+        tool = pacore_tool({"small": client(small), "strong": client(strong)}, config)
+        call = {"type": "tool_call", "name": tool.name, "args": {"question": PROBLEM}, "id": "call-1"}
+        message = tool.invoke(call)
+    assert message.content.startswith("strong") and set(message.artifact["models"]) == {"small", "strong"}
+    assert len(small.requests) == 3 and len(strong.requests) == 2
