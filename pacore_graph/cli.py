@@ -22,6 +22,7 @@ from pacore_graph.command_kit import (
     extra_needed,
     is_loopback,
     item_counts,
+    panel_from_args,
     print_summary,
     register_plugins,
     run_command_line,
@@ -38,7 +39,6 @@ if TYPE_CHECKING:  # imported on first use at run time: `pacore --help` stays fa
     from pacore_graph.batch.progress import RunProgress
     from pacore_graph.graph.runner import MessagesInput
     from pacore_graph.models.openai_compatible import OpenAICompatibleChatModel
-    from pacore_graph.models.panel_file import PanelFile
     from pacore_graph.models.vllm_server import Cluster
 
 SOLVE_ID = "problem"  # the one problem of a `pacore solve --output` folder
@@ -148,22 +148,6 @@ def say_models(models: dict[str, Any]) -> None:
 
     for name, account in models.items():
         say(f"  {model_line(name, account)}")
-
-
-def panel_from_args(args: argparse.Namespace) -> PanelFile | None:
-    """The ``--panel`` file, read and checked; with it, ``--base-url`` / ``--model`` / the key flag are refused
-    (each panel model names its own server, model and key variable)."""
-    if not getattr(args, "panel", None):
-        return None
-    from pacore_graph.models.panel_file import read_panel_file
-
-    upstream_key = "upstream_api_key" if args.command == "serve" else "api_key"  # serve's --api-key is its clients'
-    for flag in ("base_url", "model", upstream_key):
-        if getattr(args, flag, None):
-            raise UsageError(
-                f"--panel names each model's server, model and key variable: leave out --{flag.replace('_', '-')}"
-            )
-    return read_panel_file(args.panel)
 
 
 def read_messages_file(path: str) -> list[dict[str, Any]]:
