@@ -20,6 +20,7 @@ BENCHMARKS = {
     "escalation": "pacore_benchmarks.perf.escalation_cli",
     "engine": "pacore_benchmarks.perf.engine_cli",
     "viewer": "pacore_benchmarks.perf.viewer_cli",
+    "panel": "pacore_benchmarks.perf.panel_cli",
 }
 
 

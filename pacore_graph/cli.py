@@ -22,6 +22,7 @@ from pacore_graph.command_kit import (
     extra_needed,
     is_loopback,
     item_counts,
+    panel_from_args,
     print_summary,
     register_plugins,
     run_command_line,
@@ -41,6 +42,11 @@ if TYPE_CHECKING:  # imported on first use at run time: `pacore --help` stays fa
     from pacore_graph.models.vllm_server import Cluster
 
 SOLVE_ID = "problem"  # the one problem of a `pacore solve --output` folder
+PANEL_HELP = (
+    "a JSON file naming several models (each its base_url, model, api_key_env, weight) and the synthesizer that "
+    "writes the final round: each round's slots are shared among them (docs/coordination.md#panels); in place of "
+    "--base-url/--model"
+)
 
 
 @summarised("solve")
@@ -52,9 +58,11 @@ def _solve(args: argparse.Namespace) -> int:
     from pacore_graph.graph.runner import asolve, to_messages
     from pacore_graph.inputs import check_problem_text
     from pacore_graph.models import configured_url, serving
+    from pacore_graph.models.panel_file import serving_panel
     from pacore_graph.synthesis.prompt import last_user_index
 
-    config = config_from_args(args)
+    panel = panel_from_args(args)  # a --panel file, checked before anything starts
+    config = config_from_args(args, **({"panel": panel.panel()} if panel else {}))
     check_api_keys(args)
     given: MessagesInput
     if args.messages_file:
@@ -73,9 +81,10 @@ def _solve(args: argparse.Namespace) -> int:
         last_user_index(messages)
     base_url = configured_url(args.base_url)  # several URLs are refused here, before anything runs
     progress = RunProgress()
-    folder = _solve_folder(args.output, messages, config, args.model, progress) if args.output else None
+    model_named = panel.servers() if panel else args.model
+    folder = _solve_folder(args.output, messages, config, model_named, progress) if args.output else None
 
-    async def run(model: OpenAICompatibleChatModel) -> dict[str, Any]:
+    async def run(model: OpenAICompatibleChatModel | dict[str, OpenAICompatibleChatModel]) -> dict[str, Any]:
         try:
             if folder is None:
                 return (await asolve(model, messages, config, on_event=progress)).summary()
@@ -91,14 +100,15 @@ def _solve(args: argparse.Namespace) -> int:
             row: dict[str, Any] = folder.results.rows[0]
             return row
         finally:
-            await model.aclose()
+            for each in model.values() if isinstance(model, dict) else [model]:
+                await each.aclose()
 
     try:
         if folder is not None and folder.results.rows:
             row = folder.results.rows[0]
             say(f"answered before; read from {folder.results.path}")
         else:
-            with serving(base_url, args.model, args.api_key) as model, progress:
+            with serving_panel(panel) if panel else serving(base_url, args.model, args.api_key) as model, progress:
                 row = asyncio.run(run(model))
     finally:
         if folder is not None:
@@ -107,6 +117,7 @@ def _solve(args: argparse.Namespace) -> int:
     _say_rounds(row["rounds"])
     approx = " (approximate)" if row["ttc_approximate"] else ""
     say(f"effective TTC: {row['ttc']} tokens{approx}; failed trajectories: {len(row['failures'])}")
+    say_models(row.get("models") or {})
     if args.output:
         say(f"the run, readable: pacore show {args.output}")
     trajectories = sum(len(record["trajectories"]) for record in row["rounds"])
@@ -131,17 +142,21 @@ def _say_rounds(rounds: list[dict[str, Any]]) -> None:
         say(f"round {round_.round_index + 1}: {round_line(round_)}; {agreement(round_)}")
 
 
+def say_models(models: dict[str, Any]) -> None:
+    """A panel run: one line per model on stderr (trajectories, requests, tokens, seconds, agreement)."""
+    from pacore_graph.records import model_line
+
+    for name, account in models.items():
+        say(f"  {model_line(name, account)}")
+
+
 def read_messages_file(path: str) -> list[dict[str, Any]]:
     """A ``--messages-file``: a JSON list of OpenAI-style messages, each checked (role, content, types), so a
     file of something else (an object, ``[1, 2]``) is refused in one line before anything starts."""
-    from pacore_graph.inputs import check_messages, parse_json
+    from pacore_graph.inputs import check_messages, read_json_file
 
     where = f"--messages-file {path}"
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read {where}: {exc.strerror or exc}") from None
-    messages = parse_json(raw, where)
+    messages = read_json_file(path, where)
     check_messages(messages, where)
     checked: list[dict[str, Any]] = messages  # check_messages refused anything else
     return checked
@@ -175,7 +190,7 @@ def messages_fingerprint(messages: Sequence[BaseMessage]) -> Any:
 
 
 def _solve_folder(
-    output: str, messages: Sequence[BaseMessage], config: PaCoReConfig, model: str | None, progress: RunProgress
+    output: str, messages: Sequence[BaseMessage], config: PaCoReConfig, model: Any, progress: RunProgress
 ) -> RunFolder:
     """The run folder of ``--output``, claimed now: a bad path, a folder in use or one made for another
     problem or settings is refused before a server starts."""
@@ -310,7 +325,8 @@ def _own_options_first(parser: argparse.ArgumentParser, args: argparse.Namespace
 def _serve(args: argparse.Namespace) -> int:
     from pacore_graph.models import configured_url
 
-    config = config_from_args(args)
+    panel = panel_from_args(args)
+    config = config_from_args(args, **({"panel": panel.panel()} if panel else {}))
     check_api_keys(args)
     check_port(args.port)
     with extra_needed("pacore serve", "server"):
@@ -335,6 +351,7 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port,
         api_key=args.api_key,
         limits=limits,
+        panel=panel,
     )
 
 
@@ -468,6 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     solve.add_argument("problem", nargs="?", help="the problem (a user message)")
     solve.add_argument("--messages-file", help="JSON list of OpenAI-style messages (a conversation)")
+    solve.add_argument("--panel", metavar="FILE", help=PANEL_HELP)
     add_run_arguments(
         solve,
         concurrency="trajectories in flight at most (default 256)",
@@ -567,6 +585,7 @@ def build_parser() -> argparse.ArgumentParser:
         concurrency="trajectories in flight upstream at most, over all requests (default 256)",
         max_tokens=f"default cap on each generated message (default: none; embedded model: {EMBEDDED_MAX_TOKENS})",
     )
+    endpoint.add_argument("--panel", metavar="FILE", help=PANEL_HELP + "; clients ask for model 'panel'")
     endpoint.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: loopback only)")
     endpoint.add_argument("--port", type=int, default=8100)
     endpoint.add_argument(

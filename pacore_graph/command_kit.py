@@ -33,10 +33,13 @@ import sqlite3
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TypeAlias
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 
 from pacore_graph.config import PRESETS, PaCoReConfig, parse_rounds
-from pacore_graph.errors import PaCoReError, redact_credentials
+from pacore_graph.errors import PaCoReError, UsageError, redact_credentials
+
+if TYPE_CHECKING:
+    from pacore_graph.models.panel_file import PanelFile
 
 PROG = "pacore"
 USAGE = 2  # exit status: what was given cannot be used; nothing started
@@ -340,6 +343,22 @@ def config_from_args(args: argparse.Namespace, **overrides: Any) -> PaCoReConfig
             fields[name] = getattr(args, name)
     fields.update(overrides)
     return PaCoReConfig(**fields)
+
+
+def panel_from_args(args: argparse.Namespace) -> PanelFile | None:
+    """The ``--panel`` file, read and checked; with it, ``--base-url`` / ``--model`` / the key flag are refused
+    (each panel model names its own server, model and key variable)."""
+    if not getattr(args, "panel", None):
+        return None
+    from pacore_graph.models.panel_file import read_panel_file
+
+    upstream_key = "upstream_api_key" if args.command == "serve" else "api_key"  # serve's --api-key is its clients'
+    for flag in ("base_url", "model", upstream_key):
+        if getattr(args, flag, None):
+            raise UsageError(
+                f"--panel names each model's server, model and key variable: leave out --{flag.replace('_', '-')}"
+            )
+    return read_panel_file(args.panel)
 
 
 def is_loopback(host: str) -> bool:

@@ -1,9 +1,9 @@
 """Configuration of one PaCoRe run: the schedule, sampling, references, retries, limits and the coordination
 options (all off by default), with their defaults: the paper's synthesis template among them.
 
-A leaf: it imports nothing of the package, so every folder may read a config (see docs/architecture.md). Names of
-answer extractors are checked here by import (:func:`extractor_name`); the extractors themselves are in
-:mod:`pacore_graph.coordination.answers`.
+A leaf: it imports nothing of the package but :mod:`pacore_graph.panel` (a leaf too), so every folder may read a
+config (see docs/architecture.md). Names of answer extractors are checked here by import (:func:`extractor_name`);
+the extractors themselves are in :mod:`pacore_graph.coordination.answers`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 import jinja2
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from pacore_graph.panel import Panel
 
 PRESETS: dict[str, list[int]] = {"low": [4], "medium": [16], "high": [32, 4]}
 # The largest schedule the commands (--rounds) and the endpoint run: far beyond the paper's (at most 32 per round,
@@ -218,6 +220,9 @@ class PaCoReConfig(BaseModel):
         "extracted answers (no final call), or one verifier call naming the best candidate",
     )
     verifier_template: str = Field(VERIFIER_TEMPLATE, description="jinja2 prompt of the verifier call")
+    panel: Panel | None = Field(
+        None, description="several models in one run: which model each slot of each round gets (pacore_graph.panel)"
+    )
 
     @field_validator("answer_extractor", mode="before")
     @classmethod
@@ -271,6 +276,12 @@ class PaCoReConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _panel_fits_schedule(self) -> PaCoReConfig:
+        if self.panel is not None:
+            self.panel.check_schedule(self.rounds)
+        return self
+
+    @model_validator(mode="after")
     def _compat_is_reproducible(self) -> PaCoReConfig:
         """Options the reference pipeline does not have would change what compat='reference' sends."""
         if self.compat != "reference":
@@ -287,6 +298,7 @@ class PaCoReConfig(BaseModel):
                 "reference_subset": self.reference_subset is not None,
                 "dedup_references": self.dedup_references,
                 f"final_selector={self.final_selector!r}": self.final_selector != "synthesis",
+                "panel": self.panel is not None,
             }.items()
             if on
         ]

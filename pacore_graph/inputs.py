@@ -13,10 +13,12 @@ import json
 import math
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage
 
+from pacore_graph.errors import UsageError
 from pacore_graph.synthesis.prompt import message_text
 
 MAX_DEPTH = 100  # nesting of arrays and objects; a tool's JSON schema needs a few dozen at most
@@ -55,6 +57,15 @@ def parse_json(raw: bytes | str, where: str = "the request body") -> Any:
         raise InputError(f"{where} is not valid JSON ({one_line(str(exc))})") from None
     check_json_values(value, where)
     return value
+
+
+def read_json_file(path: str, where: str) -> Any:
+    """A JSON file a command was given (``where`` names the flag and file): unreadable or not JSON is one line."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {where}: {exc.strerror or exc}") from None
+    return parse_json(raw, where)
 
 
 def check_json_values(value: Any, where: str) -> None:

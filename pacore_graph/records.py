@@ -35,6 +35,8 @@ class TrajectoryData(TypedDict, total=False):
     tokens_approximate: bool
     finish_reason: str | None
     model_name: str | None
+    model: str | None  # a panel run: the slot's model, by its panel name
+    seconds: float  # a panel run: the trajectory's wall time, retries included
     message_id: str | None
     truncated: bool
     error: str | None
@@ -120,6 +122,8 @@ class TrajectoryRecord(BaseModel):
     tokens_approximate: bool = False
     finish_reason: str | None = None
     model_name: str | None = None
+    model: str | None = Field(None, description="a panel run: the model its slot was given, by its panel name")
+    seconds: float | None = Field(None, description="a panel run: its wall time, retries included")
     message_id: str | None = None
     truncated: bool = Field(False, description="cut off by the length limit")
     error: str | None = Field(None, description="why the trajectory failed after retries")
@@ -259,6 +263,11 @@ class PaCoReResult(BaseModel):
     message: AIMessage
     trajectories: list[Trajectory] | None = Field(None, description="full trajectories, when traced")
     outcome: Outcome = Field(default_factory=Outcome)
+    models: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="a panel run: per model its trajectories, requests, failures, tokens, seconds and agreement "
+        "(pacore_graph.coordination.panel); empty for a one-model run",
+    )
 
     @property
     def ttc(self) -> int:
@@ -291,6 +300,7 @@ class PaCoReResult(BaseModel):
         lines = [self.answer.strip() or "(empty answer)", ""]
         lines += [f"round {r.round_index + 1}: {round_line(r)}" for r in self.rounds]
         lines.append(f"effective TTC: {self.ttc:,} completion tokens over {sum(r.k for r in self.rounds)} calls")
+        lines += [model_line(name, account) for name, account in self.models.items()]
         return "\n".join(lines)
 
     def summary(self) -> dict[str, Any]:
@@ -309,6 +319,8 @@ class PaCoReResult(BaseModel):
             "outcome": self.outcome.model_dump(),
             "cut": [{"round_index": t.round_index, "index": t.index, "reason": t.cut} for t in self.cut],
         }
+        if self.models:
+            account["models"] = self.models
         if not full:
             account = {key: value for key, value in account.items() if value or key in ("ttc", "rounds")}
             if self.outcome == Outcome():
@@ -328,3 +340,18 @@ def round_line(round: RoundRecord) -> str:
     parts = [f"K={round.k}", f"{counts['completion_tokens']:,} tokens"]
     parts += [f"{counts[name]} {name}" for name in ("failed", "truncated", "cut") if name in counts]
     return ", ".join(parts)
+
+
+def model_line(name: str, account: dict[str, Any]) -> str:
+    """A panel model's account in words (``pacore solve``, ``pacore show``); "agree": how many of its usable
+    trajectories before the last round give the run's answer."""
+    line = (
+        f"{name}: {account['trajectories']} trajectories ({account['requests']} requests), "
+        f"{account['prompt_tokens']:,} prompt / {account['completion_tokens']:,} completion tokens, "
+        f"{account['seconds']:.1f} s"
+    )
+    if account["failed"]:
+        line += f", {account['failed']} failed"
+    if account["usable"]:
+        line += f", {account['agree']}/{account['usable']} agree"
+    return line

@@ -53,7 +53,7 @@ from pacore_graph.errors import (
     is_disk_full,
     stop_if_disk_full,
 )
-from pacore_graph.explorers.protocol import ModelOrExplorer
+from pacore_graph.explorers.panel import Models
 from pacore_graph.graph.runner import MessagesInput, PaCoReRunner, to_messages
 from pacore_graph.records import PaCoReResult
 
@@ -268,7 +268,7 @@ class RunFolder:
     # -- running problems ----------------------------------------------------------------------------
     async def run(
         self,
-        model_or_explorer: ModelOrExplorer,
+        model_or_explorer: Models,
         config: PaCoReConfig,
         problems: Iterable[Problem],
         row: Row = answer_row,

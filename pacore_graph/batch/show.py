@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pacore_graph.batch.fingerprint import SETTINGS_FILE
 from pacore_graph.batch.results_file import RESULTS_FILE, ResultsFile
-from pacore_graph.coordination.answers import boxed_answer
+from pacore_graph.coordination.answers import compared_answer
 from pacore_graph.errors import UsageError
-from pacore_graph.records import RoundRecord, TrajectoryRecord, round_line, shorten
+from pacore_graph.records import RoundRecord, TrajectoryRecord, model_line, round_line, shorten
 
 WIDTH = 100  # what every line of the rendering fits
 
@@ -50,6 +50,7 @@ class ShownProblem:
     answer: str
     rounds: list[RoundRecord]
     ttc: int
+    models: dict[str, Any] = field(default_factory=dict)  # a panel run: its account per model
 
     @property
     def agreements(self) -> list[Agreement]:
@@ -59,18 +60,6 @@ class ShownProblem:
 def answer_of(record: TrajectoryRecord) -> str:
     """What a trajectory answered, as agreement compares it (see the module's docstring)."""
     return compared_answer(record.answer, record.conclusion)
-
-
-def compared_answer(recorded: str | None, conclusion: str) -> str:
-    """The answer an ``answer_extractor`` recorded, else the one read off the conclusion (see the module's
-    docstring): what agreement compares, on a record or on its JSON."""
-    if recorded:
-        return recorded
-    found = boxed_answer(conclusion)
-    if found:
-        return found
-    first_line = next((line.strip() for line in conclusion.splitlines() if line.strip()), "")
-    return " ".join(first_line.lower().split())
 
 
 def agreement(round: RoundRecord) -> Agreement:
@@ -101,6 +90,7 @@ def read_folder(folder: str | Path) -> tuple[dict[str, Any], list[ShownProblem]]
             row.get("answer", ""),
             [RoundRecord.model_validate(r) for r in row["rounds"]],
             row.get("ttc", 0),
+            row.get("models") or {},
         )
         for row in rows
     ]
@@ -148,6 +138,8 @@ def render(folder: str | Path) -> str:
         return render_episodes(folder, rows)
     fingerprint, problems = read_folder(folder)
     settings = ", ".join(f"{name} {fingerprint[name]}" for name in ("model", "rounds") if fingerprint.get(name))
+    if isinstance(fingerprint.get("panel"), dict):  # a panel run: its models by name, not their servers
+        settings = f"panel {', '.join(fingerprint['panel'].get('models') or {})}, rounds {fingerprint.get('rounds')}"
     lines = [str(folder), f"{len(problems)} problem(s) finished" + (f" ({settings})" if settings else "")]
     for problem in problems:
         lines += ["", fit(f"{problem.id}  answer: {shorten(problem.answer, WIDTH)}")]
@@ -155,6 +147,7 @@ def render(folder: str | Path) -> str:
             lines.append(fit(f"    round {round_.round_index + 1}: {round_line(round_)}; {agreed}"))
         calls = sum(r.k for r in problem.rounds)
         lines.append(f"    effective TTC {problem.ttc:,} completion tokens over {calls} calls")
+        lines += [fit(f"    {model_line(name, account)}") for name, account in problem.models.items()]
     if not problems:
         lines.append("nothing finished yet: run the same command again to go on")
     return "\n".join(lines)

@@ -5,7 +5,8 @@
 - random subsets of references per trajectory (Recursive Self-Aggregation; :func:`rsa_config`
   in :mod:`pacore_graph.coordination.rsa` maps RSA's population, subset and loops onto a config);
 - deduplicated references, with how many gave each;
-- final selectors: a majority vote over extracted answers or a verifier call instead of one synthesis.
+- final selectors: a majority vote over extracted answers or a verifier call instead of one synthesis;
+- panels: several models in one run (:class:`Panel`, :class:`PanelMember`), each round's slots shared among them.
 
 Set them on :class:`~pacore_graph.config.PaCoReConfig`; the result's ``outcome`` and each trajectory's
 ``cut`` / ``answer`` / ``reference_indices`` say what they did.
@@ -15,12 +16,15 @@ from pacore_graph.config import VERIFIER_TEMPLATE, Budget, EarlyStop
 from pacore_graph.coordination.answers import answer_key, boxed_answer, extract_answer, last_boxed
 from pacore_graph.coordination.templates import RSA_TEMPLATE
 from pacore_graph.coordination.vote import VoteResult, majority_vote
+from pacore_graph.panel import Panel, PanelMember
 
 __all__ = [
     "RSA_TEMPLATE",
     "VERIFIER_TEMPLATE",
     "Budget",
     "EarlyStop",
+    "Panel",
+    "PanelMember",
     "VoteResult",
     "answer_key",
     "boxed_answer",

@@ -202,3 +202,15 @@ def answer_key(answer: str | None) -> str | None:
     if _INTEGER.fullmatch(text):
         text = str(int(text))
     return text or None
+
+
+def compared_answer(recorded: str | None, conclusion: str) -> str:
+    """The answer an ``answer_extractor`` recorded, else the one read off the conclusion (:func:`boxed_answer`,
+    else the conclusion's first line, lower-cased): what agreement compares, on a record or on its JSON."""
+    if recorded:
+        return recorded
+    found = boxed_answer(conclusion)
+    if found:
+        return found
+    first_line = next((line.strip() for line in conclusion.splitlines() if line.strip()), "")
+    return " ".join(first_line.lower().split())

@@ -23,6 +23,8 @@ class EpisodeContext:
     - ``payload``: what the caller attached to the run for every episode of this problem (the SWE task
       row, say), or None; under ``PaCoReNode`` it is the enclosing graph's runtime context.
     - :meth:`record`: hands an episode record (anything, e.g. a JSON-ready dict) to the caller's sink.
+    - ``model``: in a panel run (``PaCoReConfig.panel``), the name of the model this slot was given; None
+      otherwise.
     - ``unobserved``: no callback handler is attached to the run (none given, no tracing, no streaming of
       messages or events), so model calls made under ``runnable_config`` would be seen by nobody; an explorer may
       then skip building their LangChain runs. False unless the runner checked (once per run).
@@ -37,6 +39,7 @@ class EpisodeContext:
     payload: Any = None
     sink: Callable[[Any], None] | None = None
     unobserved: bool = False
+    model: str | None = None
 
     def record(self, item: Any) -> None:
         """Give ``item`` to the run's record sink; dropped when the caller attached none."""

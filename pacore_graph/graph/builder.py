@@ -26,7 +26,7 @@ from langgraph.graph import END, START, StateGraph
 from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.concurrency.sync import run_sync
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.explorers.protocol import ModelOrExplorer
+from pacore_graph.explorers.panel import Models
 from pacore_graph.graph.context import PaCoReContext, current_run
 from pacore_graph.graph.rounds import Rounds
 from pacore_graph.graph.state import PaCoReState, TrajectoryTask
@@ -49,7 +49,7 @@ class _Step(Runnable[Any, Any]):
 
 
 def build_pacore_graph(
-    model_or_explorer: ModelOrExplorer,
+    model_or_explorer: Models,
     config: PaCoReConfig | None = None,
     *,
     limiter: ConcurrencyLimiter | None = None,

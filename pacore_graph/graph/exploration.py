@@ -7,6 +7,7 @@ calls with the same retries and token accounting (a benchmark's pool of first-ro
 
 from __future__ import annotations
 
+import time
 import uuid
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -50,12 +51,15 @@ class Exploration:
         self.config = config
         self.attempts = 0
         self.failed_tokens = (0, 0)
+        self._began: float | None = None  # the first attempt's start (a panel's records keep the seconds)
         reference = config.compat == "reference"
         self._uncapped = uncapped or explorer
         self._retries = ReferenceRetries(capped=self._uncapped is not explorer) if reference else None
 
     async def _attempt(self) -> Trajectory:
         self.attempts += 1
+        if self._began is None:
+            self._began = time.monotonic()
         explorer = self.explorer if self._retries is None or self._retries.capped else self._uncapped
         try:
             return await explorer.explore(self.messages, self.episode)
@@ -76,13 +80,19 @@ class Exploration:
     def record(self, outcome: Trajectory) -> TrajectoryData:
         """What a run keeps of it (see :func:`trajectory_data`), its failed attempts' tokens counted in."""
         record = trajectory_data(outcome, self.episode, self.config, self.attempts)
-        return with_failed_tokens(record, self.failed_tokens)
+        return self._timed(with_failed_tokens(record, self.failed_tokens))
 
     def failure(self, exc: BaseException) -> TrajectoryData:
         """The record of a trajectory that failed for good (see :func:`failure_data`), with the tokens its
         attempts spent."""
-        record = failure_data(exc, self.episode.round_index, self.episode.index, self.attempts)
-        return with_failed_tokens(record, self.failed_tokens)
+        record = failure_data(exc, self.episode.round_index, self.episode.index, self.attempts, self.episode.model)
+        return self._timed(with_failed_tokens(record, self.failed_tokens))
+
+    def _timed(self, record: TrajectoryData) -> TrajectoryData:
+        """A panel's record keeps the seconds its trajectory took (retries included): wall per model."""
+        if self.episode.model is not None and self._began is not None:
+            record["seconds"] = round(time.monotonic() - self._began, 3)
+        return record
 
 
 def trajectory_data(
@@ -98,7 +108,7 @@ def trajectory_data(
     elif not conclusion and compacted.truncated and config.truncated_policy == "keep":
         conclusion = outcome.content  # the reference pipeline passes such raw text on
     tokens, approximate = completion_tokens(outcome.completion_tokens, outcome.content, outcome.reasoning)
-    return TrajectoryData(
+    record = TrajectoryData(
         round_index=episode.round_index,
         index=episode.index,
         conclusion=conclusion,
@@ -113,11 +123,17 @@ def trajectory_data(
         truncated=compacted.truncated,
         attempts=attempts,
     )
+    if episode.model is not None:  # a panel run: the slot's model, by its panel name
+        record["model"] = episode.model
+    return record
 
 
-def failure_data(exc: BaseException, round_index: int, index: int, attempts: int = 0) -> TrajectoryData:
-    """The record of a trajectory that failed for good: why, with the error's class, status and kind."""
-    return TrajectoryData(
+def failure_data(
+    exc: BaseException, round_index: int, index: int, attempts: int = 0, model: str | None = None
+) -> TrajectoryData:
+    """The record of a trajectory that failed for good: why, with the error's class, status and kind (and in a
+    panel run, its slot's model)."""
+    record = TrajectoryData(
         round_index=round_index,
         index=index,
         error=f"{type(exc).__name__}: {exc}"[:2000],
@@ -126,6 +142,9 @@ def failure_data(exc: BaseException, round_index: int, index: int, attempts: int
         error_transient=is_transient(exc),
         attempts=attempts,
     )
+    if model is not None:
+        record["model"] = model
+    return record
 
 
 def with_failed_tokens(record: TrajectoryData, failed_tokens: tuple[int, int]) -> TrajectoryData:

@@ -10,7 +10,7 @@ from langgraph.config import get_stream_writer
 from langgraph.runtime import get_runtime
 
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.explorers.protocol import ModelOrExplorer
+from pacore_graph.explorers.panel import Models
 from pacore_graph.graph.run_state import ProgressListener
 from pacore_graph.graph.runner import MessagesInput, PaCoReRunner
 
@@ -39,7 +39,7 @@ class PaCoReNode(Runnable[Any, dict[str, Any]]):
 
     def __init__(
         self,
-        model_or_explorer: ModelOrExplorer,
+        model_or_explorer: Models,
         config: PaCoReConfig | None = None,
         *,
         messages_key: str = "messages",

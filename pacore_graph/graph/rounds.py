@@ -18,7 +18,8 @@ from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.coordination.ending import ending
 from pacore_graph.errors import RoundFailedError
-from pacore_graph.explorers.protocol import Explorer, ModelOrExplorer, as_explorer
+from pacore_graph.explorers.panel import Models, PanelExplorer, panel_models, single_model
+from pacore_graph.explorers.protocol import Explorer, as_explorer
 from pacore_graph.graph.compat import passes_on
 from pacore_graph.graph.context import current_run
 from pacore_graph.graph.run_state import RunState
@@ -31,21 +32,30 @@ from pacore_graph.synthesis.prompt import last_user_index, order_references
 class Rounds:
     """What the nodes of one PaCoRe graph share, and its two round nodes (sync and async bodies each)."""
 
-    def __init__(
-        self, model_or_explorer: ModelOrExplorer, config: PaCoReConfig | None, limiter: ConcurrencyLimiter | None
-    ):
-        # a server-reported context window fits the synthesis prompts
-        self.config = config = with_model_context(config or PaCoReConfig(), model_or_explorer)
-        self.explorer: Explorer = as_explorer(model_or_explorer, config)
+    def __init__(self, model_or_explorer: Models, config: PaCoReConfig | None, limiter: ConcurrencyLimiter | None):
+        config = config or PaCoReConfig()
+        panel = panel_models(model_or_explorer, config)  # a panel's models by name (explorers/panel.py), or None
+        # a server-reported context window fits the synthesis prompts (a panel: each model's own, see slot_config)
+        self.config = config = config if panel is not None else with_model_context(config, model_or_explorer)
+        self.panel = PanelExplorer(panel, config) if panel is not None else None
+        self.explorer: Explorer = self.panel or as_explorer(single_model(model_or_explorer), config)
         self.reference_mode = config.compat == "reference"
         self.passes = passes_on if self.reference_mode else usable  # which trajectories become references
         self.uncapped = self.explorer  # compat="reference": what a request refused as too long is retried with
         if self.reference_mode and config.max_tokens is not None:
-            self.uncapped = as_explorer(model_or_explorer, config.model_copy(update={"max_tokens": None}))
+            self.uncapped = as_explorer(single_model(model_or_explorer), config.model_copy(update={"max_tokens": None}))
         self.limiter = limiter or ConcurrencyLimiter(config.max_concurrency)
         self.schedule = config.schedule
         self.final_round = len(self.schedule) - 1
         self._expect = getattr(self.explorer, "expect", None)  # optional (see Explorer)
+
+    def slot_model(self, round_index: int, index: int) -> str | None:
+        """The panel's model for this slot (None without a panel)."""
+        return self.panel.slot_model(round_index, index) if self.panel is not None else None
+
+    def slot_config(self, model: str | None) -> PaCoReConfig:
+        """The config a slot's trajectory runs under: its panel model's own (window, reply cap, attempts)."""
+        return self.panel.config_of(model) if self.panel is not None and model is not None else self.config
 
     # ---- begin ----------------------------------------------------------------------------------
 

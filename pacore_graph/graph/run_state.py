@@ -41,7 +41,8 @@ class Round:
     - ``data``: once it is finished, its records (from the collector, or from the checkpoint on a resume): the
       next round's references come from here.
     - what each trajectory sees (:meth:`references`, worked out once) and the message lists built over it (one
-      per distinct list of references: all K share one unless each sees its own subset).
+      per distinct list of references and window: all K share one unless each sees its own subset, or a panel's
+      models have windows of their own).
     """
 
     __slots__ = ("index", "k", "barrier", "ticket", "data", "_references", "_messages")
@@ -53,7 +54,7 @@ class Round:
         self.ticket: RoundTicket | None = None
         self.data: RoundData | None = None
         self._references: list[References] | None = None
-        self._messages: dict[tuple[str, ...], list[BaseMessage]] = {}
+        self._messages: dict[tuple[Any, ...], list[BaseMessage]] = {}
 
     @property
     def ran(self) -> bool:
@@ -77,8 +78,9 @@ class Round:
         self, references: Sequence[str], conversation: Sequence[BaseMessage], config: PaCoReConfig, template: str
     ) -> list[BaseMessage]:
         """The messages a trajectory that sees ``references`` sends: round 1 the conversation, later rounds the
-        paper's template over the references (fitted to the model's window) in place of the last user message."""
-        key = tuple(references)
+        paper's template over the references (fitted to the model's window) in place of the last user message.
+        A panel's models may each have their own window: one list per window and reply cap."""
+        key = (config.context_window, config.max_tokens, *references)
         messages = self._messages.get(key)
         if messages is None:
             messages = list(conversation)

@@ -17,7 +17,8 @@ from langgraph.types import Checkpointer, Durability, Interrupt, StateSnapshot
 from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.concurrency.sync import run_sync
 from pacore_graph.config import PaCoReConfig
-from pacore_graph.explorers.protocol import ModelOrExplorer
+from pacore_graph.coordination.panel import model_accounts
+from pacore_graph.explorers.panel import Models
 from pacore_graph.graph.builder import build_pacore_graph
 from pacore_graph.graph.context import PaCoReContext, unobserved
 from pacore_graph.graph.gc_policy import spaced_full_collections
@@ -65,7 +66,7 @@ class PaCoReRunner:
 
     def __init__(
         self,
-        model_or_explorer: ModelOrExplorer,
+        model_or_explorer: Models,
         config: PaCoReConfig | None = None,
         *,
         checkpointer: Checkpointer = None,
@@ -255,6 +256,7 @@ def build_result(
     result = PaCoReResult(
         answer=str(answer.content), rounds=rounds, message=answer, trajectories=trace, outcome=outcome
     )
+    result.models = model_accounts(rounds, result.answer)  # a panel run's account per model ({} otherwise)
     prompt_tokens = sum(t.prompt_tokens for r in rounds for t in r.trajectories)
     result.message = AIMessage(
         content=result.answer,
@@ -287,7 +289,7 @@ def chosen_trajectory(rounds: list[RoundRecord], outcome: Outcome) -> Trajectory
 
 
 async def asolve(
-    model_or_explorer: ModelOrExplorer,
+    model_or_explorer: Models,
     messages: MessagesInput,
     config: PaCoReConfig | None = None,
     *,
@@ -310,7 +312,7 @@ async def asolve(
 
 
 def solve(
-    model_or_explorer: ModelOrExplorer,
+    model_or_explorer: Models,
     messages: MessagesInput,
     config: PaCoReConfig | None = None,
     *,

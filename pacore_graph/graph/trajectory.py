@@ -70,15 +70,18 @@ class TrajectoryLife:
         "admitted",
         "slot",
         "exploration",
+        "model",
+        "config",
         "_task",
     )
 
     def __init__(self, rounds: Rounds, run: RunState, task: TrajectoryTask):
-        config = rounds.config
         self.rounds = rounds
         self.run = run
         round_index = task["round_index"]
         self.index = index = task["index"]
+        self.model = rounds.slot_model(round_index, index)  # a panel's model for this slot, else None
+        self.config = config = rounds.slot_config(self.model)  # its window, reply cap and attempts
         self.round = current = run.round(round_index, rounds.schedule[round_index])
         verifier = round_index == rounds.final_round and config.final_selector == "verifier"
         template = config.verifier_template if verifier else config.template
@@ -119,9 +122,11 @@ class TrajectoryLife:
         await self.slot.take()  # first: a trajectory still queued for its slot has built nothing of its own
         run, current, index = self.run, self.round, self.index
         child = run.child_config(runnable_config, current.index, index, self.final)
-        episode = EpisodeContext(current.index, index, self.final, child, run.payload, run.on_record, run.unobserved)
+        episode = EpisodeContext(
+            current.index, index, self.final, child, run.payload, run.on_record, run.unobserved, self.model
+        )
         rounds = self.rounds
-        exploration = Exploration(rounds.explorer, self.messages, episode, rounds.config, uncapped=rounds.uncapped)
+        exploration = Exploration(rounds.explorer, self.messages, episode, self.config, uncapped=rounds.uncapped)
         self.exploration = exploration
         self._move(Stage.SENT, Stage.QUEUED)
         work = exploration.explore(slot=self.slot)
@@ -173,6 +178,8 @@ class TrajectoryLife:
         assert self.exploration is not None  # made as it was sent
         round_index = self.round.index
         record = seen_references(TrajectoryData(round_index=round_index, index=self.index, cut=cut.reason), self.seen)
+        if self.model is not None:
+            record["model"] = self.model
         record = with_failed_tokens(record, self.exploration.failed_tokens)
         record["attempts"] = self.exploration.attempts
         self.round.barrier.finish(record, False)
@@ -187,7 +194,7 @@ class TrajectoryLife:
             assert self.exploration is not None  # made as it was sent
             failure = self.exploration.failure(exc)  # with what its attempts spent
         else:
-            failure = failure_data(exc, current.index, self.index)
+            failure = failure_data(exc, current.index, self.index, model=self.model)
         record = seen_references(failure, self.seen)
         self.control.finished(record)
         self.run.emit(

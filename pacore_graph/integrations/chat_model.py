@@ -52,6 +52,7 @@ from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.concurrency.sync import iterate_sync, run_sync
 from pacore_graph.config import PaCoReConfig
 from pacore_graph.explorers.agent import with_handler
+from pacore_graph.explorers.panel import panel_models
 from pacore_graph.graph.node import enclosing_graph
 from pacore_graph.graph.own_thread import lent_saver
 from pacore_graph.graph.runner import PaCoReRunner, chosen_trajectory
@@ -82,7 +83,14 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
 
     # Checked by model_post_init (a chat model, bare or wrapped), which says what to pass instead in one line.
     model: SkipValidation[Runnable[Any, Any]] = Field(
-        description="the chat model every trajectory calls (bound tools and wrappers kept)"
+        None,  # type: ignore[arg-type]  # a panel's synthesiser stands in (see model_post_init)
+        description="the chat model every trajectory calls (bound tools and wrappers kept); with ``models``, "
+        "optional: the panel's synthesiser",
+    )
+    models: SkipValidation[Mapping[str, Runnable[Any, Any]]] | None = Field(
+        None,
+        exclude=True,
+        description="a panel's chat models by the names config.panel gives them (each with its own key and tools)",
     )
     config: PaCoReConfig = Field(default_factory=PaCoReConfig, description="rounds, sampling, retries, ...")
     temperature: float | None = None
@@ -102,6 +110,15 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
     _runners: dict[Hashable, PaCoReRunner] = PrivateAttr(default_factory=dict)  # least recently used first
 
     def model_post_init(self, context: Any) -> None:
+        if self.models is not None:
+            panel_models(self.models, self.config)  # the names match the config's panel, or one line says why
+            if self.api_key is not None:
+                raise ValueError("api_key replaces one model's key: a panel's models each carry their own")
+            if self.model is None:
+                assert self.config.panel is not None  # panel_models refused models without a panel
+                self.model = self.models[self.config.panel.final_model]
+        elif self.model is None:
+            raise ValueError("PaCoReChatModel needs model=... (or a panel's models=... with config.panel)")
         found = find_chat_model(self.model)
         if found is None:
             raise TypeError(
@@ -241,15 +258,17 @@ class PaCoReChatModel(StructuredOutputMixin, BaseChatModel):
         key = runner_key(call)
         runner = self._runners.pop(key, None) if key is not None else None
         if runner is None:
-            model = self._base
             tools = call.pop("tools", None)
-            if tools is not None:
-                model = model.bind_tools(tools, **call)
-                call = {}
-            binds = {**self._binds, **call}
-            if binds:
-                model = model.bind(**binds)
-            runner = PaCoReRunner(model, self._config, limiter=self._limiter)
+            binds = {**self._binds, **call} if tools is None else self._binds
+
+            def bound(model: Any) -> Any:
+                if tools is not None:
+                    model = model.bind_tools(tools, **call)
+                return model.bind(**binds) if binds else model
+
+            # a panel: each of its models is offered the tools and bound with the arguments (its own tool calling)
+            models = {name: bound(m) for name, m in self.models.items()} if self.models is not None else None
+            runner = PaCoReRunner(models or bound(self._base), self._config, limiter=self._limiter)
         if key is not None:
             self._runners[key] = runner
             while len(self._runners) > CACHED_RUNNERS:

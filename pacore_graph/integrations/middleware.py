@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import Context, copy_context
 from dataclasses import dataclass
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain.agents.middleware.types import ExtendedModelResponse
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import set_config_context
@@ -52,15 +53,19 @@ class _ModelCall:
 
 
 class HandlerExplorer:
-    """One trajectory = one call of the middleware's handler on the round's messages (one explorer per call)."""
+    """One trajectory = one call of the middleware's handler on the round's messages (one explorer per call);
+    ``model``, a panel's model for the slots it explores, in place of the request's."""
 
-    def __init__(self, call: _ModelCall):
+    def __init__(self, call: _ModelCall, model: BaseChatModel | None = None):
         self.call = call
+        self.model = model
 
     async def explore(self, messages: list[BaseMessage], episode: EpisodeContext) -> Trajectory:
         call = self.call
         # the agent's own messages (AnyMessage), the last user message replaced by a HumanMessage after round 1
         request = call.request.override(messages=messages)  # type: ignore[arg-type]
+        if self.model is not None:  # a panel's model: the handler binds the request's tools on it (its own)
+            request = request.override(model=self.model)
         # The model node's callbacks, not the PaCoRe graph's: LangGraph keeps its messages-stream handler out of a
         # graph run detached from the agent's, and the final synthesis must stream as the agent's model node.
         trajectory = episode.runnable_config
@@ -131,17 +136,34 @@ class PaCoReMiddleware(AgentMiddleware):
     Its place in ``middleware=[...]`` decides what it wraps: middleware after it (retries, fallbacks, call
     limits, caching, summarization, ...) runs once per trajectory; middleware before it runs once per model step
     and sees the PaCoRe answer.
+
+    A panel (``config.panel``): ``models`` maps the panel's names to chat models; a name it leaves out (one at
+    most) is the agent's own model. Each trajectory's request then goes to its slot's model, which the handler
+    binds the request's tools on.
     """
 
-    def __init__(self, config: PaCoReConfig | None = None):
+    def __init__(self, config: PaCoReConfig | None = None, *, models: Mapping[str, BaseChatModel] | None = None):
         super().__init__()
         self.config = config or PaCoReConfig()
         self.limiter = ConcurrencyLimiter(self.config.max_concurrency)  # one bound for all its model calls
+        self.models = dict(models or {})
+        panel = self.config.panel
+        if panel is None and self.models:
+            raise ValueError("models by name need a panel in the config (PaCoReConfig(panel=...))")
+        self.agent_model = None if panel is None else panel_agent_model(panel.models, self.models)
+        self.models = {
+            name: as_pacore_calls_it(model, self.config.request_timeout) for name, model in self.models.items()
+        }
 
     def _runner(self, call: _ModelCall) -> PaCoReRunner:
         """The PaCoRe graph over this call's handler (its explorer): compiling one takes about half a millisecond,
         next to the sum(K) + 1 model calls it makes."""
-        return PaCoReRunner(HandlerExplorer(call), self.config, limiter=self.limiter)
+        if self.config.panel is None:
+            return PaCoReRunner(HandlerExplorer(call), self.config, limiter=self.limiter)
+        explorers: dict[str, Any] = {name: HandlerExplorer(call, model) for name, model in self.models.items()}
+        if self.agent_model is not None:
+            explorers[self.agent_model] = HandlerExplorer(call)
+        return PaCoReRunner(explorers, self.config, limiter=self.limiter)
 
     async def _run(self, request: ModelRequest, handler: Callable[..., Any], *, is_async: bool) -> Any:
         try:
@@ -169,6 +191,20 @@ class PaCoReMiddleware(AgentMiddleware):
 
     async def awrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[Any]]) -> Any:
         return await self._run(request, handler, is_async=True)
+
+
+def panel_agent_model(names: Mapping[str, object], given: Mapping[str, object]) -> str | None:
+    """The panel name left to the agent's own model (None when ``given`` names them all); unknown names, or
+    more than one left out, are refused in one line."""
+    unknown = [name for name in given if name not in names]
+    if unknown:
+        raise ValueError(f"models {', '.join(unknown)} are not in the panel ({', '.join(names)})")
+    left = [name for name in names if name not in given]
+    if len(left) > 1:
+        raise ValueError(
+            f"the panel's {', '.join(left)} have no model: give them in models= (one may be left to the agent's)"
+        )
+    return left[0] if left else None
 
 
 def final_response(result: PaCoReResult) -> Any:

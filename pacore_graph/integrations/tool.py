@@ -40,7 +40,7 @@ from pacore_graph.concurrency.limiter import ConcurrencyLimiter
 from pacore_graph.concurrency.sync import run_sync
 from pacore_graph.config import Budget, PaCoReConfig
 from pacore_graph.errors import BudgetExhaustedError, PaCoReError, RoundFailedError
-from pacore_graph.explorers.protocol import ModelOrExplorer
+from pacore_graph.explorers.panel import Models
 from pacore_graph.graph.own_thread import lent_saver
 from pacore_graph.graph.run_state import ProgressListener
 from pacore_graph.graph.runner import PaCoReRunner
@@ -81,7 +81,9 @@ class PaCoReTool(BaseTool):
     response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
     handle_tool_error: bool = True  # a refusal or failed run is a tool error the model reads, not a crash
 
-    model: SkipValidation[ModelOrExplorer] = Field(exclude=True, description="the stronger model (or an explorer)")
+    model: SkipValidation[Models] = Field(
+        exclude=True, description="the stronger model (or an explorer, or a panel's models by name)"
+    )
     config: PaCoReConfig = Field(default_factory=PaCoReConfig)
     budget: ToolBudget = Field(default_factory=ToolBudget)
 
@@ -193,7 +195,7 @@ class PaCoReTool(BaseTool):
 
 
 def pacore_tool(
-    model: ModelOrExplorer,
+    model: Models,
     config: PaCoReConfig | None = None,
     *,
     name: str = DEFAULT_NAME,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -66,17 +66,20 @@ def create_app(
     *,
     api_key: str | None = None,
     limits: ServerLimits | None = None,
+    panel: Mapping[str, OpenAICompatibleChatModel] | None = None,
 ) -> Starlette:
     """The endpoint in front of ``chat``'s server (checked now: a clear error if it is down or lacks the
     model). ``chat.model`` answers requests that name no model; ``defaults`` holds the schedule and
     sampling of requests that name none, and ``max_concurrency``, shared by all requests. ``api_key``:
     the key clients must send. ``limits``: what one client may hold (sizes, timeouts, connections; kept as
     ``app.state.limits`` for the server that runs the app). See :mod:`pacore_graph.server` for what a
-    request may ask."""
-    check_server(chat)
+    request may ask. ``panel``: a panel's chat models by name (``defaults.panel`` names them), each its own server:
+    clients ask for model ``panel``."""
+    for each in [chat, *(panel or {}).values()]:
+        check_server(each)
     defaults = defaults or PaCoReConfig()
     limits = limits or ServerLimits()
-    upstream = Upstream(chat, defaults.max_concurrency)
+    upstream = Upstream(chat, defaults.max_concurrency, panel)
 
     async def chat_completions(request: Request) -> Response:
         try:

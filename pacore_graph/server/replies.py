@@ -7,7 +7,8 @@
 - ``usage.completion_tokens``: effective TTC, the completion tokens of every trajectory of every round
   (what the upstream generated for this answer); ``usage.prompt_tokens``: their prompt tokens.
 - ``usage.pacore``: the extension with the per-round breakdown, ``rounds``: one entry per round with
-  ``round``, ``k``, ``completion_tokens``, ``prompt_tokens``, ``failed``; and ``ttc_approximate``.
+  ``round``, ``k``, ``completion_tokens``, ``prompt_tokens``, ``failed``; and ``ttc_approximate``; a panel run
+  also ``models``: its account per model (trajectories, requests, tokens, seconds, failures, agreement).
 """
 
 from __future__ import annotations
@@ -87,11 +88,14 @@ def usage(result: PaCoReResult) -> dict[str, Any]:
         for r in result.rounds
     ]
     prompt_tokens = sum(r["prompt_tokens"] for r in rounds)
+    extension: dict[str, Any] = {"rounds": rounds, "ttc_approximate": result.ttc_approximate}
+    if result.models:
+        extension["models"] = result.models
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": result.ttc,
         "total_tokens": prompt_tokens + result.ttc,
-        "pacore": {"rounds": rounds, "ttc_approximate": result.ttc_approximate},
+        "pacore": extension,
     }
 
 

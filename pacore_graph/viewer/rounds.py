@@ -4,7 +4,8 @@ its trajectories were sent, rebuilt from the records.
 
 Works on the JSON of :class:`~pacore_graph.records.RoundRecord` (``RoundRecord.model_dump()``, what a run
 folder's rows keep), reading each field with a default, so that rows of older versions still show what they
-have. Answers are compared as ``pacore show`` compares them (:func:`~pacore_graph.batch.show.compared_answer`).
+have. Answers are compared as ``pacore show`` compares them
+(:func:`~pacore_graph.coordination.answers.compared_answer`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pacore_graph.batch.show import compared_answer
 from pacore_graph.config import DEFAULT_TEMPLATE
+from pacore_graph.coordination.answers import compared_answer
 from pacore_graph.synthesis.compaction import reference_text
 from pacore_graph.synthesis.prompt import render_synthesis_prompt
 from pacore_graph.viewer.rows import Json

@@ -34,6 +34,7 @@ from pacore_graph import (
     chat_model,
     solve,
 )
+from pacore_graph.coordination import Panel, PanelMember
 from pacore_graph.extend import ChatExplorer, Explorer, PaCoReRunner, RunSummary, Trajectory
 from pacore_graph.server import create_app
 
@@ -134,6 +135,20 @@ def langchain_slots(model: BaseChatModel) -> None:
     print(wrapped.invoke("What is 17*23?").content)
     print(PaCoReMiddleware(PaCoReConfig(rounds=[4])).config.rounds)
     print(create_app(chat_model("http://127.0.0.1:8000/v1")).routes)
+
+
+async def a_panel(small: BaseChatModel, strong: BaseChatModel) -> dict[str, dict[str, Any]]:
+    panel = Panel(
+        models={"small": PanelMember(weight=3), "strong": PanelMember(context_window=32768)}, synthesizer="strong"
+    )
+    config = PaCoReConfig(rounds=[16], panel=panel)
+    models = {"small": small, "strong": strong}
+    PaCoReNode(models, config)
+    PaCoReChatModel(models=models, config=config)
+    PaCoReMiddleware(config, models={"small": small})
+    result = await asolve(models, "What is 17*23?", config)
+    print([t.model for r in result.rounds for t in r.trajectories])
+    return result.models
 
 
 def errors(model: BaseChatModel) -> None:

@@ -29,7 +29,8 @@ def a_model_name_instead_of_a_model() -> None:
     solve("gpt-4o", "What is 17*23?")  # expect: arg-type
     PaCoReNode("stepfun-ai/PaCoRe-8B")  # expect: arg-type
     PaCoReRunner(None)  # expect: arg-type
-    build_pacore_graph({"model": "gpt-4o"})  # expect: arg-type
+    # a mapping is a panel's models by name: its values must be models, not names
+    build_pacore_graph({"model": "gpt-4o"})  # expect: dict-item
     PaCoReChatModel(model="gpt-4o")  # expect: arg-type
 
 
