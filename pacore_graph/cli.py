@@ -105,12 +105,16 @@ def _solve(args: argparse.Namespace) -> int:
             folder.release()
     print(row["answer"])
     _say_rounds(row["rounds"])
+    trajectories = sum(len(record["trajectories"]) for record in row["rounds"])
     approx = " (approximate)" if row["ttc_approximate"] else ""
     say(f"effective TTC: {row['ttc']} tokens{approx}; failed trajectories: {len(row['failures'])}")
+    if row.get("reuse"):
+        say(reuse_line(row["reuse"], trajectories))
     if args.output:
         say(f"the run, readable: pacore show {args.output}")
-    trajectories = sum(len(record["trajectories"]) for record in row["rounds"])
     counts = item_counts(1, 0, trajectories=trajectories, failed_trajectories=len(row["failures"]))
+    if row.get("reuse"):
+        counts["reused_trajectories"] = row["reuse"].get("reused", 0)
     return print_summary(
         "solve",
         output=args.output,
@@ -118,6 +122,17 @@ def _solve(args: argparse.Namespace) -> int:
         answer=row["answer"],
         ttc=row["ttc"],
         ttc_approximate=row["ttc_approximate"],
+    )
+
+
+def reuse_line(reuse: dict[str, Any], trajectories: int) -> str:
+    """What a continued run took from the earlier one, or why it took nothing, in one line."""
+    reused = reuse.get("reused", 0)
+    if not reused:
+        return f"reused no earlier trajectory: {reuse.get('note') or 'none was a request of this schedule'}"
+    return (
+        f"reused {reused} earlier trajectories ({reuse.get('completion_tokens', 0)} completion tokens bought before); "
+        f"sent {trajectories - reused}"
     )
 
 
