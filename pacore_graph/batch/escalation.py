@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from pacore_graph.batch.results_file import RESULTS_FILE, ResultsFile
+from pacore_graph.coordination.escalation import escalates
 from pacore_graph.errors import UsageError
-from pacore_graph.graph.reuse import escalates
 
 SCHEDULE_FIELD = "rounds"  # the fingerprint field an escalation may change
 _EARLIER = re.compile(r"^results\.(\d+(?:-\d+)*)\.jsonl$")

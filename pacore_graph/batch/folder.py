@@ -55,7 +55,7 @@ from pacore_graph.errors import (
     stop_if_disk_full,
 )
 from pacore_graph.explorers.protocol import ModelOrExplorer
-from pacore_graph.graph.reuse import reuse_pool
+from pacore_graph.graph.reuse_pool import reuse_pool
 from pacore_graph.graph.runner import MessagesInput, PaCoReRunner, to_messages
 from pacore_graph.records import PaCoReResult
 

@@ -5,7 +5,9 @@
 - random subsets of references per trajectory (Recursive Self-Aggregation; :func:`rsa_config`
   in :mod:`pacore_graph.coordination.rsa` maps RSA's population, subset and loops onto a config);
 - deduplicated references, with how many gave each;
-- final selectors: a majority vote over extracted answers or a verifier call instead of one synthesis.
+- final selectors: a majority vote over extracted answers or a verifier call instead of one synthesis;
+- escalation: which schedule a run can continue at, reusing what it has (:func:`check_escalation`; the run takes
+  ``reuse=`` an earlier result).
 
 Set them on :class:`~pacore_graph.config.PaCoReConfig`; the result's ``outcome`` and each trajectory's
 ``cut`` / ``answer`` / ``reference_indices`` say what they did.
@@ -13,6 +15,7 @@ Set them on :class:`~pacore_graph.config.PaCoReConfig`; the result's ``outcome``
 
 from pacore_graph.config import VERIFIER_TEMPLATE, Budget, EarlyStop
 from pacore_graph.coordination.answers import answer_key, boxed_answer, extract_answer, last_boxed
+from pacore_graph.coordination.escalation import check_escalation, escalates
 from pacore_graph.coordination.templates import RSA_TEMPLATE
 from pacore_graph.coordination.vote import VoteResult, majority_vote
 
@@ -24,6 +27,8 @@ __all__ = [
     "VoteResult",
     "answer_key",
     "boxed_answer",
+    "check_escalation",
+    "escalates",
     "extract_answer",
     "last_boxed",
     "majority_vote",

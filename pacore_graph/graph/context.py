@@ -32,7 +32,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig, ensure_config
 from langgraph.runtime import get_runtime
 
-from pacore_graph.graph.reuse import ReusePool
+from pacore_graph.graph.reuse_pool import ReusePool
 from pacore_graph.graph.run_state import ProgressListener, RecordSink, RunState
 from pacore_graph.records import Trajectory
 

@@ -28,7 +28,7 @@ from pacore_graph.synthesis.context_window import fit_references
 from pacore_graph.synthesis.prompt import synthesis_messages
 
 if TYPE_CHECKING:
-    from pacore_graph.graph.reuse import ReusePool, RoundPlan
+    from pacore_graph.graph.reuse_pool import ReusePool, RoundPlan
 
 ProgressListener: TypeAlias = Callable[[dict[str, Any]], None]  # progress events: round started, trajectory finished...
 RecordSink: TypeAlias = Callable[[Any], None]  # receives what explorers pass to EpisodeContext.record

@@ -22,7 +22,7 @@ from pacore_graph.graph.builder import build_pacore_graph
 from pacore_graph.graph.context import PaCoReContext, unobserved
 from pacore_graph.graph.gc_policy import spaced_full_collections
 from pacore_graph.graph.own_thread import OwnThread, async_capable, claimed, lent_saver, own_thread
-from pacore_graph.graph.reuse import Reusable, ReusePool, reuse_pool
+from pacore_graph.graph.reuse_pool import Reusable, ReusePool, reuse_pool
 from pacore_graph.graph.run_state import ProgressListener, RecordSink
 from pacore_graph.graph.state import PaCoReState
 from pacore_graph.graph.unseen import ambient_unseen_removed, unseen_removed
