@@ -10,7 +10,8 @@ of the prompt and of how many times it has seen it):
 
 Per arm and per part: the requests, completion and prompt tokens the emulator counted, and the wall time. The target:
 the escalation costs no more than the later schedule alone plus the earlier run's final synthesis (the one call of
-the earlier run that the later run cannot use).
+the earlier run that the later run cannot use, when only the first round grows). Beside it, what escalating would
+cost without reuse: the earlier schedule, then the later one from scratch.
 """
 
 from __future__ import annotations
@@ -74,15 +75,22 @@ class ReuseReport(BaseModel):
         """The later schedule alone plus the earlier run's syntheses: what escalating may cost at most."""
         return self.later_alone.completion_tokens + self.earlier.final_tokens
 
+    @property
+    def paying_twice_tokens(self) -> int:
+        """What escalating costs without reuse: the earlier schedule, then the later one from scratch."""
+        return self.earlier.completion_tokens + self.later_alone.completion_tokens
+
     def summary(self) -> dict[str, Any]:
         """The JSON summary's figures: the ratio to the target (at most 1 meets it), and each part."""
         return {
             "escalation_over_target": round(self.escalation_tokens / self.target_tokens, 4),
+            "escalation_over_paying_twice": round(self.escalation_tokens / self.paying_twice_tokens, 4),
             "continued_over_later_alone": round(
                 self.continued.completion_tokens / self.later_alone.completion_tokens, 4
             ),
             "escalation_tokens": self.escalation_tokens,
             "target_tokens": self.target_tokens,
+            "paying_twice_tokens": self.paying_twice_tokens,
             "later_alone": self.later_alone.model_dump(),
             "earlier": self.earlier.model_dump(),
             "continued": self.continued.model_dump(),

@@ -113,7 +113,8 @@ def main(args: argparse.Namespace) -> int:
     summary = report.summary()
     console.print(
         f"escalation {report.escalation_tokens:,} tokens against the target {report.target_tokens:,} (later alone "
-        f"+ the earlier syntheses): {summary['escalation_over_target']}x"
+        f"+ the earlier syntheses): {summary['escalation_over_target']}x; without reuse "
+        f"{report.paying_twice_tokens:,} ({summary['escalation_over_paying_twice']}x of it spent with reuse)"
     )
     counts = {"problems": settings.problems, "arms": 2}
     code = print_summary(COMMAND, counts=counts, **summary)
