@@ -60,7 +60,7 @@ class Part(BaseModel):
     final_tokens: int = Field(0, description="completion tokens of the final syntheses (client's account)")
 
 
-class ReuseReport(BaseModel):
+class ReuseBenchReport(BaseModel):
     settings: dict[str, Any]
     later_alone: Part
     earlier: Part
@@ -140,7 +140,9 @@ async def run_part(
     return part, results
 
 
-async def run_benchmark(settings: ReuseSettings, on_part: Callable[[str, Part], None] | None = None) -> ReuseReport:
+async def run_benchmark(
+    settings: ReuseSettings, on_part: Callable[[str, Part], None] | None = None
+) -> ReuseBenchReport:
     """Both arms on one emulator, each from a reset (see the module's docstring)."""
     with Emulator(settings.emulator) as emulator:
         await asyncio.to_thread(emulator.reset)
@@ -158,4 +160,4 @@ async def run_benchmark(settings: ReuseSettings, on_part: Callable[[str, Part], 
     described["emulator"] = settings.emulator.model_dump(
         mode="json", include={"seed", "ttft", "token_delay", "output_tokens", "answer_tokens"}
     )
-    return ReuseReport(settings=described, later_alone=alone, earlier=first, continued=continued)
+    return ReuseBenchReport(settings=described, later_alone=alone, earlier=first, continued=continued)

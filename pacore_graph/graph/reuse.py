@@ -11,9 +11,9 @@ request); ``[32, 4]`` then ``[32, 8]`` reuses round 1 whole, then 4 of round 2 (
 order: the same messages), and sends 4 + 1.
 
 The model a trajectory is drawn from is read in one place, :func:`trajectory_model`; a run has one model, so
-today it is the explorer's. Sampling is what the request carries besides the messages: PaCoReConfig's sampling
-as the model's calls fill it in, what the model and its bindings set (tools included), never the transport
-(streaming).
+today it is the explorer's: its name as requests send it, and its sampling. Sampling is what the request carries
+besides the messages: PaCoReConfig's sampling as the model's calls fill it in, what the model and its bindings set
+(tools included), never the transport (streaming).
 """
 
 from __future__ import annotations
@@ -77,12 +77,6 @@ def model_identity(explorer: Explorer) -> str | None:
     return type(found.model).__name__
 
 
-def trajectory_model(explorer: Explorer, round_index: int, index: int) -> str | None:
-    """The model trajectory ``index`` of round ``round_index`` is drawn from, as reuse compares it. The one place
-    reuse reads a trajectory's model: a run has one model, the explorer's (a panel would name each slot's)."""
-    return model_identity(explorer)
-
-
 def sampling_of(explorer: Explorer, config: PaCoReConfig) -> dict[str, Any] | None:
     """What a chat explorer's requests carry besides the model and the messages, transport left out."""
     found = getattr(explorer, "found", None)
@@ -95,25 +89,31 @@ def sampling_of(explorer: Explorer, config: PaCoReConfig) -> dict[str, Any] | No
     return {name: value for name, value in sent.items() if name not in TRANSPORT_FIELDS}
 
 
+def trajectory_model(explorer: Explorer, round_index: int, index: int) -> Explorer:
+    """The model trajectory ``index`` of round ``round_index`` is drawn from, as the explorer that calls it: the one
+    place reuse reads a trajectory's model (its name and its sampling are read off what this returns). A run has one
+    model, the explorer's; a panel would return each slot's."""
+    return explorer
+
+
 class RequestKeys:
     """The request digest of each trajectory of a graph: its model's, its messages', its sampling's."""
 
     def __init__(self, explorer: Explorer, config: PaCoReConfig):
         self.explorer = explorer
-        sampling = sampling_of(explorer, config)
-        self.sampling = None if sampling is None else digest(sampling)
-        self._models: dict[str | None, str] = {}
+        self.config = config
+        self._models: dict[int, tuple[Explorer, tuple[str, str] | None]] = {}  # id -> (model, its digests)
 
     def key(self, round_index: int, index: int, messages_digest: str) -> str | None:
-        if self.sampling is None:
-            return None
+        """None when the trajectory's model is no chat model (nothing says what its requests are)."""
         model = trajectory_model(self.explorer, round_index, index)
-        if model is None:
-            return None
-        model_digest = self._models.get(model)
-        if model_digest is None:
-            model_digest = self._models[model] = digest(model)
-        return f"{model_digest}.{messages_digest}.{self.sampling}"
+        known = self._models.get(id(model))
+        if known is None:  # the model is kept beside its digests, so its id stays its own
+            name, sampling = model_identity(model), sampling_of(model, self.config)
+            digests = None if name is None or sampling is None else (digest(name), digest(sampling))
+            known = self._models[id(model)] = (model, digests)
+        digests = known[1]
+        return None if digests is None else f"{digests[0]}.{messages_digest}.{digests[1]}"
 
 
 def round_plan(keys: RequestKeys, run: RunState, current: Round, template: str, config: PaCoReConfig) -> RoundPlan:
