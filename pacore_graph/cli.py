@@ -194,7 +194,7 @@ def _solve_folder(
 ) -> RunFolder:
     """The run folder of ``--output``, claimed now: a bad path, a folder in use or one made for another
     problem or settings is refused before a server starts."""
-    from pacore_graph.batch.folder import RunFolder
+    from pacore_graph.batch.folder import Problem, RunFolder
     from pacore_graph.batch.resume import RUNTIME_FIELDS
 
     if output.endswith(".json") and not Path(output).is_dir():
@@ -204,7 +204,13 @@ def _solve_folder(
         "model": model,
         **config.model_dump(mode="json", exclude=RUNTIME_FIELDS),
     }
-    return RunFolder(output, fingerprint=fingerprint, progress=progress).claim()
+    folder = RunFolder(output, fingerprint=fingerprint, progress=progress).claim()
+    try:
+        folder.check_earlier([Problem(SOLVE_ID, messages)], config)  # an escalation's earlier row, before a server
+    except BaseException:
+        folder.release()
+        raise
+    return folder
 
 
 def _show(args: argparse.Namespace) -> int:

@@ -242,6 +242,17 @@ class RunFolder:
     def release(self) -> None:
         self._lock.release()
 
+    def check_earlier(self, problems: Iterable[Problem], config: PaCoReConfig) -> None:
+        """Refuse in one line, before anything is sent, an earlier row (escalation) that a problem would continue
+        from and that is no PaCoRe result or ran a larger schedule than ``config``."""
+        for problem in problems:
+            row = self.earlier.get(problem.id)
+            if row is not None:
+                try:
+                    reuse_pool(row, config)
+                except (TypeError, ValueError) as exc:
+                    raise UsageError(f"problem {problem.id!r} of {self.path}: its earlier row: {exc}") from None
+
     def _escalate(self, earlier_rounds: list[int]) -> None:
         kept = keep_earlier_results(self.path, earlier_rounds)
         where = f"; its rows, now {kept.name}, are what it reuses" if kept is not None else ""
@@ -313,7 +324,7 @@ class RunFolder:
         messages = _checked_messages(problems)
         done = self.results.done()
         todo = [problem for problem in problems if problem.id not in done]
-        _check_earlier(self.earlier, todo, config)
+        self.check_earlier(todo, config)
         summary = RunSummary(total=len(problems), skipped=len(problems) - len(todo))
         runner = PaCoReRunner(model_or_explorer, config, checkpointer=checkpointer, limiter=self.limiter)
         gate = asyncio.Semaphore(concurrency) if concurrency else contextlib.nullcontext()
@@ -413,18 +424,6 @@ def prepare_folder(path: Path) -> None:
         raise UsageError(f"cannot create the output folder {path}: {exc.strerror or exc}") from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise UsageError(f"cannot write in the output folder {path}")
-
-
-def _check_earlier(earlier: Mapping[str, dict[str, Any]], todo: list[Problem], config: PaCoReConfig) -> None:
-    """An earlier row a problem would continue from that is no PaCoRe result, or ran a larger schedule: one line
-    before anything is sent."""
-    for problem in todo:
-        row = earlier.get(problem.id)
-        if row is not None:
-            try:
-                reuse_pool(row, config)
-            except ValueError as exc:
-                raise ValueError(f"problem {problem.id!r}: its earlier row: {exc}") from None
 
 
 def _checked_messages(problems: list[Problem]) -> dict[str, Any]:

@@ -69,3 +69,13 @@ def test_a_smaller_schedule_or_another_model_or_sampling_is_refused_before_anyth
     assert refused.returncode == 2 and sent == 0
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("pacore: error: ") and message in lines[0]
+
+
+def test_an_earlier_row_that_is_no_result_is_refused_before_a_request(emulator, tmp_path):
+    output = tmp_path / "run"
+    assert solve(emulator, str(output), "--preset", "low")[0].returncode == 0
+    (output / "results.jsonl").write_text(json.dumps({"id": "problem", "answer": "391"}) + "\n")  # not a run's row
+    refused, sent = solve(emulator, str(output), "--preset", "medium")
+    assert refused.returncode == 2 and sent == 0
+    lines = refused.stderr.strip().splitlines()
+    assert lines[-1].startswith("pacore: error: problem 'problem' of ") and "not a PaCoRe result" in lines[-1]
