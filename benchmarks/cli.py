@@ -18,6 +18,7 @@ BENCHMARKS = {
     "replicas": "pacore_benchmarks.perf.replicas_cli",
     "coordination": "pacore_benchmarks.perf.coordination_cli",
     "escalation": "pacore_benchmarks.perf.escalation_cli",
+    "reuse": "pacore_benchmarks.perf.reuse_cli",
     "engine": "pacore_benchmarks.perf.engine_cli",
     "viewer": "pacore_benchmarks.perf.viewer_cli",
     "panel": "pacore_benchmarks.perf.panel_cli",

@@ -115,13 +115,17 @@ def _solve(args: argparse.Namespace) -> int:
             folder.release()
     print(row["answer"])
     _say_rounds(row["rounds"])
+    trajectories = sum(len(record["trajectories"]) for record in row["rounds"])
     approx = " (approximate)" if row["ttc_approximate"] else ""
     say(f"effective TTC: {row['ttc']} tokens{approx}; failed trajectories: {len(row['failures'])}")
     say_models(row.get("models") or {})
+    if row.get("reuse"):
+        say(reuse_line(row["reuse"], trajectories))
     if args.output:
         say(f"the run, readable: pacore show {args.output}")
-    trajectories = sum(len(record["trajectories"]) for record in row["rounds"])
     counts = item_counts(1, 0, trajectories=trajectories, failed_trajectories=len(row["failures"]))
+    if row.get("reuse"):
+        counts["reused_trajectories"] = row["reuse"].get("reused", 0)
     return print_summary(
         "solve",
         output=args.output,
@@ -129,6 +133,17 @@ def _solve(args: argparse.Namespace) -> int:
         answer=row["answer"],
         ttc=row["ttc"],
         ttc_approximate=row["ttc_approximate"],
+    )
+
+
+def reuse_line(reuse: dict[str, Any], trajectories: int) -> str:
+    """What a continued run took from the earlier one, or why it took nothing, in one line."""
+    reused = reuse.get("reused", 0)
+    if not reused:
+        return f"reused no earlier trajectory: {reuse.get('note') or 'none was a request of this schedule'}"
+    return (
+        f"reused {reused} earlier trajectories ({reuse.get('completion_tokens', 0)} completion tokens bought before); "
+        f"sent {trajectories - reused}"
     )
 
 
@@ -194,7 +209,7 @@ def _solve_folder(
 ) -> RunFolder:
     """The run folder of ``--output``, claimed now: a bad path, a folder in use or one made for another
     problem or settings is refused before a server starts."""
-    from pacore_graph.batch.folder import RunFolder
+    from pacore_graph.batch.folder import Problem, RunFolder
     from pacore_graph.batch.resume import RUNTIME_FIELDS
 
     if output.endswith(".json") and not Path(output).is_dir():
@@ -204,7 +219,13 @@ def _solve_folder(
         "model": model,
         **config.model_dump(mode="json", exclude=RUNTIME_FIELDS),
     }
-    return RunFolder(output, fingerprint=fingerprint, progress=progress).claim()
+    folder = RunFolder(output, fingerprint=fingerprint, progress=progress).claim()
+    try:
+        folder.check_earlier([Problem(SOLVE_ID, messages)], config)  # an escalation's earlier row, before a server
+    except BaseException:
+        folder.release()
+        raise
+    return folder
 
 
 def _show(args: argparse.Namespace) -> int:

@@ -49,6 +49,9 @@ class TrajectoryData(TypedDict, total=False):
     cut: str | None
     reference_indices: list[int]
     reference_counts: list[int]
+    # escalation (pacore_graph.graph.reuse)
+    request: str
+    reused: bool
 
 
 class RoundData(TypedDict):
@@ -137,6 +140,8 @@ class TrajectoryRecord(BaseModel):
         None, description="previous round's trajectories it saw, template order (subset or dedup on)"
     )
     reference_counts: list[int] | None = Field(None, description="references each shown text stands for (dedup)")
+    request: str | None = Field(None, description="digest of what was sent: model, messages, sampling (escalation)")
+    reused: bool = Field(False, description="taken from an earlier result instead of sent (escalation)")
 
     @property
     def failed(self) -> bool:
@@ -219,6 +224,7 @@ class RoundRecord(BaseModel):
             ("failed", sum(1 for t in trajectories if t.failed)),
             ("truncated", sum(1 for t in trajectories if t.truncated)),
             ("cut", sum(1 for t in trajectories if t.cut)),
+            ("reused", sum(1 for t in trajectories if t.reused)),
         ):
             if number:
                 counts[name] = number
@@ -253,6 +259,18 @@ class Outcome(BaseModel):
     verifier_choice: int | None = Field(None, description="candidate number the verifier named")
 
 
+class ReuseReport(BaseModel):
+    """What a run continued from an earlier result took from it (see :mod:`pacore_graph.graph.reuse`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    offered: int = Field(0, description="finished trajectories of the earlier result")
+    reused: int = Field(0, description="of them, taken by this run instead of sent")
+    prompt_tokens: int = Field(0, description="the reused trajectories' prompt tokens (spent before)")
+    completion_tokens: int = Field(0, description="the reused trajectories' completion tokens (spent before)")
+    note: str | None = Field(None, description="why nothing was reused, when nothing was")
+
+
 class PaCoReResult(BaseModel):
     """The answer of a run plus everything needed to account for it."""
 
@@ -268,6 +286,7 @@ class PaCoReResult(BaseModel):
         description="a panel run: per model its trajectories, requests, failures, tokens, seconds and agreement "
         "(pacore_graph.coordination.panel); empty for a one-model run",
     )
+    reuse: ReuseReport | None = Field(None, description="what was taken from an earlier result (run with reuse=)")
 
     @property
     def ttc(self) -> int:
@@ -299,8 +318,13 @@ class PaCoReResult(BaseModel):
         """What a person reads: the answer, then one line per round."""
         lines = [self.answer.strip() or "(empty answer)", ""]
         lines += [f"round {r.round_index + 1}: {round_line(r)}" for r in self.rounds]
-        lines.append(f"effective TTC: {self.ttc:,} completion tokens over {sum(r.k for r in self.rounds)} calls")
+        calls = sum(r.k for r in self.rounds)
+        reused = sum(1 for r in self.rounds for t in r.trajectories if t.reused)
+        sent = f" ({reused} reused from an earlier run, {calls - reused} sent)" if reused else ""
+        lines.append(f"effective TTC: {self.ttc:,} completion tokens over {calls} calls{sent}")
         lines += [model_line(name, account) for name, account in self.models.items()]
+        if self.reuse is not None and self.reuse.note:
+            lines.append(f"reused nothing: {self.reuse.note}")
         return "\n".join(lines)
 
     def summary(self) -> dict[str, Any]:
@@ -321,10 +345,27 @@ class PaCoReResult(BaseModel):
         }
         if self.models:
             account["models"] = self.models
+        reuse = self.reuse_account()
+        if reuse is not None:
+            account["reuse"] = reuse
         if not full:
             account = {key: value for key, value in account.items() if value or key in ("ttc", "rounds")}
             if self.outcome == Outcome():
                 del account["outcome"]
+        return account
+
+    def reuse_account(self) -> dict[str, Any] | None:
+        """What was reused (counted from the records, so a result read back from a checkpoint has it too), with
+        why nothing was when the run was given an earlier result; None when neither."""
+        reused = [t for r in self.rounds for t in r.trajectories if t.reused]
+        if self.reuse is None and not reused:
+            return None
+        account: dict[str, Any] = {"offered": None, "note": None}
+        if self.reuse is not None:
+            account = self.reuse.model_dump()
+        account["reused"] = len(reused)
+        account["prompt_tokens"] = sum(t.prompt_tokens for t in reused)
+        account["completion_tokens"] = sum(t.completion_tokens for t in reused)
         return account
 
 
@@ -338,7 +379,7 @@ def round_line(round: RoundRecord) -> str:
     """A round in words: K, tokens, and what went wrong when something did."""
     counts = round.counts()
     parts = [f"K={round.k}", f"{counts['completion_tokens']:,} tokens"]
-    parts += [f"{counts[name]} {name}" for name in ("failed", "truncated", "cut") if name in counts]
+    parts += [f"{counts[name]} {name}" for name in ("failed", "truncated", "cut", "reused") if name in counts]
     return ", ".join(parts)
 
 

@@ -61,8 +61,13 @@ def swe_folder(
         "episode": repair.model_dump(mode="json", exclude={"threads", "retry"}),
         "patch_cap": patch_cap,
     }
-    return RunFolder(
-        output, fingerprint=fingerprint, settings=settings, key=lambda row: row["instance_id"], progress=progress
+    return RunFolder(  # predictions.jsonl follows the rows: another schedule is another folder, not an escalation
+        output,
+        fingerprint=fingerprint,
+        settings=settings,
+        key=lambda row: row["instance_id"],
+        progress=progress,
+        escalation=False,
     )
 
 

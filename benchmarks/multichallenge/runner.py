@@ -50,6 +50,7 @@ def run_folder(settings: RunSettings, progress: Any = True) -> RunFolder:
         settings=settings.model_dump(),
         key=row_key,
         progress=progress,
+        escalation=False,  # its rows are judged conversations: another schedule is another folder
     )
 
 

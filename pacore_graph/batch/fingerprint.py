@@ -83,19 +83,29 @@ def refuse_foreign(folder: Path) -> None:
         raise ForeignFolder(folder, others)
 
 
-def check_fingerprint(folder: Path, fingerprint: Mapping[str, Any]) -> None:
-    """Refuse ``folder`` (reading only) if its ``run.json`` is not this project's or holds another fingerprint."""
+def check_fingerprint(folder: Path, fingerprint: Mapping[str, Any], *, escalation: bool = False) -> list[int] | None:
+    """Refuse ``folder`` (reading only) if its ``run.json`` is not this project's or holds another fingerprint.
+    With ``escalation``, a fingerprint that differs only in a larger ``rounds`` is accepted: the folder's earlier
+    rounds are returned (see :mod:`pacore_graph.batch.escalation`)."""
     if not (folder / SETTINGS_FILE).exists():
-        return
+        return None
     try:
         stored = json.loads((folder / SETTINGS_FILE).read_text(encoding="utf-8")).get("fingerprint")
     except (json.JSONDecodeError, AttributeError, UnicodeDecodeError, RecursionError):
         stored = None
     if not isinstance(stored, dict):
         raise SettingsMismatch(folder, [f"{SETTINGS_FILE} has no settings fingerprint (an older version wrote it)"])
-    differing = differences(stored, as_json(dict(fingerprint)))
+    wanted = as_json(dict(fingerprint))
+    differing = differences(stored, wanted)
+    if differing and escalation:
+        from pacore_graph.batch.escalation import escalated_from
+
+        earlier = escalated_from(stored, wanted, differing)
+        if earlier is not None:
+            return earlier
     if differing:
         raise SettingsMismatch(folder, differing)
+    return None
 
 
 def save_settings(folder: Path, fingerprint: Mapping[str, Any], settings: Mapping[str, Any] | None = None) -> None:

@@ -38,6 +38,7 @@ from langchain_core.messages import convert_to_openai_messages
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from pydantic import BaseModel, Field
 
+from pacore_graph.batch.escalation import earlier_rows, keep_earlier_results
 from pacore_graph.batch.fingerprint import check_fingerprint, refuse_foreign, save_settings
 from pacore_graph.batch.folder_lock import FolderLock
 from pacore_graph.batch.progress import RunProgress
@@ -54,6 +55,7 @@ from pacore_graph.errors import (
     stop_if_disk_full,
 )
 from pacore_graph.explorers.panel import Models
+from pacore_graph.graph.reuse_pool import reuse_pool
 from pacore_graph.graph.runner import MessagesInput, PaCoReRunner, to_messages
 from pacore_graph.records import PaCoReResult
 
@@ -178,6 +180,10 @@ class RunFolder:
     - ``progress``: the display (a :class:`RunProgress`), True for one on stderr, False for none.
     - ``max_concurrency``: one bound on the model calls of every run in this folder together
       (:attr:`limiter`); None leaves each run to its config's ``max_concurrency``.
+    - ``escalation``: a folder whose fingerprint differs only in a larger ``rounds`` continues at the new
+      schedule, each problem reusing its earlier row's trajectories where they are draws of the new requests
+      (:mod:`pacore_graph.batch.escalation`); False refuses it like any other change (a folder whose other files
+      follow its rows).
 
     :meth:`claim` (also done on entry) checks the path, takes the folder's lock and checks the fingerprint,
     synchronously: call it first to refuse before a server starts or anything is spent.
@@ -192,6 +198,7 @@ class RunFolder:
         key: Callable[[dict[str, Any]], str] | None = None,
         progress: RunProgress | bool = True,
         max_concurrency: int | None = None,
+        escalation: bool = True,
     ):
         self.path = Path(path)
         self.fingerprint = dict(fingerprint)
@@ -200,6 +207,8 @@ class RunFolder:
         self.progress = progress if isinstance(progress, RunProgress) else RunProgress(enabled=progress)
         self.limiter = ConcurrencyLimiter(max_concurrency) if max_concurrency else None
         self._results: ResultsFile | None = None
+        self.escalation = escalation
+        self.earlier: dict[str, dict[str, Any]] = {}  # problem id -> its row at a smaller schedule (escalation)
         self.checkpointer: BaseCheckpointSaver[str] | None = None  # while the folder is entered
         self._lock = FolderLock(self.path)
         self._stack: AsyncExitStack | None = None
@@ -218,7 +227,10 @@ class RunFolder:
             stop_if_disk_full(exc, self.path)
             raise
         try:
-            check_fingerprint(self.path, self.fingerprint)
+            earlier_rounds = check_fingerprint(self.path, self.fingerprint, escalation=self.escalation)
+            if earlier_rounds is not None:
+                self._escalate(earlier_rounds)
+            self.earlier = earlier_rows(self.path, self.key) if self.escalation else {}
             self._results = self.results_file(RESULTS_FILE, self.key)  # a file this run did not write is refused
             save_settings(self.path, self.fingerprint, self.settings)
         except BaseException as exc:
@@ -229,6 +241,25 @@ class RunFolder:
 
     def release(self) -> None:
         self._lock.release()
+
+    def check_earlier(self, problems: Iterable[Problem], config: PaCoReConfig) -> None:
+        """Refuse in one line, before anything is sent, an earlier row (escalation) that a problem would continue
+        from and that is no PaCoRe result or ran a larger schedule than ``config``."""
+        for problem in problems:
+            row = self.earlier.get(problem.id)
+            if row is not None:
+                try:
+                    reuse_pool(row, config)
+                except (TypeError, ValueError) as exc:
+                    raise UsageError(f"problem {problem.id!r} of {self.path}: its earlier row: {exc}") from None
+
+    def _escalate(self, earlier_rounds: list[int]) -> None:
+        kept = keep_earlier_results(self.path, earlier_rounds)
+        where = f"; its rows, now {kept.name}, are what it reuses" if kept is not None else ""
+        self.progress.print(
+            f"{self.path} ran rounds {earlier_rounds}: continuing at rounds {self.fingerprint.get('rounds')}, "
+            f"reusing the trajectories that are draws of the new requests{where}"
+        )
 
     @property
     def results(self) -> ResultsFile:
@@ -293,6 +324,7 @@ class RunFolder:
         messages = _checked_messages(problems)
         done = self.results.done()
         todo = [problem for problem in problems if problem.id not in done]
+        self.check_earlier(todo, config)
         summary = RunSummary(total=len(problems), skipped=len(problems) - len(todo))
         runner = PaCoReRunner(model_or_explorer, config, checkpointer=checkpointer, limiter=self.limiter)
         gate = asyncio.Semaphore(concurrency) if concurrency else contextlib.nullcontext()
@@ -332,6 +364,7 @@ class RunFolder:
                     on_record=records.append,
                     on_event=self.progress,
                     trace=trace,
+                    reuse=self.earlier.get(problem.id),
                 )
         except Exception as exc:  # one problem's failure must not cost the others, unless it is the disk's
             stop_if_disk_full(exc, self.path)  # every other problem would fail the same way

@@ -146,7 +146,9 @@ def render(folder: str | Path) -> str:
         for round_, agreed in zip(problem.rounds, problem.agreements, strict=True):
             lines.append(fit(f"    round {round_.round_index + 1}: {round_line(round_)}; {agreed}"))
         calls = sum(r.k for r in problem.rounds)
-        lines.append(f"    effective TTC {problem.ttc:,} completion tokens over {calls} calls")
+        reused = sum(1 for r in problem.rounds for t in r.trajectories if t.reused)
+        sent = f" ({reused} reused from an earlier run, {calls - reused} sent)" if reused else ""
+        lines.append(fit(f"    effective TTC {problem.ttc:,} completion tokens over {calls} calls{sent}"))
         lines += [fit(f"    {model_line(name, account)}") for name, account in problem.models.items()]
     if not problems:
         lines.append("nothing finished yet: run the same command again to go on")

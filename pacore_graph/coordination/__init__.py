@@ -7,6 +7,8 @@
 - deduplicated references, with how many gave each;
 - final selectors: a majority vote over extracted answers or a verifier call instead of one synthesis;
 - panels: several models in one run (:class:`Panel`, :class:`PanelMember`), each round's slots shared among them.
+- escalation: which schedule a run can continue at, reusing what it has (:func:`check_escalation`; the run takes
+  ``reuse=`` an earlier result).
 
 Set them on :class:`~pacore_graph.config.PaCoReConfig`; the result's ``outcome`` and each trajectory's
 ``cut`` / ``answer`` / ``reference_indices`` say what they did.
@@ -14,6 +16,7 @@ Set them on :class:`~pacore_graph.config.PaCoReConfig`; the result's ``outcome``
 
 from pacore_graph.config import VERIFIER_TEMPLATE, Budget, EarlyStop
 from pacore_graph.coordination.answers import answer_key, boxed_answer, extract_answer, last_boxed
+from pacore_graph.coordination.escalation import check_escalation, escalates
 from pacore_graph.coordination.templates import RSA_TEMPLATE
 from pacore_graph.coordination.vote import VoteResult, majority_vote
 from pacore_graph.panel import Panel, PanelMember
@@ -28,6 +31,8 @@ __all__ = [
     "VoteResult",
     "answer_key",
     "boxed_answer",
+    "check_escalation",
+    "escalates",
     "extract_answer",
     "last_boxed",
     "majority_vote",

@@ -32,6 +32,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig, ensure_config
 from langgraph.runtime import get_runtime
 
+from pacore_graph.graph.reuse_pool import ReusePool
 from pacore_graph.graph.run_state import ProgressListener, RecordSink, RunState
 from pacore_graph.records import Trajectory
 
@@ -50,6 +51,8 @@ class PaCoReContext:
       node's, as it would for a plain model call in its place.
     - ``unobserved``: no callback handler is attached to this run (see :func:`unobserved`); passed on to
       every episode, so a chat explorer skips chat-model runs nobody would see.
+    - ``reuse``: an earlier result's trajectories, taken instead of sending the same requests again (escalation:
+      :mod:`pacore_graph.graph.reuse`).
 
     Frozen: a run reads these and never changes them. What the operator keeps during the run is not here
     but in ``run_state``, made with the context (see the module's docstring).
@@ -62,6 +65,7 @@ class PaCoReContext:
     trace: list[Trajectory] | None = None
     stream_metadata: Mapping[str, Any] = field(default_factory=dict)
     unobserved: bool = False
+    reuse: ReusePool | None = None
     run_state: RunState = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -73,6 +77,7 @@ class PaCoReContext:
             trace=self.trace,
             stream_metadata=self.stream_metadata,
             unobserved=self.unobserved,
+            reuse=self.reuse,
         )
         object.__setattr__(self, "run_state", run)  # a frozen dataclass sets its own derived field this way
 

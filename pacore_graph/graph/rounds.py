@@ -22,6 +22,7 @@ from pacore_graph.explorers.panel import Models, PanelExplorer, panel_models, si
 from pacore_graph.explorers.protocol import Explorer, as_explorer
 from pacore_graph.graph.compat import passes_on
 from pacore_graph.graph.context import current_run
+from pacore_graph.graph.reuse import RequestKeys
 from pacore_graph.graph.run_state import RunState
 from pacore_graph.graph.state import PaCoReState, TrajectoryTask
 from pacore_graph.models.preflight import with_model_context
@@ -45,6 +46,7 @@ class Rounds:
         if self.reference_mode and config.max_tokens is not None:
             self.uncapped = as_explorer(single_model(model_or_explorer), config.model_copy(update={"max_tokens": None}))
         self.limiter = limiter or ConcurrencyLimiter(config.max_concurrency)
+        self.requests = RequestKeys(self.explorer, config)  # each trajectory's request digest (graph/reuse.py)
         self.schedule = config.schedule
         self.final_round = len(self.schedule) - 1
         self._expect = getattr(self.explorer, "expect", None)  # optional (see Explorer)

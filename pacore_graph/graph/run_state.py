@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
@@ -26,6 +26,9 @@ from pacore_graph.graph.barrier import RoundBarrier
 from pacore_graph.records import RoundData, RoundRecord, Trajectory
 from pacore_graph.synthesis.context_window import fit_references
 from pacore_graph.synthesis.prompt import synthesis_messages
+
+if TYPE_CHECKING:
+    from pacore_graph.graph.reuse_pool import ReusePool, RoundPlan
 
 ProgressListener: TypeAlias = Callable[[dict[str, Any]], None]  # progress events: round started, trajectory finished...
 RecordSink: TypeAlias = Callable[[Any], None]  # receives what explorers pass to EpisodeContext.record
@@ -45,7 +48,7 @@ class Round:
       models have windows of their own).
     """
 
-    __slots__ = ("index", "k", "barrier", "ticket", "data", "_references", "_messages")
+    __slots__ = ("index", "k", "barrier", "ticket", "data", "plan", "_references", "_messages")
 
     def __init__(self, index: int, k: int, here: int | None):
         self.index = index
@@ -53,6 +56,7 @@ class Round:
         self.barrier = RoundBarrier(k, here)
         self.ticket: RoundTicket | None = None
         self.data: RoundData | None = None
+        self.plan: RoundPlan | None = None  # its requests and what it reuses (graph/reuse.py), worked out once
         self._references: list[References] | None = None
         self._messages: dict[tuple[Any, ...], list[BaseMessage]] = {}
 
@@ -107,6 +111,7 @@ class RunState:
         "trace",
         "stream_metadata",
         "unobserved",
+        "reuse",
         "started",
         "rounds",
         "_control",
@@ -124,6 +129,7 @@ class RunState:
         trace: list[Trajectory] | None = None,
         stream_metadata: Mapping[str, Any] | None = None,
         unobserved: bool = False,
+        reuse: ReusePool | None = None,
     ):
         self.messages = messages
         self.payload = payload
@@ -132,6 +138,7 @@ class RunState:
         self.trace = trace
         self.stream_metadata: Mapping[str, Any] = stream_metadata or {}
         self.unobserved = unobserved
+        self.reuse = reuse  # an earlier result's trajectories this run may take instead of sending
         self.started = time.monotonic()  # a budget's deadline counts from here
         self.rounds: dict[int, Round] = {}
         self._control: RunControl | None = None

@@ -23,12 +23,14 @@ from pacore_graph.graph.builder import build_pacore_graph
 from pacore_graph.graph.context import PaCoReContext, unobserved
 from pacore_graph.graph.gc_policy import spaced_full_collections
 from pacore_graph.graph.own_thread import OwnThread, async_capable, claimed, lent_saver, own_thread
+from pacore_graph.graph.reuse_pool import Reusable, ReusePool, reuse_pool
 from pacore_graph.graph.run_state import ProgressListener, RecordSink
 from pacore_graph.graph.state import PaCoReState
 from pacore_graph.graph.unseen import ambient_unseen_removed, unseen_removed
 from pacore_graph.records import (
     Outcome,
     PaCoReResult,
+    ReuseReport,
     RoundData,
     RoundRecord,
     Trajectory,
@@ -87,6 +89,7 @@ class PaCoReRunner:
         on_event: ProgressListener | None = None,
         payload: Any = None,
         on_record: RecordSink | None = None,
+        reuse: ReusePool | None = None,
     ) -> PaCoReContext:
         """The runtime context of one run; model calls carry the enclosing graph node's stream metadata."""
         metadata = ensure_config(runnable_config).get("metadata") or {}
@@ -98,6 +101,7 @@ class PaCoReRunner:
             trace=[] if trace else None,
             stream_metadata={key: value for key, value in metadata.items() if key.startswith("langgraph_")},
             unobserved=unobserved(runnable_config),
+            reuse=reuse,
         )
 
     @contextmanager
@@ -133,16 +137,26 @@ class PaCoReRunner:
         on_event: ProgressListener | None = None,
         payload: Any = None,
         on_record: RecordSink | None = None,
+        reuse: Reusable | None = None,
     ) -> PaCoReResult:
         """Run (or with ``resume=True`` continue) PaCoRe over ``messages``.
 
         ``trace=True`` keeps every full trajectory (``result.trajectories``); ``on_event`` receives progress
         events; ``payload`` and ``on_record`` reach the explorer (see :class:`PaCoReContext`). A saver that
         serves sync runs only (``SqliteSaver``, ``PostgresSaver``: the runner's own, or the one a sync agent
-        lends) checkpoints a sync graph run, in a worker thread.
+        lends) checkpoints a sync graph run, in a worker thread. ``reuse``: an earlier result of the same
+        problem at a smaller schedule (a result, its row, its rounds), whose trajectories this run takes where
+        they are draws of its own requests instead of sending them (:mod:`pacore_graph.graph.reuse`).
         """
+        pool = reuse_pool(reuse, self.config) if reuse is not None else None  # refused before anything is sent
         context = self.context(
-            messages, runnable_config, trace=trace, on_event=on_event, payload=payload, on_record=on_record
+            messages,
+            runnable_config,
+            trace=trace,
+            on_event=on_event,
+            payload=payload,
+            on_record=on_record,
+            reuse=pool,
         )
         saver = lent_saver(runnable_config) if self.borrows_saver else self.graph.checkpointer
         sync = isinstance(saver, BaseCheckpointSaver) and not await async_capable(saver)
@@ -154,6 +168,8 @@ class PaCoReRunner:
             graph_input = self.graph_input(context, snapshot, resume)
             output = await graph.ainvoke(graph_input, run, context=context, durability=durability, version="v2")
             result = build_result(output.value, context.trace, output.interrupts, self.config.answer_records == "full")
+            if pool is not None:
+                result = with_reuse_report(result, pool.report(result), self.config.answer_records == "full")
             if own is not None:
                 await forget(own, sync)
         return result
@@ -202,6 +218,7 @@ class RunOptions(TypedDict, total=False):
     on_event: ProgressListener | None
     payload: Any
     on_record: RecordSink | None
+    reuse: Reusable | None
 
 
 class _SyncGraph:
@@ -277,6 +294,14 @@ def build_result(
     return result
 
 
+def with_reuse_report(result: PaCoReResult, report: ReuseReport, full_records: bool) -> PaCoReResult:
+    """``result`` with what it took from an earlier one, in its accounting and its answer message's too."""
+    result.reuse = report
+    metadata = {**result.message.response_metadata, "pacore": result.accounting(full_records)}
+    result.message = result.message.model_copy(update={"response_metadata": metadata})
+    return result
+
+
 def chosen_trajectory(rounds: list[RoundRecord], outcome: Outcome) -> TrajectoryRecord | None:
     """The trajectory whose conclusion is the answer: the final synthesis, or the one a selector chose."""
     if outcome.round_index is not None:
@@ -299,15 +324,24 @@ async def asolve(
     on_event: ProgressListener | None = None,
     payload: Any = None,
     on_record: RecordSink | None = None,
+    reuse: Reusable | None = None,
 ) -> PaCoReResult:
     """Run PaCoRe once over ``messages`` (a problem string or a conversation).
 
     ``trace=True`` keeps every full trajectory (``result.trajectories``), ``on_event`` receives progress
     events, ``payload`` / ``on_record`` reach the explorer (see :class:`~pacore_graph.graph.context.PaCoReContext`).
+    ``reuse=earlier_result`` continues an earlier run of the same problem at this (larger) schedule: its
+    trajectories that are draws of this run's requests are taken, not sent again (``result.reuse`` says how many).
     """
     runner = PaCoReRunner(model_or_explorer, config, checkpointer=checkpointer)
     return await runner.arun(
-        messages, runnable_config, trace=trace, on_event=on_event, payload=payload, on_record=on_record
+        messages,
+        runnable_config,
+        trace=trace,
+        on_event=on_event,
+        payload=payload,
+        on_record=on_record,
+        reuse=reuse,
     )
 
 
@@ -322,6 +356,7 @@ def solve(
     on_event: ProgressListener | None = None,
     payload: Any = None,
     on_record: RecordSink | None = None,
+    reuse: Reusable | None = None,
 ) -> PaCoReResult:
     """Sync wrapper of :func:`asolve`; Ctrl-C cancels the run's requests."""
     return run_sync(
@@ -335,5 +370,6 @@ def solve(
             on_event=on_event,
             payload=payload,
             on_record=on_record,
+            reuse=reuse,
         )
     )

@@ -36,6 +36,7 @@ from pacore_graph.coordination.references import References
 from pacore_graph.errors import RoundFailedError
 from pacore_graph.explorers.episode import EpisodeContext
 from pacore_graph.graph.exploration import Exploration, failure_data, with_failed_tokens
+from pacore_graph.graph.reuse import reused_record, round_plan
 from pacore_graph.graph.run_state import RunState
 from pacore_graph.graph.state import TrajectoryTask
 from pacore_graph.records import RoundRecord, Trajectory, TrajectoryData
@@ -72,6 +73,8 @@ class TrajectoryLife:
         "exploration",
         "model",
         "config",
+        "request",
+        "reused",
         "_task",
     )
 
@@ -87,6 +90,8 @@ class TrajectoryLife:
         template = config.verifier_template if verifier else config.template
         self.seen = current.references(index, run.rounds.get(round_index - 1), config)
         self.messages = current.messages(self.seen.texts, run.messages, config, template)
+        plan = round_plan(rounds.requests, run, current, template)  # escalation: graph/reuse.py
+        self.request, self.reused = plan.requests[index], plan.reused.get(index)
         self.control = run.control(config).round(round_index, current.k, task.get("spent", 0))
         self.final = round_index == rounds.final_round and not verifier  # a verifier's reply is not the answer
         self.stage = Stage.QUEUED
@@ -100,6 +105,11 @@ class TrajectoryLife:
         self._task = self.run.trajectory_started()  # a run closed already cancels it here
         barrier = self.round.barrier
         barrier.start()
+        if self.reused is not None:
+            try:
+                return self._reuse(self.reused)
+            finally:
+                self._end()
         try:
             outcome = await self._send(runnable_config)
         except (asyncio.CancelledError, GraphBubbleUp):
@@ -155,6 +165,8 @@ class TrajectoryLife:
         self._move(Stage.RECORDED, Stage.RECEIVED)
         assert self.exploration is not None  # made as it was sent
         record = seen_references(self.exploration.record(outcome), self.seen)
+        if self.request is not None:
+            record["request"] = self.request
         self.control.finished(record)
         self.round.barrier.finish(record, self.rounds.passes(record))
         run = self.run
@@ -169,6 +181,24 @@ class TrajectoryLife:
                 "index": self.index,
                 "completion_tokens": record["completion_tokens"],
                 "truncated": record["truncated"],
+            }
+        )
+        return {"trajectories": [record]}
+
+    def _reuse(self, earlier: TrajectoryData) -> dict[str, Any]:
+        """An earlier result's record of this very request takes the place of sending it (escalation)."""
+        self._move(Stage.RECORDED, Stage.QUEUED)
+        record = seen_references(reused_record(earlier, self.round.index, self.index, self.request), self.seen)
+        self.control.finished(record)
+        self.round.barrier.finish(record, self.rounds.passes(record))
+        self.run.emit(
+            {
+                "event": "trajectory_finished",
+                "round": self.round.index,
+                "index": self.index,
+                "completion_tokens": record.get("completion_tokens", 0),
+                "truncated": record.get("truncated", False),
+                "reused": True,
             }
         )
         return {"trajectories": [record]}
