@@ -386,8 +386,9 @@ def round_line(round: RoundRecord) -> str:
 def model_line(name: str, account: dict[str, Any]) -> str:
     """A panel model's account in words (``pacore solve``, ``pacore show``); "agree": how many of its usable
     trajectories before the last round give the run's answer."""
+    reused = f", {account['reused']} reused" if account.get("reused") else ""  # escalation: bought before
     line = (
-        f"{name}: {account['trajectories']} trajectories ({account['requests']} requests), "
+        f"{name}: {account['trajectories']} trajectories ({account['requests']} requests{reused}), "
         f"{account['prompt_tokens']:,} prompt / {account['completion_tokens']:,} completion tokens, "
         f"{account['seconds']:.1f} s"
     )

@@ -65,13 +65,20 @@ def _shown(value: Any) -> str:
     return text if len(text) <= _SHOWN else f"{text[: _SHOWN - 3]}..."
 
 
-def differences(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
-    """``field: folder has X, this run Y`` for every field on which the two fingerprints differ."""
-    return [
-        f"{name}: folder has {_shown(stored.get(name, _MISSING))}, this run {_shown(wanted.get(name, _MISSING))}"
-        for name in sorted(set(stored) | set(wanted))
-        if stored.get(name, _MISSING) != wanted.get(name, _MISSING)
-    ]
+def differences(stored: Mapping[str, Any], wanted: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """``field: folder has X, this run Y`` for every field on which the two fingerprints differ; within a field
+    both sides hold as a mapping (a panel, model kwargs), the differing keys themselves (``panel.models.small``),
+    so a long value never hides what changed."""
+    found = []
+    for name in sorted(set(stored) | set(wanted)):
+        old, new = stored.get(name, _MISSING), wanted.get(name, _MISSING)
+        if old == new:
+            continue
+        if isinstance(old, Mapping) and isinstance(new, Mapping):
+            found += differences(old, new, f"{prefix}{name}.")
+        else:
+            found.append(f"{prefix}{name}: folder has {_shown(old)}, this run {_shown(new)}")
+    return found
 
 
 def refuse_foreign(folder: Path) -> None:

@@ -3,7 +3,9 @@
 Read off the records (each names its model) as a run's result is built (``PaCoReResult.models``), so the result,
 an answer message's metadata, a results row, the endpoint's usage and ``pacore show`` all count the same way.
 Agreement compares answers as ``pacore show`` does (:func:`~pacore_graph.coordination.answers.compared_answer`):
-per model, how many of its usable trajectories before the last round give the answer the run ended with.
+per model, how many of its usable trajectories before the last round give the answer the run ended with. A
+trajectory reused from an earlier run (escalation) counts among its model's trajectories and tokens, as in the TTC,
+but its requests and seconds were the earlier run's: ``reused`` counts it instead.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ def _empty() -> dict[str, Any]:
     return {
         "trajectories": 0,
         "requests": 0,
+        "reused": 0,
         "failed": 0,
         "truncated": 0,
         "prompt_tokens": 0,
@@ -46,12 +49,15 @@ def _empty() -> dict[str, Any]:
 
 def _count(account: dict[str, Any], record: TrajectoryRecord, final: str | None) -> None:
     account["trajectories"] += 1
-    account["requests"] += record.attempts
+    if record.reused:
+        account["reused"] += 1
+    else:
+        account["requests"] += record.attempts
+        account["seconds"] = round(account["seconds"] + (record.seconds or 0.0), 3)
     account["failed"] += int(record.failed)
     account["truncated"] += int(record.truncated)
     account["prompt_tokens"] += record.prompt_tokens
     account["completion_tokens"] += record.completion_tokens
-    account["seconds"] = round(account["seconds"] + (record.seconds or 0.0), 3)
     if record.usable and final is not None:
         account["usable"] += 1
         account["agree"] += int(compared_answer(record.answer, record.conclusion) == final)

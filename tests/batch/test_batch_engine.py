@@ -113,6 +113,18 @@ def test_a_folder_made_with_other_settings_is_refused_naming_each_differing_fiel
     folder(tmp_path / "other").claim().release()
 
 
+def test_a_long_nested_setting_that_differs_is_named_by_its_own_key(tmp_path):
+    """A panel (or any setting held as a mapping) is compared key by key: the line names the key that changed,
+    however long the whole value is."""
+    members = {f"member-{i}": {"weight": 1, "context_window": 8192} for i in range(8)}
+    panel = {"models": members, "synthesizer": "member-0", "seed": 0}
+    RunFolder(tmp_path, fingerprint={"rounds": [4], "panel": panel}).claim().release()
+    changed = {**panel, "models": {**members, "member-7": {"weight": 2, "context_window": 8192}}}
+    with pytest.raises(SettingsMismatch) as refused:
+        RunFolder(tmp_path, fingerprint={"rounds": [4], "panel": changed}).claim()
+    assert refused.value.differing == ["panel.models.member-7.weight: folder has 1, this run 2"]
+
+
 def test_a_run_json_without_a_fingerprint_is_refused(tmp_path):
     (tmp_path / "run.json").write_text(json.dumps({"rounds": [4]}))
     with pytest.raises(SettingsMismatch, match="no settings fingerprint"):

@@ -239,5 +239,7 @@ async def test_a_panel_continued_reuses_each_slot_from_its_own_model(emulator):
     assert sent.requests == 12 + 1 and medium.reuse is not None and medium.reuse.reused == 4
     reused = [t for t in medium.rounds[0].trajectories if t.reused]
     assert sorted(t.model or "" for t in reused) == bought  # each in a slot of the model that drew it
+    small = medium.models["small"]  # this run's requests; the 3 bought before counted apart
+    assert (small["trajectories"], small["requests"], small["reused"]) == (12, 9, 3)
     assert switched.requests == 15 + 1 and changed.reuse is not None and changed.reuse.reused == 1
     assert [t.model for t in changed.rounds[0].trajectories if t.reused] == ["strong"]
