@@ -6,6 +6,8 @@ The ``trajectory`` node makes one per Send task and awaits :meth:`TrajectoryLife
 - **queued** (made): it sees its round's references and messages, and holds its share of the round's admission
   (async runs; see concurrency/limiter.py). It has built nothing else: at 1024 in flight, as many again may wait
   here for a slot. :meth:`live` counts it as started at the round's barrier.
+- where an earlier result holds a record of its very request (escalation, graph/reuse.py), it goes
+  straight to **recorded** (:meth:`_reuse`: that record in its place, marked reused; nothing is sent).
 - **sent** (:meth:`_send`): it has taken a slot of the limiter, and its :class:`Exploration` calls the explorer
   with the operator's retries and timeout (each attempt holds the slot; a retry gives it back during its
   backoff and takes it again).
