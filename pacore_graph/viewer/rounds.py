@@ -175,11 +175,14 @@ def _cell(record: Json, answer: str | None, group_of: dict[str, int]) -> Json:
         "usable": answer is not None,
         "conclusion": str(record.get("conclusion") or ""),
     }
-    for name in ("error", "error_type", "error_status", "cut", "model_name", "tool_calls", "reference_indices"):
+    names = ("error", "error_type", "error_status", "cut", "model_name", "model", "tool_calls", "reference_indices")
+    for name in names:  # model: a panel's member
         if record.get(name) not in (None, [], ""):
             cell[name] = record[name]
     if record.get("truncated"):
         cell["truncated"] = True
+    if record.get("reused"):  # drawn by an earlier run of the problem (escalation)
+        cell["reused"] = True
     if int(record.get("attempts") or 1) > 1:
         cell["attempts"] = record["attempts"]
     if record.get("tokens_approximate"):

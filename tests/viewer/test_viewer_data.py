@@ -12,9 +12,10 @@ import urllib.error
 import urllib.request
 
 import pytest
-from viewer_folders import HOSTILE, ROMAN, ROOT, jsonl
+from viewer_folders import HOSTILE, ROMAN, ROOT, jsonl, pacore
 from viewer_serving import served
 
+from pacore_emulator import Emulator, EmulatorConfig
 from pacore_graph.viewer.kinds import open_folder
 
 STATIC = ROOT / "pacore_graph" / "viewer" / "static"
@@ -130,6 +131,26 @@ def test_a_solve_folder_shows_its_problem_from_run_json(solve_dir):
     assert [r["k"] for r in problem["run"]["rounds"]] == [2, 1]
     row = jsonl(solve_dir / "results.jsonl")[0]
     assert problem["run"]["answer"] == row["answer"] and entry["tokens"] == row["ttc"]
+
+
+def test_a_panel_folder_continued_at_medium_shows_each_cells_member_and_what_was_reused(tmp_path, monkeypatch):
+    """``pacore solve --panel`` at low, then at medium into the same folder: each cell names its panel member, and
+    the 4 trajectories bought at low are marked reused."""
+    monkeypatch.setenv("OPENAI_API_KEY", "unused-by-the-emulator")
+    with Emulator(EmulatorConfig(ttft=0.0, token_delay=0.0, output_tokens=20, strict_model=False)) as emu:
+        members = {name: {"base_url": emu.base_url, "weight": w} for name, w in [("small", 3), ("strong", 1)]}
+        panel = tmp_path / "panel.json"
+        panel.write_text(json.dumps({"models": members, "synthesizer": "strong"}))
+        out = tmp_path / "out"
+        for preset in ("low", "medium"):
+            pacore("solve", "What is 17*23?", "--panel", str(panel), "--preset", preset, "--output", str(out))
+    view = open_folder(out)
+    (entry,) = view.index()["problems"]
+    first, last = view.problem(entry["key"])["run"]["rounds"]
+    assert len(first["trajectories"]) == 16 and sum(1 for c in first["trajectories"] if c.get("reused")) == 4
+    (synthesis,) = last["trajectories"]
+    assert {c["model"] for c in first["trajectories"]} == {"small", "strong"} and synthesis["model"] == "strong"
+    assert "reused" not in synthesis
 
 
 # -------------------------------------------------------------------------------------------- benchmarks

@@ -615,6 +615,8 @@
     if (cell.finish && cell.finish !== "stop") { flags.appendChild(el("span", { className: "flag warn", text: cell.finish })); }
     if (cell.cut) { flags.appendChild(el("span", { className: "flag", text: "cut: " + cell.cut })); }
     if (cell.truncated) { flags.appendChild(el("span", { className: "flag warn", text: "truncated" })); }
+    if (cell.model) { flags.appendChild(el("span", { className: "flag", text: cell.model })); }
+    if (cell.reused) { flags.appendChild(el("span", { className: "flag", text: "reused" })); }
     if (cell.correct === true) { flags.appendChild(el("span", { className: "flag good", text: "correct" })); }
     if (cell.episode && cell.episode.stop_reason) { flags.appendChild(el("span", { className: "flag" + (cell.episode.stop_reason === "error" ? " bad" : ""), text: cell.episode.stop_reason })); }
     if (flags.firstChild) { node.appendChild(flags); }
@@ -717,7 +719,9 @@
     if (cell.attempts) { pairs.push(["attempts", cell.attempts]); }
     if (cell.cut) { pairs.push(["cut", cell.cut]); }
     if (cell.truncated) { pairs.push(["truncated", "yes: cut off by the length limit"]); }
+    if (cell.model) { pairs.push(["panel member", cell.model]); }
     if (cell.model_name) { pairs.push(["model", cell.model_name]); }
+    if (cell.reused) { pairs.push(["reused", "yes: drawn by an earlier run of this problem, not sent again"]); }
     if (cell.reference_indices) { pairs.push(["references seen", cell.reference_indices.map(function (i) { return "#" + i; }).join(", ")]); }
     drawer.appendChild(facts(pairs.filter(function (p) { return p[1] != null && p[1] !== ""; })));
     if (cell.episode) {
