@@ -196,7 +196,7 @@ def test_a_folder_made_with_other_episode_settings_is_refused_in_one_line(tmp_pa
     swe_folder(tmp_path, "fake", config, RepairSettings(step_limit=30)).claim().release()
     with pytest.raises(SettingsMismatch) as refused:
         swe_folder(tmp_path, "fake", config, RepairSettings(step_limit=5)).claim()
-    assert "episode: folder has" in str(refused.value) and "\n" not in str(refused.value)
+    assert "episode.step_limit: folder has 30, this run 5" in str(refused.value) and "\n" not in str(refused.value)
     swe_folder(tmp_path, "fake", config, RepairSettings(threads=2)).claim().release()  # threads change nothing
 
 
